@@ -1,0 +1,56 @@
+"""gymvec: many RL environments at once, fast.
+
+Tensordict-native batched envs (``SerialEnv``, ``ParallelEnv``) over shared memory, and a
+gymnasium ``VectorEnv`` face (``GymnasiumVectorEnv``, ``SerialVectorEnv``,
+``ParallelVectorEnv``, ``make_vec``) for everything that speaks gymnasium.
+
+Names are imported on first use: worker processes import parts of gymvec, and must not pay for
+importing torch when their sub-envs do not need it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from gymvec.errors import ClosedEnvError, WorkerError
+
+_EXPORTS = {
+    "EnvBase": "gymvec.envs.base",
+    "step_mdp": "gymvec.envs.base",
+    "GymEnv": "gymvec.envs.gym_env",
+    "GymVectorEnvWrapper": "gymvec.envs.vector_wrapper",
+    "SerialEnv": "gymvec.batched.serial",
+    "ParallelEnv": "gymvec.batched.parallel",
+    "Mode": "gymvec.batched.driver",
+    "GymnasiumVectorEnv": "gymvec.facade.vector_env",
+    "SerialVectorEnv": "gymvec.facade.dropin",
+    "ParallelVectorEnv": "gymvec.facade.dropin",
+    "make_vec": "gymvec.integrations.make_vec",
+    "register_vector_ids": "gymvec.integrations.make_vec",
+    "spec_from_space": "gymvec.spaces",
+    "space_from_spec": "gymvec.spaces",
+    "TensorSpec": "gymvec.specs",
+    "Bounded": "gymvec.specs",
+    "Unbounded": "gymvec.specs",
+    "Categorical": "gymvec.specs",
+    "MultiCategorical": "gymvec.specs",
+    "Binary": "gymvec.specs",
+    "Composite": "gymvec.specs",
+}
+
+__all__ = ["ClosedEnvError", "WorkerError", *_EXPORTS]
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gymvec' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

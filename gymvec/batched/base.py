@@ -1,0 +1,451 @@
+"""The batching logic shared by ``SerialEnv`` and ``ParallelEnv``.
+
+A batched env owns the buffers (one preallocated block, see ``buffers.py``), the control block
+(one mode byte and one seed per sub-env) and an *executor* that makes the sub-envs carry out
+the mode bytes: in this process for ``SerialEnv``, in worker processes for ``ParallelEnv``.
+Everything else (specs, reset masks, seeding, outputs, attribute dispatch) lives here, once.
+
+Two levels of API:
+
+* the tensordict API of :class:`EnvBase` (``reset``, ``step``, ``step_and_maybe_reset``...),
+  whose outputs are fresh tensors that never alias the buffers;
+* a low-level, numpy-level API for faces built on top (``send(modes)``, ``recv()``, and the
+  numpy views in ``buffers``), which costs one round trip and no TensorDict per step.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+from tensordict import TensorDictBase
+
+from gymvec.batched.buffers import BufferLayout, Buffers, LeafSpec
+from gymvec.batched.driver import Control, Mode
+from gymvec.envs.base import EnvBase, make_done_spec, make_reward_spec
+from gymvec.envs.gym_env import GymEnv
+from gymvec.envs.infos import InfoField
+from gymvec.specs import (
+    Composite,
+    Unbounded,
+    numpy_to_torch_dtype,
+    stack_specs,
+    torch_to_numpy_dtype,
+)
+
+_INT64 = np.iinfo(np.int64)
+
+
+@dataclass
+class SubEnvDescription:
+    """What the parent learns from building one sub-env of a factory."""
+
+    observation_spec: Composite  # unbatched
+    full_action_spec: Composite  # unbatched, {"action": ...}
+    reward_dtype: torch.dtype
+    info_fields: dict[str, InfoField]
+    observation_space: spaces.Space | None  # gymnasium spaces when the sub-env is a GymEnv
+    action_space: spaces.Space | None
+    metadata: dict
+    render_mode: str | None
+    env_spec: Any
+
+    @classmethod
+    def of(cls, env: EnvBase) -> SubEnvDescription:
+        if env.batch_size != torch.Size([]):
+            raise ValueError(
+                f"create_env_fn: sub-envs must have batch_size (), got {tuple(env.batch_size)}"
+            )
+        gym_env = env.env if isinstance(env, GymEnv) else None
+        info_fields = env.info_fields if isinstance(env, GymEnv) else _fields_of(env.info_spec)
+        return cls(
+            observation_spec=env.observation_spec.clone(),
+            full_action_spec=env.full_action_spec.clone(),
+            reward_dtype=env.reward_spec.dtype,
+            info_fields=info_fields,
+            observation_space=None if gym_env is None else gym_env.observation_space,
+            action_space=None if gym_env is None else gym_env.action_space,
+            metadata=dict(getattr(gym_env, "metadata", None) or {}),
+            render_mode=None if gym_env is None else gym_env.render_mode,
+            env_spec=None if gym_env is None else gym_env.spec,
+        )
+
+
+def as_env(env: Any) -> EnvBase:
+    """A sub-env as an EnvBase: gymnasium envs are wrapped in GymEnv."""
+    if isinstance(env, EnvBase):
+        return env
+    if isinstance(env, gym.Env):
+        return GymEnv(env)
+    raise TypeError(
+        f"create_env_fn must return a gymvec EnvBase or a gymnasium.Env, got {type(env)!r}"
+    )
+
+
+def spec_leaves(spec: Composite) -> list[LeafSpec]:
+    """(key, shape, numpy dtype) of each leaf of an unbatched Composite spec."""
+    leaves = []
+    for key in spec.keys(include_nested=True, leaves_only=True):
+        key = key if isinstance(key, tuple) else (key,)
+        leaf = spec[key]
+        leaves.append((key, tuple(leaf.shape), torch_to_numpy_dtype(leaf.dtype)))
+    return leaves
+
+
+def _fields_of(info_spec: Composite) -> dict[str, InfoField]:
+    return {
+        name: InfoField(name, np.ndarray, tuple(spec.shape), torch_to_numpy_dtype(spec.dtype))
+        for name, spec in info_spec.items()
+    }
+
+
+class BatchedEnvBase(EnvBase):
+    """Common base of :class:`SerialEnv` and :class:`ParallelEnv`.
+
+    Args:
+        num_workers: how many groups of sub-envs (processes for ParallelEnv).
+        create_env_fn: a callable returning an EnvBase (or a gymnasium.Env, wrapped in
+            GymEnv), or a list of them, one per worker (multi-task).
+        create_env_kwargs: kwargs for create_env_fn (a dict, or a list of dicts per worker).
+        envs_per_worker: sub-envs per worker; the batch size is num_workers * envs_per_worker.
+        device: where outputs live (sub-envs run on CPU).
+    """
+
+    def __init__(
+        self,
+        num_workers: int,
+        create_env_fn: Callable[..., Any] | Sequence[Callable[..., Any]],
+        create_env_kwargs: dict | Sequence[dict] | None = None,
+        *,
+        envs_per_worker: int = 1,
+        device=None,
+    ):
+        _check_count("num_workers", num_workers)
+        _check_count("envs_per_worker", envs_per_worker)
+        self.num_workers = num_workers
+        self.envs_per_worker = envs_per_worker
+        self.num_envs = num_workers * envs_per_worker
+        super().__init__(batch_size=(self.num_envs,), device=device)
+        self._create_env_fns = _per_worker("create_env_fn", create_env_fn, num_workers)
+        self._create_env_kwargs = _per_worker(
+            "create_env_kwargs", create_env_kwargs or {}, num_workers, is_item=_is_kwargs
+        )
+        self._executor = None
+        self._pending_seeds: list[int | None] | None = None
+        self._in_flight = False
+        self._describe_sub_envs()
+        self._allocate()
+
+    # ---- construction -------------------------------------------------------------------------
+    def _describe_sub_envs(self) -> None:
+        """Build one sub-env per distinct factory in this process, read its specs, close it."""
+        described: dict[int, SubEnvDescription] = {}
+        per_worker = []
+        for fn, kwargs in zip(self._create_env_fns, self._create_env_kwargs):
+            key = id(fn) if not kwargs else id((fn, tuple(sorted(kwargs.items()))))
+            if key not in described:
+                env = as_env(fn(**kwargs))
+                try:
+                    described[key] = SubEnvDescription.of(env)
+                finally:
+                    env.close()
+            per_worker.append(described[key])
+        self.sub_env_descriptions = [d for d in per_worker for _ in range(self.envs_per_worker)]
+        first = per_worker[0]
+        for w, description in enumerate(per_worker):
+            for name, a, b in (
+                ("observation_spec", first.observation_spec, description.observation_spec),
+                ("action_spec", first.full_action_spec, description.full_action_spec),
+            ):
+                if set(a.keys(True, True)) != set(b.keys(True, True)):
+                    raise ValueError(
+                        f"create_env_fn[{w}]: {name} keys {sorted(map(str, b.keys(True, True)))}"
+                        f" differ from worker 0's {sorted(map(str, a.keys(True, True)))}; "
+                        "multi-task batches need the same keys"
+                    )
+        self.info_fields = {
+            name: field
+            for name, field in first.info_fields.items()
+            if all(d.info_fields.get(name) == field for d in per_worker)
+        }
+        n = self.num_envs
+        descriptions = self.sub_env_descriptions
+        self.observation_spec = _batch_spec([d.observation_spec for d in descriptions], n)
+        self.full_action_spec = _batch_spec([d.full_action_spec for d in descriptions], n)
+        self.reward_spec = make_reward_spec(self.batch_size, first.reward_dtype)
+        self.done_spec = make_done_spec(self.batch_size)
+        self.info_spec = Composite(
+            {name: first_spec for name, first_spec in _info_specs(self.info_fields).items()},
+        ).expand(n)
+        self.metadata = first.metadata
+        self.render_mode = first.render_mode
+
+    def _allocate(self) -> None:
+        first = self.sub_env_descriptions[0]
+        self.layout = BufferLayout(
+            self.num_envs,
+            spec_leaves(first.observation_spec),
+            spec_leaves(first.full_action_spec),
+            self.info_fields,
+        )
+        self._memory = self._new_memory(self.layout.nbytes)
+        self._control_memory = self._new_memory(Control.nbytes(self.num_envs))
+        self.buffers = Buffers(self.layout, self._memory)
+        self.control = Control(self.num_envs, self._control_memory)
+        self._shared_td = self.buffers.tensordict()
+        self._action_keys = [("action", *key[1:]) for key in self.layout.action_keys]
+        # rows whose root is older than "next" (they stepped since their last reset)
+        self._root_stale = np.zeros(self.num_envs, dtype=bool)
+
+    def _worker_env_fns(self, worker: int) -> list[Callable[[], Any]]:
+        fn = self._create_env_fns[worker]
+        kwargs = self._create_env_kwargs[worker]
+        thunk = functools.partial(fn, **kwargs) if kwargs else fn
+        return [thunk] * self.envs_per_worker
+
+    # ---- to implement by SerialEnv / ParallelEnv ----------------------------------------------
+    def _new_memory(self, nbytes: int) -> Any:
+        raise NotImplementedError
+
+    def _make_executor(self):
+        raise NotImplementedError
+
+    @property
+    def executor(self):
+        """The running executor; sub-envs are built on first use."""
+        self._check_open()
+        if self._executor is None:
+            self._executor = self._make_executor()
+        return self._executor
+
+    # ---- the low-level API (one round trip) ---------------------------------------------------
+    def send(
+        self,
+        modes: np.ndarray | int,
+        seeds: Sequence[int | None] | None = None,
+        options: dict | None = None,
+    ) -> None:
+        """Start a command: sub-env ``i`` carries out ``modes[i]`` (a :class:`Mode` combination).
+
+        ``seeds[i]`` (when given and not None) seeds sub-env ``i``'s reset; ``options`` goes to
+        every reset of this command. Actions are read from ``buffers.action``.
+        """
+        executor = self.executor
+        if self._in_flight:
+            raise RuntimeError("a command is already in flight: call recv() first")
+        self.control.mode[:] = modes
+        if seeds is not None:
+            for i, seed in enumerate(seeds):
+                if seed is not None:
+                    if not _INT64.min <= seed <= _INT64.max:
+                        raise ValueError(f"seed[{i}]: expected an int64, got {seed}")
+                    self.control.seed[i] = seed
+                    self.control.mode[i] |= Mode.SEED
+        executor.send(options)
+        self._in_flight = True
+
+    def recv(self, timeout: float | None = None) -> dict[int, dict]:
+        """Wait for the command sent last; returns the extras by sub-env index.
+
+        Extras are the info entries without a buffer slot: ``{i: {"root": info, "next": info}}``
+        for the sub-envs that had any (``"root"``: the reset info of a reset into the root,
+        ``"next"``: a step info, or a reset info written into ``"next"``).
+        """
+        if not self._in_flight:
+            raise RuntimeError("no command in flight: call send() first")
+        extras = self.executor.wait(timeout)
+        self._in_flight = False
+        return extras
+
+    def run(self, modes, seeds=None, options=None) -> dict[int, dict]:
+        """``send`` then ``recv``."""
+        self.send(modes, seeds, options)
+        return self.recv()
+
+    def _take_seeds(self, mask: np.ndarray | None = None) -> list[int | None] | None:
+        seeds, self._pending_seeds = self._pending_seeds, None
+        if seeds is not None and mask is not None:
+            seeds = [s if m else None for s, m in zip(seeds, mask)]
+        return seeds
+
+    # ---- EnvBase ------------------------------------------------------------------------------
+    def _set_seed(self, seed: int | Sequence[int | None] | None) -> None:
+        self._pending_seeds = expand_seeds(seed, self.num_envs)
+
+    def _reset(self, td: TensorDictBase | None) -> TensorDictBase:
+        mask = None
+        if td is not None and "_reset" in td.keys():
+            mask = td.get("_reset").reshape(self.num_envs).cpu().numpy()
+        reset_mode = np.uint8(Mode.RESET)
+        if mask is None:
+            modes = reset_mode
+        else:
+            modes = np.where(mask, reset_mode, np.where(self._root_stale, Mode.SYNC_ROOT, 0))
+        self.last_extras = self.run(modes.astype(np.uint8), self._take_seeds(mask))
+        self._root_stale[:] = False
+        return self._output(self._shared_td, exclude=("next", "action"))
+
+    def _write_actions(self, td: TensorDictBase) -> None:
+        for key in self._action_keys:
+            self._shared_td.get(key).copy_(td.get(key))
+
+    def _step(self, td: TensorDictBase) -> TensorDictBase:
+        self._write_actions(td)
+        self.last_extras = self.run(np.uint8(Mode.STEP))
+        self._root_stale[:] = True
+        return self._output(self._shared_td.get("next"))
+
+    def step_and_maybe_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        """Step, and reset the finished sub-envs in the same round trip."""
+        self._check_open()
+        self._check_action(td)
+        self._write_actions(td)
+        self.last_extras = self.run(np.uint8(Mode.STEP | Mode.AUTORESET | Mode.SYNC_ROOT))
+        self._root_stale[:] = False
+        td.set("next", self._output(self._shared_td.get("next")))
+        return td, self._output(self._shared_td, exclude=("next", "action"))
+
+    def _output(self, source: TensorDictBase, exclude: tuple = ()) -> TensorDictBase:
+        """A copy of ``source`` on ``self.device``, reward cast to the reward spec's dtype."""
+        out = source.exclude(*exclude) if exclude else source
+        out = out.to(self.device) if self.device.type != "cpu" else out.clone()
+        if "reward" in out.keys():
+            out.set("reward", out.get("reward").to(self.reward_spec.dtype))
+        return out
+
+    def to(self, device) -> BatchedEnvBase:
+        """Move where outputs live (sub-envs and buffers stay on the CPU)."""
+        self.device = torch.device(device)
+        return self
+
+    # ---- dispatch -----------------------------------------------------------------------------
+    def request(self, name: str, indices: Sequence[int] | None, *args: Any, values=None) -> list:
+        """Run a slow-path request (see ``driver.REQUESTS``) on the sub-envs at ``indices``."""
+        indices = list(range(self.num_envs)) if indices is None else [int(i) for i in indices]
+        for i in indices:
+            if not 0 <= i < self.num_envs:
+                raise IndexError(f"sub-env index {i} out of range for {self.num_envs} sub-envs")
+        if self._in_flight:
+            raise RuntimeError("a command is in flight: call recv() first")
+        return self.executor.request(name, indices, args, values)
+
+    def __getattr__(self, name: str) -> Any:
+        # Reached only for names the batched env does not have itself: they belong to the
+        # sub-envs. Attributes come back as a list; methods as a callable returning a list.
+        if name.startswith("_") or "_create_env_fns" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        if all(self.request("is_callable", None, name)):
+            return SubEnvMethod(self, name)
+        return self.request("get_attr", None, name)
+
+    def state_dict(self) -> dict:
+        """The state of every sub-env (their random generators), by index."""
+        return {"sub_envs": self.request("state_dict", None)}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        states = state_dict.get("sub_envs")
+        if not isinstance(states, list) or len(states) != self.num_envs:
+            raise ValueError(
+                f'state_dict["sub_envs"]: expected a list of {self.num_envs} sub-env states, '
+                f"got {type(states).__name__}"
+            )
+        self.request("load_state_dict", None, values=states)
+
+    def update_kwargs(self, kwargs: dict | Sequence[dict]) -> None:
+        """Update ``create_env_kwargs``; sub-envs are rebuilt with them at the next use."""
+        updates = _per_worker("kwargs", kwargs, self.num_workers, is_item=_is_kwargs)
+        for current, update in zip(self._create_env_kwargs, updates):
+            current.update(update)
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
+
+    def _close(self) -> None:
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
+        self._release_memory()
+
+    def _release_memory(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_workers={self.num_workers}, "
+            f"envs_per_worker={self.envs_per_worker}, device={self.device})"
+        )
+
+
+class SubEnvMethod:
+    """A method of the sub-envs: calling it calls it on every sub-env and returns a list."""
+
+    def __init__(self, env: BatchedEnvBase, name: str):
+        self.env, self.name = env, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list:
+        return self.env.request("call", None, self.name, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<method {self.name!r} of the sub-envs of {self.env!r}>"
+
+
+def expand_seeds(seed: int | Sequence[int | None] | None, n: int) -> list[int | None] | None:
+    """gymnasium's convention: an int ``s`` seeds sub-env ``i`` with ``s + i``."""
+    if seed is None:
+        return None
+    if isinstance(seed, int | np.integer):
+        return [int(seed) + i for i in range(n)]
+    seeds = list(seed)
+    if len(seeds) != n:
+        raise ValueError(f"seed: expected an int or a list of {n} seeds, got {len(seeds)} seeds")
+    return [None if s is None else int(s) for s in seeds]
+
+
+def group_indices(indices: Sequence[int], bounds: Sequence[tuple[int, int]]) -> list:
+    """Split ``indices`` by group: ``[(group, [positions in indices])]``, groups in order."""
+    by_group: dict[int, list[int]] = {}
+    for position, index in enumerate(indices):
+        for group, (start, stop) in enumerate(bounds):
+            if start <= index < stop:
+                by_group.setdefault(group, []).append(position)
+                break
+    return sorted(by_group.items())
+
+
+def _check_count(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name}: expected a positive int, got {value!r}")
+
+
+def _is_kwargs(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+def _per_worker(name: str, value: Any, n: int, is_item: Callable[[Any], bool] = callable) -> list:
+    if is_item(value):
+        return [dict(value) if isinstance(value, dict) else value for _ in range(n)]
+    if isinstance(value, list | tuple) and all(is_item(v) for v in value):
+        if len(value) != n:
+            raise ValueError(f"{name}: expected {n} items (one per worker), got {len(value)}")
+        return [dict(v) if isinstance(v, dict) else v for v in value]
+    raise TypeError(f"{name}: expected a callable or a list of {n}, got {type(value).__name__}")
+
+
+def _batch_spec(specs: list[Composite], n: int) -> Composite:
+    first = specs[0]
+    if all(spec == first for spec in specs):
+        return first.expand(n)
+    return stack_specs(specs)
+
+
+def _info_specs(fields: dict[str, InfoField]) -> dict:
+    return {
+        name: Unbounded(shape=field.shape, dtype=numpy_to_torch_dtype(field.dtype))
+        for name, field in fields.items()
+    }

@@ -1,0 +1,206 @@
+"""Preallocated buffers for a batch of sub-envs, in one flat block of (shared) memory.
+
+Every per-step value lives at a fixed place of one block: the observations and infos of the
+root (what ``reset`` returns) and of ``"next"`` (what ``step`` returns), reward, done flags and
+actions, each laid out ``[num_envs, *shape]`` so that a worker's sub-envs are one contiguous row
+range. Processes map the same block, so actions and observations cross process boundaries
+without pickling: the parent and the workers hold numpy views (fast element access) and the
+parent also holds torch views of them (tensordicts without copies).
+
+Where the block lives is the caller's choice: private memory (``SerialEnv``), an anonymous
+shared mapping passed to workers at start (``multiprocessing.RawArray``, nothing left to clean
+up however the processes end) or a file (``memmap=True``).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+from dataclasses import dataclass
+from multiprocessing.sharedctypes import RawArray
+from typing import Any
+
+import numpy as np
+
+from gymvec.envs.infos import InfoField
+
+# This module is imported by worker processes: no torch at import time (it takes seconds to
+# import, and a worker stepping gymnasium envs never needs it).
+
+_ALIGN = 64  # a cache line: fields never share one, so workers do not false-share
+
+
+@dataclass(frozen=True)
+class Field:
+    """One array of the block: ``[num_envs, *shape]`` of ``dtype`` at ``offset`` bytes."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    offset: int
+
+    def nbytes(self, num_envs: int) -> int:
+        return int(num_envs * np.prod(self.shape, dtype=np.int64) * self.dtype.itemsize)
+
+
+LeafSpec = tuple[tuple[str, ...], tuple[int, ...], np.dtype]  # (key, shape, dtype)
+
+
+class BufferLayout:
+    """Where each value of a batch of ``num_envs`` sub-envs lives in the block.
+
+    Built from the leaves of one sub-env's observation and action specs; picklable, so workers
+    rebuild the same views.
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        obs_leaves: list[LeafSpec],
+        action_leaves: list[LeafSpec],
+        info_fields: dict[str, InfoField],
+    ):
+        self.num_envs = num_envs
+        self.obs_keys = [key for key, _, _ in obs_leaves]
+        self.action_keys = [key for key, _, _ in action_leaves]
+        self.info_fields = dict(info_fields)
+        self.fields: dict[tuple, Field] = {}
+        self._size = 0
+        flag, real = np.dtype(bool), np.dtype(np.float64)
+        n_info = max(len(info_fields), 1)
+        for slot in ("root", "next"):
+            for key, shape, dtype in obs_leaves:
+                self._add((slot, "obs", key), shape, dtype)
+            for name, field in info_fields.items():
+                self._add((slot, "info", name), field.shape, field.dtype)
+            self._add((slot, "info_present"), (n_info,), flag)
+            for name in ("done", "terminated", "truncated"):
+                self._add((slot, name), (), flag)
+        # float64 like gymnasium's vector envs, so the gymnasium face returns rewards unrounded
+        self._add(("next", "reward"), (), real)
+        for key, shape, dtype in action_leaves:
+            self._add(("action", key), shape, dtype)
+
+    def _add(self, name: tuple, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        field = Field(tuple(shape), np.dtype(dtype), self._size)
+        self.fields[name] = field
+        nbytes = field.nbytes(self.num_envs)
+        self._size += -(-nbytes // _ALIGN) * _ALIGN
+
+    @property
+    def nbytes(self) -> int:
+        return max(self._size, _ALIGN)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BufferLayout) and self.fields == other.fields
+
+
+class Slot:
+    """Numpy views of one slot (``root`` or ``next``) of the buffers; rows are sub-envs."""
+
+    def __init__(self, views: dict[tuple, np.ndarray], slot: str, layout: BufferLayout):
+        self.obs = {key: views[(slot, "obs", key)] for key in layout.obs_keys}
+        self.info = {name: views[(slot, "info", name)] for name in layout.info_fields}
+        self.info_present = views[(slot, "info_present")]
+        self.done = views[(slot, "done")]
+        self.terminated = views[(slot, "terminated")]
+        self.truncated = views[(slot, "truncated")]
+        self.reward = views.get((slot, "reward"))
+
+    def copy_rows(self, other: Slot, rows: Any) -> None:
+        """Copy ``other``'s observations, infos and flags at ``rows`` into this slot."""
+        for key, array in self.obs.items():
+            array[rows] = other.obs[key][rows]
+        for name, array in self.info.items():
+            array[rows] = other.info[name][rows]
+        self.info_present[rows] = other.info_present[rows]
+        self.done[rows] = other.done[rows]
+        self.terminated[rows] = other.terminated[rows]
+        self.truncated[rows] = other.truncated[rows]
+
+
+class Buffers:
+    """Numpy (and torch) views of a block laid out by ``layout``."""
+
+    def __init__(self, layout: BufferLayout, memory: Any):
+        self.layout = layout
+        self.memory = memory
+        flat = np.frombuffer(as_buffer(memory), dtype=np.uint8, count=layout.nbytes)
+        n = layout.num_envs
+        self.views = {
+            name: flat[f.offset : f.offset + f.nbytes(n)].view(f.dtype).reshape(n, *f.shape)
+            for name, f in layout.fields.items()
+        }
+        self.root = Slot(self.views, "root", layout)
+        self.next = Slot(self.views, "next", layout)
+        self.action = {key: self.views[("action", key)] for key in layout.action_keys}
+
+    def tensordict(self):
+        """Torch views of the buffers as a TensorDict (root, ``"next"`` and ``"action"``).
+
+        Flags and reward get their trailing dim of 1. Writing into it writes the buffers.
+        """
+        import torch
+        from tensordict import TensorDict
+
+        n = self.layout.num_envs
+
+        def slot_td(slot: Slot, with_reward: bool) -> TensorDict:
+            td = TensorDict(batch_size=(n,))
+            for key, array in slot.obs.items():
+                td.set(key, torch.from_numpy(array))
+            for name, array in slot.info.items():
+                td.set(("info", name), torch.from_numpy(array))
+            for name in ("done", "terminated", "truncated"):
+                td.set(name, torch.from_numpy(getattr(slot, name)).unsqueeze(-1))
+            if with_reward:
+                td.set("reward", torch.from_numpy(slot.reward).unsqueeze(-1))
+            return td
+
+        td = slot_td(self.root, with_reward=False)
+        for key, array in self.action.items():
+            td.set(key, torch.from_numpy(array))
+        td.set("next", slot_td(self.next, with_reward=True))
+        return td
+
+
+# ---- where the block lives -------------------------------------------------------------------
+def private_memory(nbytes: int) -> Any:
+    """Memory of this process only (SerialEnv)."""
+    return bytearray(nbytes)
+
+
+def shared_memory(nbytes: int) -> Any:
+    """An anonymous shared mapping, inherited by worker processes when they start.
+
+    Its file is unlinked at once, so no segment outlives the processes that map it.
+    """
+    return RawArray("b", nbytes)
+
+
+class MemmapMemory:
+    """A block backed by a temporary file (``memmap=True``); picklable by path."""
+
+    def __init__(self, nbytes: int, path: str | None = None):
+        if path is None:
+            fd, path = tempfile.mkstemp(prefix="gymvec-", suffix=".buf")
+            os.ftruncate(fd, nbytes)
+            os.close(fd)
+            self.owner = True
+        else:
+            self.owner = False
+        self.path, self.nbytes = path, nbytes
+        with open(path, "r+b") as file:
+            self.mmap = mmap.mmap(file.fileno(), nbytes)
+
+    def __reduce__(self):
+        return MemmapMemory, (self.nbytes, self.path)
+
+    def release(self) -> None:
+        if self.owner and os.path.exists(self.path):
+            os.unlink(self.path)
+
+
+def as_buffer(memory: Any) -> Any:
+    """An object numpy's frombuffer accepts, for any of the memories above."""
+    return memory.mmap if isinstance(memory, MemmapMemory) else memory

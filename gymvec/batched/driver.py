@@ -1,0 +1,362 @@
+"""Stepping sub-envs against rows of the shared buffers.
+
+This is the one implementation of "what happens to a sub-env in a batched step", used by
+``SerialEnv`` in the calling process and by each ``ParallelEnv`` worker in its own process.
+
+The parent writes one :class:`Mode` byte per sub-env into the control block, and the sub-env's
+driver carries it out: step, reset, reset when done, copy ``next`` to the root. A single
+command can so mix "step these" and "reset those", which is what one round trip per step
+needs (gymnasium's NEXT_STEP autoreset resets some sub-envs while stepping the others).
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from gymvec.batched.buffers import Buffers, Slot
+from gymvec.envs.infos import InfoField
+from gymvec.envs.structure import build_value, get_leaf, observation_leaves, space_leaves
+
+# Worker processes import this module: torch and tensordict are imported only when a sub-env
+# needs them (a gymvec EnvBase sub-env has already imported them by being built).
+
+
+class Mode(enum.IntFlag):
+    """What a sub-env does in one command (combinable)."""
+
+    STEP = 1  # step with the action in the buffers; the transition goes to "next"
+    RESET = 2  # reset; the result goes to the root (or to "next" with RESET_INTO_NEXT)
+    AUTORESET = 4  # with STEP: if the sub-env finished, reset it into the root
+    SYNC_ROOT = 8  # root <- next for a sub-env that was not reset in this command
+    RESET_INTO_NEXT = 16  # resets write "next": reset obs and info, reward 0, flags False
+    SEED = 32  # RESET uses the seed in the control block
+
+
+def _loaded_class(module: str, name: str) -> type | None:
+    """A gymvec class, if its module is loaded (an instance of it implies that it is)."""
+    loaded = sys.modules.get(module)
+    return getattr(loaded, name) if loaded is not None else None
+
+
+def gym_env_of(env: Any) -> gym.Env | None:
+    """The gymnasium env a sub-env runs: itself, the env inside a GymEnv, or None."""
+    if isinstance(env, gym.Env):
+        return env
+    gym_env_class = _loaded_class("gymvec.envs.gym_env", "GymEnv")
+    if gym_env_class is not None and isinstance(env, gym_env_class):
+        return env.env
+    return None
+
+
+def check_sub_env(env: Any) -> Any:
+    """``env`` if it is a gymnasium.Env or a gymvec EnvBase, else a TypeError."""
+    env_base = _loaded_class("gymvec.envs.base", "EnvBase")
+    if isinstance(env, gym.Env) or (env_base is not None and isinstance(env, env_base)):
+        return env
+    raise TypeError(
+        f"create_env_fn must return a gymvec EnvBase or a gymnasium.Env, got {type(env)!r}"
+    )
+
+
+class Control:
+    """Per-sub-env command bytes and seeds: ``mode`` (uint8) and ``seed`` (int64) rows."""
+
+    def __init__(self, num_envs: int, memory: Any):
+        flat = np.frombuffer(memory, dtype=np.uint8, count=Control.nbytes(num_envs))
+        self.seed = flat[: 8 * num_envs].view(np.int64)
+        self.mode = flat[8 * num_envs : 9 * num_envs]
+
+    @staticmethod
+    def nbytes(num_envs: int) -> int:
+        return 9 * num_envs
+
+
+class GymDriver:
+    """Runs one gymnasium sub-env on row ``index`` of the buffers, calling it directly."""
+
+    def __init__(self, gym_env: gym.Env, index: int, buffers: Buffers):
+        self.gym = gym_env
+        self.index = index
+        self.root, self.next = buffers.root, buffers.next
+        layout = buffers.layout
+        obs_leaves = observation_leaves(gym_env.observation_space)
+        keys = [leaf.key for leaf in obs_leaves]
+        if sorted(keys) != sorted(layout.obs_keys):
+            raise ValueError(
+                f"sub-env {index}: observation keys {keys} differ from the batch's "
+                f"{layout.obs_keys}"
+            )
+        self.obs_paths = [leaf.path for leaf in obs_leaves]
+        self.root_obs = [buffers.root.obs[leaf.key] for leaf in obs_leaves]
+        self.next_obs = [buffers.next.obs[leaf.key] for leaf in obs_leaves]
+        self.plain_obs = len(self.obs_paths) == 1 and self.obs_paths[0] == ()
+        self.action_space = gym_env.action_space
+        self.action_leaves = space_leaves(gym_env.action_space, ("action",))
+        self.action_arrays = [buffers.action[leaf.key] for leaf in self.action_leaves]
+        self.discrete_action = isinstance(self.action_space, spaces.Discrete)
+        self.fields: dict[str, InfoField] = layout.info_fields
+        self.field_index = {name: k for k, name in enumerate(self.fields)}
+        self.extras: dict[str, dict] = {}
+
+    def run(self, mode: int, seed: int | None, options: dict | None) -> None:
+        if mode & Mode.STEP:
+            done = self.step()
+            if done and mode & Mode.AUTORESET:
+                self.reset(self.root, None, None)
+            elif mode & Mode.SYNC_ROOT:
+                self.root.copy_rows(self.next, self.index)
+        if mode & Mode.RESET:
+            into_next = bool(mode & Mode.RESET_INTO_NEXT)
+            self.reset(self.next if into_next else self.root, seed, options)
+        elif mode & Mode.SYNC_ROOT and not mode & Mode.STEP:
+            self.root.copy_rows(self.next, self.index)
+
+    def read_action(self) -> Any:
+        i = self.index
+        if self.discrete_action:
+            return self.action_arrays[0][i].item()
+        arrays = [np.array(array[i]) for array in self.action_arrays]
+        return build_value(self.action_space, self.action_leaves, arrays)
+
+    def step(self) -> bool:
+        i, slot = self.index, self.next
+        obs, reward, terminated, truncated, info = self.gym.step(self.read_action())
+        self._write_obs(self.next_obs, obs)
+        done = bool(terminated or truncated)
+        slot.reward[i] = reward
+        slot.terminated[i] = terminated
+        slot.truncated[i] = truncated
+        slot.done[i] = done
+        self._write_info(slot, "next", info)
+        return done
+
+    def reset(self, slot: Slot, seed: int | None, options: dict | None) -> None:
+        i = self.index
+        obs, info = self.gym.reset(seed=seed, options=options)
+        self._write_obs(self.next_obs if slot is self.next else self.root_obs, obs)
+        if slot.reward is not None:
+            slot.reward[i] = 0.0
+        slot.terminated[i] = slot.truncated[i] = slot.done[i] = False
+        self._write_info(slot, "next" if slot is self.next else "root", info)
+
+    def _write_obs(self, arrays: list[np.ndarray], obs: Any) -> None:
+        if self.plain_obs:
+            arrays[0][self.index] = obs
+        else:
+            for array, path in zip(arrays, self.obs_paths):
+                array[self.index] = get_leaf(obs, path)
+
+    def _write_info(self, slot: Slot, slot_name: str, info: dict) -> None:
+        if not self.fields:
+            if info:
+                self.extras[slot_name] = dict(info)
+            return
+        i = self.index
+        present = slot.info_present[i]
+        present[:] = False
+        extras = {}
+        for name, value in info.items():
+            field = self.fields.get(name)
+            if field is not None and field.accepts(value):
+                slot.info[name][i] = value
+                present[self.field_index[name]] = True
+            else:
+                extras[name] = value
+        if extras:
+            self.extras[slot_name] = extras
+
+
+class TensorDictDriver:
+    """Runs any EnvBase sub-env (batch size ``()``) through its tensordict API.
+
+    Slower than :class:`GymDriver` (a TensorDict per call), but works for every EnvBase.
+    """
+
+    def __init__(self, env: Any, index: int, buffers: Buffers):
+        if tuple(env.batch_size) != ():
+            raise ValueError(f"sub-envs must have batch_size (), got {tuple(env.batch_size)}")
+        self.env = env
+        self.index = index
+        self.root, self.next = buffers.root, buffers.next
+        self.td = buffers.tensordict()[index]
+        self.action_keys = [("action", *key[1:]) for key in buffers.layout.action_keys]
+        self.fields = buffers.layout.info_fields
+        self.extras: dict[str, dict] = {}
+        self._pending_seed: int | None = None
+
+    def run(self, mode: int, seed: int | None, options: dict | None) -> None:
+        if mode & Mode.STEP:
+            done = self.step()
+            if done and mode & Mode.AUTORESET:
+                self.reset(self.root, None)
+            elif mode & Mode.SYNC_ROOT:
+                self.root.copy_rows(self.next, self.index)
+        if mode & Mode.RESET:
+            self.reset(self.next if mode & Mode.RESET_INTO_NEXT else self.root, seed)
+        elif mode & Mode.SYNC_ROOT and not mode & Mode.STEP:
+            self.root.copy_rows(self.next, self.index)
+
+    def step(self) -> bool:
+        from tensordict import TensorDict
+
+        action = TensorDict({key: self.td.get(key).clone() for key in self.action_keys})
+        next_td = self.env.step(action).get("next")
+        self._write(self.td.get("next"), next_td, with_reward=True)
+        return bool(next_td.get("done").item())
+
+    def reset(self, slot: Slot, seed: int | None) -> None:
+        if seed is not None:
+            self.env.set_seed(seed)
+        out = self.env.reset()
+        target = self.td.get("next") if slot is self.next else self.td
+        self._write(target, out, with_reward=False)
+        if slot.reward is not None:
+            slot.reward[self.index] = 0.0
+        slot.terminated[self.index] = slot.truncated[self.index] = slot.done[self.index] = False
+
+    def _write(self, target: Any, source: Any, with_reward: bool) -> None:
+        for key in target.keys(include_nested=True, leaves_only=True):
+            if key == "reward" and not with_reward:
+                continue
+            key_tuple = key if isinstance(key, tuple) else (key,)
+            if key_tuple[0] == "action" or key_tuple[0] == "next":
+                continue
+            if key in source.keys(include_nested=True):
+                target.get(key).copy_(source.get(key).reshape(target.get(key).shape))
+
+
+def make_driver(env: Any, index: int, buffers: Buffers):
+    gym_env = gym_env_of(env)
+    if gym_env is not None:
+        return GymDriver(gym_env, index, buffers)
+    return TensorDictDriver(env, index, buffers)
+
+
+class SubEnvGroup:
+    """The sub-envs one process steps: rows ``[start, start + len(env_fns))`` of the buffers.
+
+    Besides running commands it answers the slow-path requests (attribute access, method calls,
+    state dicts) that ``SerialEnv`` makes directly and ``ParallelEnv`` sends to its workers.
+    """
+
+    def __init__(
+        self, env_fns: Sequence[Callable[[], Any]], start: int, buffers: Buffers, control: Control
+    ):
+        self.start = start
+        self.stop = start + len(env_fns)
+        self.control = control
+        self.envs: list[Any] = []
+        try:
+            for fn in env_fns:
+                self.envs.append(check_sub_env(fn()))
+            self.drivers = [make_driver(env, start + j, buffers) for j, env in enumerate(self.envs)]
+        except BaseException:
+            self.close()
+            raise
+
+    def run(self, options: dict | None) -> dict[int, dict]:
+        """Carry out the mode bytes of this group's rows; returns the extras by sub-env index."""
+        modes = self.control.mode[self.start : self.stop].tolist()
+        seeds = self.control.seed[self.start : self.stop]
+        extras = {}
+        for k, (driver, mode) in enumerate(zip(self.drivers, modes)):
+            if not mode:
+                continue
+            seed = int(seeds[k]) if mode & Mode.SEED else None
+            driver.run(mode, seed, options)
+            if driver.extras:
+                extras[driver.index] = driver.extras
+                driver.extras = {}
+        return extras
+
+    # ---- slow-path requests: each takes global sub-env indices and returns a list ------------
+    def _targets(self, indices: Sequence[int], gym_level: bool) -> list[Any]:
+        envs = [self.envs[i - self.start] for i in indices]
+        if gym_level:
+            return [gym_env_of(env) or env for env in envs]
+        return envs
+
+    def get_attr(self, indices: Sequence[int], name: str, gym_level: bool = False) -> list:
+        return [_get(target, name) for target in self._targets(indices, gym_level)]
+
+    def is_callable(self, indices: Sequence[int], name: str, gym_level: bool = False) -> list:
+        return [callable(_get(target, name)) for target in self._targets(indices, gym_level)]
+
+    def call(
+        self, indices: Sequence[int], name: str, args: tuple, kwargs: dict, gym_level=False
+    ) -> list:
+        results = []
+        for target in self._targets(indices, gym_level):
+            value = _get(target, name)
+            results.append(value(*args, **kwargs) if callable(value) else value)
+        return results
+
+    def set_attr(
+        self, indices: Sequence[int], name: str, values: Sequence, gym_level: bool = False
+    ) -> list:
+        for target, value in zip(self._targets(indices, gym_level), values):
+            if hasattr(target, "set_wrapper_attr"):
+                target.set_wrapper_attr(name, value)
+            else:
+                setattr(target, name, value)
+        return [None] * len(indices)
+
+    def apply(self, indices: Sequence[int], fn: Callable, args: tuple, kwargs: dict) -> list:
+        return [fn(target, *args, **kwargs) for target in self._targets(indices, True)]
+
+    def state_dict(self, indices: Sequence[int]) -> list:
+        return [env_state(env) for env in self._targets(indices, False)]
+
+    def load_state_dict(self, indices: Sequence[int], states: Sequence) -> list:
+        for env, state in zip(self._targets(indices, False), states):
+            load_env_state(env, state)
+        return [None] * len(indices)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+        self.envs = []
+
+
+def _get(target: Any, name: str) -> Any:
+    if hasattr(target, "get_wrapper_attr"):
+        return target.get_wrapper_attr(name)
+    return getattr(target, name)
+
+
+def env_state(env: Any) -> dict:
+    """What restores a sub-env's randomness: its gymnasium RNG state, or its own state_dict."""
+    gym_env = gym_env_of(env)
+    if gym_env is not None:
+        return {"np_random": gym_env.unwrapped.np_random.bit_generator.state}
+    state_dict = getattr(env, "state_dict", None)
+    return state_dict() if callable(state_dict) else {}
+
+
+def load_env_state(env: Any, state: dict) -> None:
+    gym_env = gym_env_of(env)
+    if gym_env is not None:
+        gym_env.unwrapped.np_random.bit_generator.state = state["np_random"]
+        return
+    load = getattr(env, "load_state_dict", None)
+    if callable(load):
+        load(state)
+
+
+# Requests a worker accepts, by name (the parent sends the name and the arguments).
+REQUESTS = {
+    "get_attr": SubEnvGroup.get_attr,
+    "is_callable": SubEnvGroup.is_callable,
+    "call": SubEnvGroup.call,
+    "set_attr": SubEnvGroup.set_attr,
+    "apply": SubEnvGroup.apply,
+    "state_dict": SubEnvGroup.state_dict,
+    "load_state_dict": SubEnvGroup.load_state_dict,
+}

@@ -1,0 +1,376 @@
+"""``ParallelEnv``: sub-envs in worker processes, data through shared memory.
+
+Each worker process steps ``envs_per_worker`` sub-envs against its rows of the shared buffers;
+per step, the parent only writes the actions and one mode byte per sub-env, and wakes each
+worker once (see ``worker.py`` for the signalling). With ``local_worker=True`` the calling
+process steps worker 0's sub-envs itself while the worker processes step theirs: on a machine
+with few cores, a parent that only waited would leave a core idle.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import platform
+import signal
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from gymvec.batched.base import BatchedEnvBase, group_indices
+from gymvec.batched.buffers import MemmapMemory, shared_memory
+from gymvec.batched.serial import LocalExecutor
+from gymvec.batched.worker import (
+    CMD,
+    CMD_SEQ,
+    DONE_SEQ,
+    REPLY,
+    STATUS,
+    SYNC_WORDS,
+    Command,
+    PeerDied,
+    Status,
+    wait_for,
+    worker_main,
+)
+from gymvec.errors import WorkerError
+
+WORKER_SPIN_S = 200e-6  # how long an idle worker spins before it blocks
+PARENT_SPIN_S = 100e-6  # how long the parent spins on a worker's answer before it blocks
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+class WorkerHandle:
+    """The parent's end of one worker process."""
+
+    def __init__(self, index: int, start: int, stop: int, process, conn, wake, done, words):
+        self.index, self.start, self.stop = index, start, stop
+        self.process, self.conn = process, conn
+        self.wake, self.done = wake, done
+        self.words = words
+        self.seq = 0
+
+    def post(self, command: Command, payload: Any = None) -> None:
+        self.seq += 1
+        self.words[CMD] = command
+        self.words[CMD_SEQ] = self.seq
+        self.wake.release()
+        if payload is not None:  # after the wake-up: the worker reads while we write
+            self.conn.send_bytes(payload)
+
+    def wait(self, spin_s: float, timeout: float | None) -> Any:
+        """Wait for the answer to the last command; returns the reply (None if none)."""
+        try:
+            wait_for(self.words, DONE_SEQ, self.seq, self.done, spin_s, self.alive, timeout)
+        except PeerDied:
+            raise self.died() from None
+        reply = None
+        if self.words[REPLY]:
+            try:
+                reply = self.conn.recv()
+            except (EOFError, OSError):
+                raise self.died() from None
+        if self.words[STATUS] == Status.ERROR:
+            raise WorkerError(
+                f"worker {self.index} raised", worker_index=self.index, worker_traceback=reply
+            )
+        return reply
+
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    def died(self) -> WorkerError:
+        self.process.join(0.1)
+        code = self.process.exitcode
+        how = f"exit code {code}"
+        if code is not None and code < 0:
+            how = f"signal {signal.Signals(-code).name}"
+        return WorkerError(
+            f"worker {self.index} (pid {self.process.pid}) died ({how})",
+            worker_index=self.index,
+        )
+
+
+class ProcessExecutor:
+    """Starts and drives the worker processes of a ParallelEnv."""
+
+    def __init__(self, env: ParallelEnv):
+        self.handles: list[WorkerHandle] = []
+        self.local: LocalExecutor | None = None
+        self.worker_spin_s = env.worker_spin_s
+        self.parent_spin_s = env.parent_spin_s
+        self.sync_memory = None
+        try:
+            self._start(env)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, env: ParallelEnv) -> None:
+        ctx = mp.get_context(env.mp_start_method)
+        first_process = 1 if env.local_worker else 0
+        n_proc = env.num_workers - first_process
+        self.sync_memory = ctx.RawArray("b", max(n_proc, 1) * SYNC_WORDS * 8)
+        all_words = np.frombuffer(self.sync_memory, dtype=np.int64)
+        for k, w in enumerate(range(first_process, env.num_workers)):
+            start, stop = w * env.envs_per_worker, (w + 1) * env.envs_per_worker
+            parent_conn, child_conn = ctx.Pipe()
+            wake, done = ctx.Semaphore(0), ctx.Semaphore(0)
+            process = ctx.Process(
+                target=worker_main,
+                name=f"gymvec-worker-{w}",
+                args=(
+                    k,
+                    cloudpickle.dumps(env._worker_env_fns(w)),
+                    start,
+                    env.layout,
+                    env._memory,
+                    env._control_memory,
+                    self.sync_memory,
+                    child_conn,
+                    wake,
+                    done,
+                    self.worker_spin_s,
+                    env.num_sub_threads,
+                ),
+                daemon=env.daemon,
+            )
+            words = all_words[k * SYNC_WORDS : (k + 1) * SYNC_WORDS]
+            handle = WorkerHandle(w, start, stop, process, parent_conn, wake, done, words)
+            self.handles.append(handle)
+            process.start()
+            child_conn.close()
+        if env.local_worker:  # built while the workers build theirs
+            self.local = LocalExecutor.build(
+                [env._worker_env_fns(0)], [0], env.buffers, env.control
+            )
+        for handle in self.handles:
+            self._wait_ready(handle, env.startup_timeout)
+
+    @staticmethod
+    def _wait_ready(handle: WorkerHandle, timeout: float) -> None:
+        ready = mp.connection.wait([handle.conn, handle.process.sentinel], timeout)
+        if handle.conn in ready:
+            try:
+                kind, detail = handle.conn.recv()
+            except (EOFError, OSError):
+                raise handle.died() from None
+            if kind == "error":
+                raise WorkerError(
+                    f"worker {handle.index}: create_env_fn raised",
+                    worker_index=handle.index,
+                    worker_traceback=detail,
+                )
+            return
+        if ready:
+            raise handle.died()
+        raise WorkerError(
+            f"worker {handle.index} did not start within {timeout} s", worker_index=handle.index
+        )
+
+    @property
+    def bounds(self) -> list[tuple[int, int]]:
+        local = [] if self.local is None else self.local.bounds
+        return local + [(h.start, h.stop) for h in self.handles]
+
+    def send(self, options: dict | None) -> None:
+        if options is None:
+            for handle in self.handles:
+                handle.post(Command.RUN)
+        else:
+            payload = cloudpickle.dumps(options)
+            for handle in self.handles:
+                handle.post(Command.RUN_WITH_OPTIONS, payload)
+        if self.local is not None:
+            self.local.send(options)
+
+    def wait(self, timeout: float | None = None) -> dict[int, dict]:
+        extras = self.local.wait() if self.local is not None else {}
+        error = None
+        for handle in self.handles:
+            try:
+                reply = handle.wait(self.parent_spin_s, timeout)
+            except WorkerError as exc:  # answer every worker first: no reply left unread
+                error = error or exc
+                continue
+            if reply:
+                extras.update(reply)
+        if error is not None:
+            raise error
+        return extras
+
+    def request(self, name: str, indices: list[int], args: tuple, values: Sequence | None):
+        results: list[Any] = [None] * len(indices)
+        offset = 0 if self.local is None else 1
+        asked = []
+        for group, positions in group_indices(indices, self.bounds):
+            sub_indices = [indices[p] for p in positions]
+            extra = () if values is None else ([values[p] for p in positions],)
+            if group < offset:
+                answers = self.local.request(name, sub_indices, args, values and extra[0])
+                for p, answer in zip(positions, answers):
+                    results[p] = answer
+                continue
+            handle = self.handles[group - offset]
+            handle.post(Command.REQUEST, cloudpickle.dumps((name, (sub_indices, *args, *extra))))
+            asked.append((handle, positions))
+        error = None
+        for handle, positions in asked:
+            try:
+                reply = handle.wait(self.parent_spin_s, None)
+            except WorkerError as exc:
+                error = error or exc
+                continue
+            if reply[0] == "raise" and error is None:
+                error = reply[1]
+                error.add_note(f"raised in worker {handle.index}:\n{reply[2]}")
+            elif reply[0] == "ok":
+                for p, answer in zip(positions, reply[1]):
+                    results[p] = answer
+        if error is not None:
+            raise error
+        return results
+
+    def close(self, timeout: float = 5.0) -> None:
+        for handle in self.handles:
+            if handle.process.is_alive():
+                try:
+                    handle.post(Command.CLOSE)
+                except (OSError, ValueError):
+                    pass
+        for handle in self.handles:
+            _stop_process(handle.process, timeout)
+            handle.conn.close()
+            handle.process.close()
+        self.handles = []
+        if self.local is not None:
+            self.local.close()
+            self.local = None
+        self.sync_memory = None
+
+
+def _stop_process(process, timeout: float) -> None:
+    """Join, then terminate, then kill: never wait unbounded."""
+    if process._popen is None:  # never started
+        return
+    process.join(timeout)
+    if process.exitcode is None:
+        process.terminate()
+        process.join(1.0)
+    if process.exitcode is None:
+        process.kill()
+        process.join()
+
+
+class ParallelEnv(BatchedEnvBase):
+    """Sub-envs in worker processes; actions and observations through shared memory.
+
+    Args:
+        num_workers: number of workers; each is a process (except worker 0 with
+            ``local_worker=True``). The batch size is ``num_workers * envs_per_worker``.
+        create_env_fn: callable returning an EnvBase or a gymnasium.Env (lambdas and closures
+            work: factories travel with cloudpickle), or a list of them, one per worker.
+        create_env_kwargs: kwargs for ``create_env_fn`` (a dict or a list of dicts).
+        envs_per_worker: sub-envs stepped by each worker.
+        shared_memory: must be True: buffers live in shared memory (kept for torchrl users).
+        memmap: back the buffers with a temporary file instead of anonymous shared memory.
+        mp_start_method: "spawn" (default), "fork" or "forkserver".
+        num_threads: torch threads of this process (unchanged if None).
+        num_sub_threads: torch threads in each worker (1: no oversubscription).
+        local_worker: step worker 0's sub-envs in this process while the others run.
+        daemon: whether worker processes are daemonic (daemonic ones cannot start processes).
+        startup_timeout: seconds a worker may take to build its sub-envs.
+        device: where outputs live.
+
+    A worker that raises or dies surfaces as :class:`gymvec.WorkerError` (with the worker's
+    traceback when it raised); ``close()`` always stops every process.
+
+    Example:
+        >>> from gymvec import GymEnv, ParallelEnv
+        >>> env = ParallelEnv(2, lambda: GymEnv("CartPole-v1"), envs_per_worker=2)
+        >>> env.set_seed(0)
+        >>> env.reset()["observation"].shape
+        torch.Size([4, 4])
+        >>> env.close()
+    """
+
+    def __init__(
+        self,
+        num_workers: int,
+        create_env_fn,
+        create_env_kwargs=None,
+        *,
+        envs_per_worker: int = 1,
+        shared_memory: bool = True,
+        memmap: bool = False,
+        mp_start_method: str | None = None,
+        num_threads: int | None = None,
+        num_sub_threads: int | None = 1,
+        local_worker: bool = False,
+        daemon: bool = False,
+        startup_timeout: float = 120.0,
+        spin: bool | None = None,
+        device=None,
+    ):
+        if not shared_memory:
+            raise ValueError("shared_memory=False is not supported: buffers are always shared")
+        if mp_start_method not in (None, "spawn", "fork", "forkserver"):
+            raise ValueError(
+                f"mp_start_method: expected 'spawn', 'fork' or 'forkserver', "
+                f"got {mp_start_method!r}"
+            )
+        self.memmap = memmap
+        self.mp_start_method = mp_start_method or "spawn"
+        self.num_sub_threads = num_sub_threads
+        self.local_worker = bool(local_worker)
+        self.daemon = daemon
+        self.startup_timeout = startup_timeout
+        if num_threads is not None:
+            import torch
+
+            torch.set_num_threads(num_threads)
+        super().__init__(
+            num_workers,
+            create_env_fn,
+            create_env_kwargs,
+            envs_per_worker=envs_per_worker,
+            device=device,
+        )
+        busy_processes = num_workers + (0 if self.local_worker else 1)
+        if spin is None:
+            # Spinning pays only with a core per process, and relies on x86's store order.
+            spin = busy_processes <= usable_cores() and platform.machine() in ("x86_64", "AMD64")
+        self.worker_spin_s = WORKER_SPIN_S if spin else 0.0
+        self.parent_spin_s = PARENT_SPIN_S if spin else 0.0
+        self._finalizer = None
+
+    def _new_memory(self, nbytes: int) -> Any:
+        if self.memmap:
+            return MemmapMemory(nbytes)
+        return shared_memory(nbytes)
+
+    def _make_executor(self) -> ProcessExecutor:
+        executor = ProcessExecutor(self)
+        # Stop the workers even if the user never calls close() (before multiprocessing's
+        # own exit handler would wait for them forever).
+        self._finalizer = weakref.finalize(self, executor.close)
+        return executor
+
+    def _close(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        super()._close()
+
+    def _release_memory(self) -> None:
+        for memory in (self._memory, self._control_memory):
+            if isinstance(memory, MemmapMemory):
+                memory.release()

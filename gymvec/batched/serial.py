@@ -1,0 +1,80 @@
+"""``SerialEnv``: a batch of sub-envs stepped one after the other in this process."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from gymvec.batched.base import BatchedEnvBase, group_indices
+from gymvec.batched.buffers import Buffers, private_memory
+from gymvec.batched.driver import REQUESTS, Control, SubEnvGroup
+
+
+class LocalExecutor:
+    """Runs groups of sub-envs in the calling process (SerialEnv, and ParallelEnv's own share)."""
+
+    def __init__(self, groups: list[SubEnvGroup]):
+        self.groups = groups
+        self.bounds = [(g.start, g.stop) for g in groups]
+        self._options: dict | None = None
+
+    @classmethod
+    def build(
+        cls, env_fns_per_group: list[list], starts: list[int], buffers: Buffers, control: Control
+    ) -> LocalExecutor:
+        groups: list[SubEnvGroup] = []
+        try:
+            for fns, start in zip(env_fns_per_group, starts):
+                groups.append(SubEnvGroup(fns, start, buffers, control))
+        except BaseException:
+            for group in groups:
+                group.close()
+            raise
+        return cls(groups)
+
+    def send(self, options: dict | None) -> None:
+        self._options = options
+
+    def wait(self, timeout: float | None = None) -> dict[int, dict]:
+        extras: dict[int, dict] = {}
+        for group in self.groups:
+            extras.update(group.run(self._options))
+        return extras
+
+    def request(self, name: str, indices: list[int], args: tuple, values: Sequence | None):
+        results: list[Any] = [None] * len(indices)
+        for group, positions in group_indices(indices, self.bounds):
+            sub_indices = [indices[p] for p in positions]
+            extra = () if values is None else ([values[p] for p in positions],)
+            answers = REQUESTS[name](self.groups[group], sub_indices, *args, *extra)
+            for p, answer in zip(positions, answers):
+                results[p] = answer
+        return results
+
+    def close(self) -> None:
+        for group in self.groups:
+            group.close()
+
+
+class SerialEnv(BatchedEnvBase):
+    """Sub-envs in this process, stepped in order, with the same batching as ParallelEnv.
+
+    Same arguments as :class:`ParallelEnv` (without the process options). Useful for
+    debugging, for cheap envs, and as the reference that ParallelEnv must match exactly.
+
+    Example:
+        >>> from gymvec import GymEnv, SerialEnv
+        >>> env = SerialEnv(2, lambda: GymEnv("CartPole-v1"))
+        >>> env.set_seed(0)
+        >>> env.reset()["observation"].shape
+        torch.Size([2, 4])
+        >>> env.close()
+    """
+
+    def _new_memory(self, nbytes: int) -> Any:
+        return private_memory(nbytes)
+
+    def _make_executor(self) -> LocalExecutor:
+        fns = [self._worker_env_fns(w) for w in range(self.num_workers)]
+        starts = [w * self.envs_per_worker for w in range(self.num_workers)]
+        return LocalExecutor.build(fns, starts, self.buffers, self.control)

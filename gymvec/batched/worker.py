@@ -1,0 +1,200 @@
+"""The worker process of ``ParallelEnv`` and the signalling it shares with the parent.
+
+Signalling (one round trip per command): each worker owns a cache line of int64 "sync words"
+in shared memory and two semaphores. The parent writes the command, bumps ``CMD_SEQ`` and
+posts ``wake``; the worker spins on ``CMD_SEQ`` for a short while (cheap when it has a core to
+itself: the next command usually arrives within microseconds) and otherwise blocks on ``wake``.
+The answer comes back the same way through ``DONE_SEQ`` and ``done``. The sequence words are
+the truth and the semaphores only wake sleepers, so a post that nobody waited for is harmless:
+the next wait sees an old sequence number and waits again. Posting is cheap when nobody sleeps
+(a futex syscall only happens when a waiter blocks).
+
+Everything that is not per-step data travels over a pipe: the worker's first message (ready or
+the factory's traceback), request replies, error tracebacks and the info entries that have no
+buffer slot ("extras"); the ``REPLY`` word says whether such a message follows a command.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from gymvec.batched.buffers import BufferLayout, Buffers
+from gymvec.batched.driver import REQUESTS, Control, SubEnvGroup
+
+SYNC_WORDS = 8  # int64 words per worker: one 64-byte cache line
+CMD_SEQ, CMD, DONE_SEQ, STATUS, REPLY = range(5)
+
+# How long a blocked waiter sleeps before it checks that the other side is still alive.
+LIVENESS_POLL_S = 0.05
+
+
+class Command(enum.IntEnum):
+    RUN = 1  # carry out the mode bytes of this worker's rows
+    RUN_WITH_OPTIONS = 2  # the same, with reset options read from the pipe first
+    REQUEST = 3  # a slow-path request read from the pipe
+    CLOSE = 4
+
+
+class Status(enum.IntEnum):
+    OK = 0
+    ERROR = 1
+
+
+class PeerDied(Exception):
+    """The process on the other side of the sync words is gone."""
+
+
+def wait_for(
+    words: np.ndarray,
+    slot: int,
+    value: int,
+    sem: Any,
+    spin_s: float,
+    is_alive: Callable[[], bool],
+    timeout: float | None = None,
+) -> None:
+    """Wait until ``words[slot] >= value``: spin up to ``spin_s``, then block on ``sem``.
+
+    Raises :class:`PeerDied` when ``is_alive()`` turns false and ``TimeoutError`` after
+    ``timeout`` seconds.
+    """
+    if words[slot] >= value:
+        sem.acquire(False)  # consume the post that came with it, if it is there yet
+        return
+    if spin_s > 0:
+        end = time.perf_counter() + spin_s
+        while time.perf_counter() < end:
+            if words[slot] >= value:
+                sem.acquire(False)
+                return
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        poll = LIVENESS_POLL_S
+        if deadline is not None:
+            poll = min(poll, max(deadline - time.monotonic(), 0.0))
+        sem.acquire(True, poll)
+        if words[slot] >= value:
+            return
+        if not is_alive():
+            raise PeerDied
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError
+
+
+class Worker:
+    """The command loop that runs in a worker process."""
+
+    def __init__(self, group: SubEnvGroup, words: np.ndarray, conn, wake, done, spin_s: float):
+        self.group = group
+        self.words = words
+        self.conn = conn
+        self.wake, self.done = wake, done
+        self.spin_s = spin_s
+        self.parent_pid = os.getppid()
+        self.handlers = {
+            Command.RUN: self.run,
+            Command.RUN_WITH_OPTIONS: self.run_with_options,
+            Command.REQUEST: self.request,
+            Command.CLOSE: self.close,
+        }
+        self.open = True
+
+    def parent_alive(self) -> bool:
+        return os.getppid() == self.parent_pid
+
+    def loop(self) -> None:
+        seq = 0
+        while self.open:
+            seq += 1
+            try:
+                wait_for(self.words, CMD_SEQ, seq, self.wake, self.spin_s, self.parent_alive)
+            except PeerDied:
+                break  # the parent is gone: nothing left to serve
+            reply, status = None, Status.OK
+            try:
+                reply = self.handlers[Command(int(self.words[CMD]))]()
+            except BaseException:
+                reply, status = traceback.format_exc(), Status.ERROR
+            self.words[STATUS] = status
+            self.words[REPLY] = reply is not None
+            self.words[DONE_SEQ] = seq
+            self.done.release()
+            # After the done post: a large reply can then fill the pipe while the parent reads.
+            if reply is not None:
+                self.conn.send(reply)
+        self.group.close()
+
+    def run(self, options: dict | None = None) -> dict | None:
+        extras = self.group.run(options)
+        return extras or None
+
+    def run_with_options(self) -> dict | None:
+        return self.run(self.conn.recv())
+
+    def request(self) -> Any:
+        name, args = cloudpickle.loads(self.conn.recv_bytes())
+        try:
+            return ("ok", REQUESTS[name](self.group, *args))
+        except Exception as exc:  # the caller's error (a missing attribute, say): hand it back
+            return ("raise", picklable_exception(exc), traceback.format_exc())
+
+    def close(self) -> None:
+        self.open = False
+        return None
+
+
+def picklable_exception(exc: Exception) -> Exception:
+    """``exc`` if it survives pickling, else a RuntimeError with its text."""
+    try:
+        cloudpickle.loads(cloudpickle.dumps(exc))
+        return exc
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+def worker_main(
+    index: int,
+    env_fns_payload: bytes,
+    start: int,
+    layout: BufferLayout,
+    memory: Any,
+    control_memory: Any,
+    sync_memory: Any,
+    conn,
+    wake,
+    done,
+    spin_s: float,
+    num_threads: int | None,
+) -> None:
+    """Entry point of a worker process: build the sub-envs, then serve commands."""
+    if num_threads is not None:
+        # Before anything imports torch (or numpy's BLAS): they read these when they load.
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            os.environ[var] = str(num_threads)
+    words = np.frombuffer(sync_memory, dtype=np.int64)[
+        index * SYNC_WORDS : (index + 1) * SYNC_WORDS
+    ]
+    try:
+        env_fns = cloudpickle.loads(env_fns_payload)
+        control = Control(layout.num_envs, control_memory)
+        group = SubEnvGroup(env_fns, start, Buffers(layout, memory), control)
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+        return
+    torch = sys.modules.get("torch")
+    if torch is not None and num_threads is not None:  # the sub-envs use torch
+        torch.set_num_threads(num_threads)
+    conn.send(("ready", None))
+    try:
+        Worker(group, words, conn, wake, done, spin_s).loop()
+    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+        pass

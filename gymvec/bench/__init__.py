@@ -1,0 +1,28 @@
+"""The gymvec benchmark: ``python -m gymvec.bench`` (see ``--help``).
+
+Importing this package registers the bench envs (``gymvec/BusyStep-v0``,
+``gymvec/ImageObs-v0``) with gymnasium.
+"""
+
+from gymvec.bench.cases import CASES, DEFAULT_CASES, Case
+from gymvec.bench.envs import BusyStepEnv, ImageObsEnv, register_bench_envs
+from gymvec.bench.harness import CaseResult, RunnerResult, Settings, run_case, run_cases
+from gymvec.bench.runners import RUNNERS, Runner, RunnerOptions, register_runner
+
+__all__ = [
+    "CASES",
+    "DEFAULT_CASES",
+    "RUNNERS",
+    "BusyStepEnv",
+    "Case",
+    "CaseResult",
+    "ImageObsEnv",
+    "Runner",
+    "RunnerOptions",
+    "RunnerResult",
+    "Settings",
+    "register_bench_envs",
+    "register_runner",
+    "run_case",
+    "run_cases",
+]

@@ -1,0 +1,136 @@
+"""``python -m gymvec.bench`` (or ``gymvec-bench``): env-steps/s of gymvec against gymnasium/SB3.
+
+Examples::
+
+    python -m gymvec.bench                                 # the default CartPole cases
+    python -m gymvec.bench --case busy-8 --case image-32 --json bench-cpu.json
+    python -m gymvec.bench --env-id Acrobot-v1 --num-envs 16 --num-workers 2 \
+        --backends gym-sync,gymvec-parallel
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Sequence
+
+from gymvec.bench.cases import CASES, DEFAULT_CASES, Case
+from gymvec.bench.harness import Settings, run_cases
+from gymvec.bench.report import format_table, to_json, write_json
+from gymvec.bench.runners import RUNNERS
+
+QUICK = Settings(steps=20, repeats=2, warmup=2, max_seconds=0.5)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text}")
+    return value
+
+
+def _backends(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in RUNNERS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown runner(s) {unknown or [text]}; choose from {', '.join(RUNNERS)}"
+        )
+    return names
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gymvec-bench",
+        description="Env-steps/s of vectorized envs, runners interleaved within each case.",
+        epilog=f"cases: {', '.join(CASES)} (default: {', '.join(DEFAULT_CASES)}); "
+        f"runners: {', '.join(RUNNERS)}",
+    )
+    parser.add_argument(
+        "--case", action="append", choices=list(CASES), help="a named case (repeatable)"
+    )
+    parser.add_argument("--env-id", help="a custom case on this gymnasium id (default CartPole-v1)")
+    parser.add_argument(
+        "--num-envs", type=_positive_int, help="sub-envs of the custom case (default 8)"
+    )
+    parser.add_argument(
+        "--backends", type=_backends, help="comma-separated runners (default: the case's own)"
+    )
+    parser.add_argument("--num-workers", type=_positive_int, help="worker processes (overrides)")
+    parser.add_argument(
+        "--envs-per-worker", type=_positive_int, help="sub-envs per worker (overrides)"
+    )
+    parser.add_argument("--steps", type=_positive_int, help="vector steps per timed run")
+    parser.add_argument("--repeats", type=_positive_int, help="timed runs per runner")
+    parser.add_argument(
+        "--warmup", type=_non_negative_int, help="untimed vector steps before each timed run"
+    )
+    parser.add_argument(
+        "--max-seconds", type=float, help="cap on one timed run in seconds (0: no cap)"
+    )
+    parser.add_argument("--seed", type=int, help="seed of the envs and the action pool")
+    parser.add_argument("--quick", action="store_true", help="tiny runs, for CI")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--strict", action="store_true", help="exit 1 if any runner failed")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    return parser
+
+
+def select_cases(args: argparse.Namespace) -> list[Case]:
+    cases = [CASES[name] for name in args.case or []]
+    if args.env_id is not None or args.num_envs is not None:
+        env_id = args.env_id or "CartPole-v1"
+        num_envs = args.num_envs or 8
+        cases.append(Case(f"{env_id}-{num_envs}", env_id, num_envs))
+    if not cases:
+        cases = [CASES[name] for name in DEFAULT_CASES]
+    overrides = {
+        "backends": args.backends,
+        "num_workers": args.num_workers,
+        "envs_per_worker": args.envs_per_worker,
+    }
+    overrides = {key: value for key, value in overrides.items() if value is not None}
+    return [dataclasses.replace(case, **overrides) for case in cases]
+
+
+def select_settings(args: argparse.Namespace) -> Settings:
+    settings = QUICK if args.quick else Settings()
+    overrides = {
+        "steps": args.steps,
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+        "seed": args.seed,
+    }
+    if args.max_seconds is not None:
+        overrides["max_seconds"] = args.max_seconds if args.max_seconds > 0 else None
+    overrides = {key: value for key, value in overrides.items() if value is not None}
+    return dataclasses.replace(settings, **overrides)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    cases = select_cases(args)
+    settings = select_settings(args)
+    case_results = run_cases(cases, settings, show_progress=not args.no_progress)
+    print(
+        f"median env-steps/s of {settings.repeats} interleaved run(s) of up to "
+        f"{settings.steps} vector steps; ratios against gym-sync and the faster gymnasium runner"
+    )
+    print(format_table(case_results))
+    if args.json:
+        write_json(args.json, to_json(case_results, settings))
+    failed = [r for c in case_results for r in c.results if r.error is not None]
+    return 1 if args.strict and failed else 0
+
+
+# Guarded: worker processes started with spawn/forkserver re-import the main module.
+if __name__ == "__main__":
+    sys.exit(main())

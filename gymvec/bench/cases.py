@@ -1,0 +1,45 @@
+"""Named bench cases: an env, a batch size, a worker layout and the runners to compare."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+from gymvec.bench.envs import BUSY_STEP_ID, IMAGE_OBS_ID
+
+
+def default_backends() -> tuple[str, ...]:
+    """Every runner that can be built here (SB3's only when it is installed)."""
+    gym_runners = ("gym-sync", "gym-async")
+    sb3 = ("sb3-subproc",) if importlib.util.find_spec("stable_baselines3") else ()
+    gymvec_runners = ("gymvec-serial", "gymvec-parallel", "gymvec-td")
+    return gym_runners + sb3 + gymvec_runners
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    env_id: str
+    num_envs: int
+    num_workers: int | None = None
+    envs_per_worker: int | None = None
+    # None means default_backends().
+    backends: tuple[str, ...] | None = None
+
+    def runner_names(self) -> tuple[str, ...]:
+        return self.backends if self.backends is not None else default_backends()
+
+
+CASES: dict[str, Case] = {
+    case.name: case
+    for case in (
+        Case("cartpole-8", "CartPole-v1", 8),
+        Case("cartpole-32", "CartPole-v1", 32, num_workers=2),
+        Case("busy-8", BUSY_STEP_ID, 8, num_workers=2),
+        Case("image-32", IMAGE_OBS_ID, 32, num_workers=2),
+        Case("cartpole-8-serial", "CartPole-v1", 8, backends=("gym-sync", "gymvec-serial")),
+    )
+}
+
+# What a bare `python -m gymvec.bench` runs.
+DEFAULT_CASES = ("cartpole-8", "cartpole-32")

@@ -1,0 +1,123 @@
+"""Small gymnasium envs used as bench cases, registered under ``gymvec/`` ids on import.
+
+* ``gymvec/BusyStep-v0``: every step burns ``step_seconds`` of CPU (default 1 ms), so the
+  bench shows how well a vectorizer spreads CPU-bound work over cores.
+* ``gymvec/ImageObs-v0``: a near-free step returning ``4x84x84`` uint8 frames, so the bench
+  shows what moving large observations costs.
+
+Entry points are strings, so a worker process (spawn or forkserver) that imports this module,
+or builds ``"gymvec.bench.envs:gymvec/BusyStep-v0"`` with ``gymnasium.make``, can build them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+BUSY_STEP_ID = "gymvec/BusyStep-v0"
+IMAGE_OBS_ID = "gymvec/ImageObs-v0"
+BENCH_ENV_IDS = (BUSY_STEP_ID, IMAGE_OBS_ID)
+
+
+class BusyStepEnv(gym.Env):
+    """A CPU-bound env: each step spins for ``step_seconds`` and returns a random observation.
+
+    Episodes never terminate; they are truncated after ``episode_steps`` steps.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, step_seconds: float = 1e-3, episode_steps: int = 200) -> None:
+        if step_seconds < 0:
+            raise ValueError(f"BusyStepEnv step_seconds must be >= 0, got {step_seconds}")
+        if episode_steps < 1:
+            raise ValueError(f"BusyStepEnv episode_steps must be >= 1, got {episode_steps}")
+        self.step_seconds = step_seconds
+        self.episode_steps = episode_steps
+        self.observation_space = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
+        self.action_space = spaces.Discrete(2)
+        self._t = 0
+
+    def _observation(self) -> np.ndarray:
+        return self.np_random.uniform(-1.0, 1.0, size=4).astype(np.float32)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._t = 0
+        return self._observation(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        # Spin rather than sleep: the point is to occupy a core, as a real simulator would.
+        end = time.perf_counter() + self.step_seconds
+        while time.perf_counter() < end:
+            pass
+        self._t += 1
+        reward = 1.0 if int(action) == 1 else 0.0
+        return self._observation(), reward, False, self._t >= self.episode_steps, {}
+
+
+class ImageObsEnv(gym.Env):
+    """A cheap env with Atari-sized observations: ``(4, 84, 84)`` uint8 frame stacks.
+
+    At reset it draws ``num_frames`` random frame stacks from its seeded generator; each step
+    returns a copy of the next one, so steps stay cheap but every observation is a fresh array.
+    Episodes last exactly ``episode_steps`` steps and end truncated.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, episode_steps: int = 100, num_frames: int = 8) -> None:
+        if episode_steps < 1:
+            raise ValueError(f"ImageObsEnv episode_steps must be >= 1, got {episode_steps}")
+        if num_frames < 1:
+            raise ValueError(f"ImageObsEnv num_frames must be >= 1, got {num_frames}")
+        self.episode_steps = episode_steps
+        self.num_frames = num_frames
+        self.observation_space = spaces.Box(0, 255, shape=(4, 84, 84), dtype=np.uint8)
+        self.action_space = spaces.Discrete(4)
+        self._frames = np.zeros((num_frames, 4, 84, 84), dtype=np.uint8)
+        self._t = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._t = 0
+        self._frames = self.np_random.integers(0, 256, size=self._frames.shape, dtype=np.uint8)
+        return self._frames[0].copy(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self._t += 1
+        obs = self._frames[self._t % self.num_frames].copy()
+        reward = float(int(action) == self._t % 4)
+        return obs, reward, False, self._t >= self.episode_steps, {}
+
+
+def register_bench_envs() -> None:
+    """Register the bench envs with gymnasium; calling it again changes nothing."""
+    entry_points = {
+        BUSY_STEP_ID: "gymvec.bench.envs:BusyStepEnv",
+        IMAGE_OBS_ID: "gymvec.bench.envs:ImageObsEnv",
+    }
+    for env_id, entry_point in entry_points.items():
+        if env_id not in gym.registry:
+            # The envs truncate themselves, so no TimeLimit wrapper is asked for.
+            gym.register(id=env_id, entry_point=entry_point)
+
+
+def importable_id(env_id: str) -> str:
+    """``env_id`` in gymnasium's ``"module:id"`` form when it is a bench env, else unchanged.
+
+    A worker started with spawn has not imported this module; ``gymnasium.make`` imports the
+    module named before the colon, which registers the bench envs there too.
+    """
+    return f"{__name__}:{env_id}" if env_id in BENCH_ENV_IDS else env_id
+
+
+register_bench_envs()

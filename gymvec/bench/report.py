@@ -1,0 +1,82 @@
+"""The bench's outputs: a plain-text table for people, a JSON document for tools."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from gymvec.bench.harness import CaseResult, Settings
+from gymvec.bench.runners import usable_cores
+
+COLUMNS = ("case", "runner", "steps/s", "x sync", "x best gym", "error")
+# Errors are cut in the table; the JSON keeps them whole.
+MAX_ERROR_CHARS = 90
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def format_table(case_results: Sequence[CaseResult]) -> str:
+    """One row per (case, runner); steps/s is the median over repeats, ratios are same-case."""
+    rows = []
+    for case_result in case_results:
+        for r in case_result.results:
+            rate = "-" if r.steps_per_s is None else f"{r.steps_per_s:.0f}"
+            error = r.error or ""
+            if len(error) > MAX_ERROR_CHARS:
+                error = error[: MAX_ERROR_CHARS - 3] + "..."
+            rows.append(
+                (case_result.case.name, r.runner, rate, _ratio(r.ratio_sync),
+                 _ratio(r.ratio_best_gym), error)
+            )  # fmt: skip
+    widths = [max([len(c)] + [len(row[i]) for row in rows]) for i, c in enumerate(COLUMNS)]
+    # Text columns align left, numbers right; the error column is last and not padded.
+    align = ("<", "<", ">", ">", ">")
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [f"{cell:{a}{w}}" for cell, a, w in zip(cells, align, widths)]
+        return "  ".join(padded + [cells[-1]]).rstrip()
+
+    out = [line(COLUMNS), line(["-" * w for w in widths])]
+    out += [line(row) for row in rows]
+    return "\n".join(out)
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def machine_info() -> dict[str, Any]:
+    packages = ("gymvec", "gymnasium", "numpy", "torch", "tensordict", "stable-baselines3")
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "usable_cores": usable_cores(),
+        "versions": {name: _version(name) for name in packages},
+    }
+
+
+def to_json(case_results: Sequence[CaseResult], settings: Settings) -> dict[str, Any]:
+    return {
+        "cases": [c.to_dict() for c in case_results],
+        "settings": asdict(settings),
+        "machine": machine_info(),
+        "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
+    }
+
+
+def write_json(path: str | Path, document: dict[str, Any]) -> None:
+    Path(path).write_text(json.dumps(document, indent=2) + "\n")

@@ -1,0 +1,217 @@
+"""Runners: the vectorizers the bench compares, each behind one small interface.
+
+A runner factory takes ``(env_id, num_envs, options)`` and returns a :class:`Runner`. Register
+a new one with::
+
+    @register_runner("my-runner")
+    def _my_runner(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+        return VectorEnvRunner(MyVectorEnv(make_env_fns(env_id, num_envs)))
+
+Imports of optional or not-yet-built packages happen inside the factories, so a missing one
+only fails that runner.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing as mp
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from gymvec.bench.envs import importable_id
+
+
+@dataclass(frozen=True)
+class RunnerOptions:
+    """Layout hints for runners with worker processes; runners that have none ignore them."""
+
+    num_workers: int | None = None
+    envs_per_worker: int | None = None
+
+
+class Runner:
+    """What the bench times: ``reset`` once, then ``step`` over and over, then ``close``.
+
+    ``prepare_actions`` turns the bench's pool of batched numpy actions into whatever ``step``
+    takes; it runs outside the timed loop.
+    """
+
+    def reset(self, seed: int) -> None:
+        raise NotImplementedError
+
+    def step(self, actions: Any) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def prepare_actions(self, actions: Sequence[np.ndarray]) -> list[Any]:
+        return list(actions)
+
+
+RunnerFactory = Callable[[str, int, RunnerOptions], Runner]
+RUNNERS: dict[str, RunnerFactory] = {}
+
+
+def register_runner(name: str) -> Callable[[RunnerFactory], RunnerFactory]:
+    """Decorator adding a runner factory to :data:`RUNNERS` under ``name``."""
+
+    def add(factory: RunnerFactory) -> RunnerFactory:
+        if name in RUNNERS:
+            raise ValueError(f"runner {name!r} is already registered")
+        RUNNERS[name] = factory
+        return factory
+
+    return add
+
+
+def make_env(env_id: str) -> gym.Env:
+    """Build one sub-env; a module-level function so worker processes can unpickle it."""
+    return gym.make(importable_id(env_id))
+
+
+def make_env_fns(env_id: str, num_envs: int) -> list[Callable[[], gym.Env]]:
+    return [functools.partial(make_env, env_id) for _ in range(num_envs)]
+
+
+def usable_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def worker_layout(num_envs: int, options: RunnerOptions) -> tuple[int, int]:
+    """``(num_workers, envs_per_worker)`` with ``num_workers * envs_per_worker == num_envs``.
+
+    Missing values are filled in: the most workers that divide ``num_envs`` without exceeding
+    the usable cores, then as many envs per worker as that leaves.
+    """
+    workers, per_worker = options.num_workers, options.envs_per_worker
+    if workers is None and per_worker is None:
+        workers = max(w for w in range(1, min(num_envs, usable_cores()) + 1) if num_envs % w == 0)
+    if workers is None:
+        workers = num_envs // per_worker
+    if per_worker is None:
+        per_worker = num_envs // workers
+    if workers < 1 or per_worker < 1 or workers * per_worker != num_envs:
+        raise ValueError(
+            f"num_envs={num_envs} cannot be split into num_workers={options.num_workers} x "
+            f"envs_per_worker={options.envs_per_worker}: expected a product equal to num_envs"
+        )
+    return workers, per_worker
+
+
+class VectorEnvRunner(Runner):
+    """Any ``gymnasium.vector.VectorEnv`` (it autoresets itself, so stepping never stops)."""
+
+    def __init__(self, env: gym.vector.VectorEnv) -> None:
+        self.env = env
+
+    def reset(self, seed: int) -> None:
+        self.env.reset(seed=seed)
+
+    def step(self, actions: Any) -> None:
+        self.env.step(actions)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class SB3Runner(Runner):
+    """A stable-baselines3 ``VecEnv`` (resets finished sub-envs within ``step``)."""
+
+    def __init__(self, venv: Any) -> None:
+        self.venv = venv
+
+    def reset(self, seed: int) -> None:
+        self.venv.seed(seed)
+        self.venv.reset()
+
+    def step(self, actions: Any) -> None:
+        self.venv.step(actions)
+
+    def close(self) -> None:
+        self.venv.close()
+
+
+class TensorDictRunner(Runner):
+    """A batched gymvec ``EnvBase`` driven through ``step_and_maybe_reset``."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self._td: Any = None
+
+    def reset(self, seed: int) -> None:
+        self.env.set_seed(seed)
+        self._td = self.env.reset()
+
+    def step(self, actions: Any) -> None:
+        td = self._td
+        td["action"] = actions
+        _, self._td = self.env.step_and_maybe_reset(td)
+
+    def close(self) -> None:
+        self.env.close()
+
+    def prepare_actions(self, actions: Sequence[np.ndarray]) -> list[Any]:
+        import torch
+
+        spec = self.env.action_spec
+        return [torch.as_tensor(a, dtype=spec.dtype).reshape(spec.shape) for a in actions]
+
+
+@register_runner("gym-sync")
+def _gym_sync(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    return VectorEnvRunner(gym.vector.SyncVectorEnv(make_env_fns(env_id, num_envs)))
+
+
+@register_runner("gym-async")
+def _gym_async(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    return VectorEnvRunner(gym.vector.AsyncVectorEnv(make_env_fns(env_id, num_envs)))
+
+
+@register_runner("sb3-subproc")
+def _sb3_subproc(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    try:
+        from stable_baselines3.common.vec_env import SubprocVecEnv
+    except ImportError as e:
+        raise ImportError("sb3-subproc needs stable-baselines3: pip install gymvec[sb3]") from e
+    # SB3 defaults to forkserver, where every worker re-imports SB3 and torch (seconds each);
+    # fork, gymnasium's default here, starts them at once and steps no differently.
+    start_method = "fork" if "fork" in mp.get_all_start_methods() else None
+    return SB3Runner(SubprocVecEnv(make_env_fns(env_id, num_envs), start_method=start_method))
+
+
+@register_runner("gymvec-serial")
+def _gymvec_serial(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    from gymvec import SerialVectorEnv
+
+    return VectorEnvRunner(SerialVectorEnv(make_env_fns(env_id, num_envs)))
+
+
+@register_runner("gymvec-parallel")
+def _gymvec_parallel(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    from gymvec import ParallelVectorEnv
+
+    kwargs: dict[str, Any] = {"num_workers": options.num_workers}
+    if options.envs_per_worker is not None:
+        kwargs["envs_per_worker"] = options.envs_per_worker
+    return VectorEnvRunner(ParallelVectorEnv(make_env_fns(env_id, num_envs), **kwargs))
+
+
+@register_runner("gymvec-td")
+def _gymvec_td(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    from gymvec import GymEnv, ParallelEnv
+
+    num_workers, envs_per_worker = worker_layout(num_envs, options)
+    env = ParallelEnv(
+        num_workers=num_workers,
+        create_env_fn=functools.partial(GymEnv, importable_id(env_id)),
+        envs_per_worker=envs_per_worker,
+    )
+    return TensorDictRunner(env)

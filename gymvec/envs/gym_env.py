@@ -1,0 +1,174 @@
+"""One gymnasium ``Env`` as a tensordict-native :class:`EnvBase`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+from tensordict import TensorDict, TensorDictBase
+
+from gymvec.envs.base import EnvBase
+from gymvec.envs.infos import InfoField, infer_info_fields, info_field, split_info
+from gymvec.envs.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
+from gymvec.spaces import spec_from_space
+from gymvec.specs import Composite, Unbounded, numpy_to_torch_dtype
+
+
+class GymEnv(EnvBase):
+    """A gymnasium env (an instance, or a registered id and ``gymnasium.make`` kwargs).
+
+    Observations become tensordict keys (``"observation"`` for a non-Dict space, the Dict's own
+    keys otherwise), ``terminated`` and ``truncated`` stay apart and ``done`` is their union.
+
+    Infos: entries that are numbers, bools or numeric arrays of fixed shape become keys under
+    ``"info"`` (their fields are found by a probe, a ``reset()`` and one random ``step()`` at
+    construction, or given with ``info_fields``; ``probe_infos=False`` skips the probe). The
+    whole last info dicts stay reachable as ``last_reset_info`` and ``last_step_info``.
+
+    Seeding: ``set_seed(s)`` then ``reset()`` equals gymnasium's ``env.reset(seed=s)``.
+
+    Example:
+        >>> env = GymEnv("CartPole-v1")
+        >>> env.set_seed(0)
+        >>> td = env.reset()
+        >>> td = env.step(env.rand_action(td))
+        >>> sorted(td["next"].keys())
+        ['done', 'observation', 'reward', 'terminated', 'truncated']
+    """
+
+    def __init__(
+        self,
+        env: str | gym.Env,
+        *,
+        device=None,
+        info_fields: dict[str, Any] | None = None,
+        probe_infos: bool = True,
+        **make_kwargs: Any,
+    ):
+        super().__init__(device=device)
+        if isinstance(env, str):
+            env = gym.make(env, **make_kwargs)
+        elif make_kwargs:
+            raise TypeError(
+                f"GymEnv got an env instance and make kwargs {sorted(make_kwargs)}: "
+                "kwargs are for gymnasium.make and need an env id"
+            )
+        if not isinstance(env, gym.Env):
+            raise TypeError(f"GymEnv expects a gymnasium.Env or an env id, got {type(env)!r}")
+        self.env = env
+        self.obs_leaves: list[Leaf] = observation_leaves(env.observation_space)
+        self.action_leaves: list[Leaf] = space_leaves(env.action_space, ("action",))
+        self.observation_spec = _observation_spec(env.observation_space)
+        self.action_spec = spec_from_space(env.action_space, "action_space")
+        self._pending_seed: int | None = None
+        self.last_reset_info: dict = {}
+        self.last_step_info: dict = {}
+        self.info_fields = self._find_info_fields(info_fields, probe_infos)
+        self.info_spec = Composite(
+            {
+                name: Unbounded(shape=field.shape, dtype=numpy_to_torch_dtype(field.dtype))
+                for name, field in self.info_fields.items()
+            }
+        )
+
+    @property
+    def render_mode(self) -> str | None:
+        return self.env.render_mode
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    # ---- EnvBase ------------------------------------------------------------------------------
+    def _set_seed(self, seed: int | None) -> None:
+        self._pending_seed = seed
+
+    def _reset(self, td: TensorDictBase | None) -> TensorDictBase:
+        obs, info = self.env.reset(seed=self._pending_seed)
+        self._pending_seed = None
+        self.last_reset_info = info
+        out = self._observation_td(obs, info)
+        false = torch.zeros(1, dtype=torch.bool)
+        for key in ("done", "terminated", "truncated"):
+            out.set(key, false.clone())
+        return out
+
+    def _step(self, td: TensorDictBase) -> TensorDictBase:
+        obs, reward, terminated, truncated, info = self.env.step(self.action_to_gym(td))
+        self.last_step_info = info
+        out = self._observation_td(obs, info)
+        out.set("reward", torch.tensor([reward], dtype=self.reward_spec.dtype))
+        out.set("terminated", torch.tensor([bool(terminated)]))
+        out.set("truncated", torch.tensor([bool(truncated)]))
+        out.set("done", torch.tensor([bool(terminated or truncated)]))
+        return out
+
+    def _close(self) -> None:
+        self.env.close()
+
+    # ---- conversions --------------------------------------------------------------------------
+    def action_to_gym(self, td: TensorDictBase) -> Any:
+        """The action of ``td`` as the gymnasium env expects it."""
+        arrays = [td.get(leaf.key).detach().cpu().numpy() for leaf in self.action_leaves]
+        space = self.env.action_space
+        if isinstance(space, spaces.Discrete):
+            return arrays[0].item()
+        return build_value(space, self.action_leaves, arrays)
+
+    def _observation_td(self, obs: Any, info: dict) -> TensorDict:
+        out = TensorDict(
+            {
+                leaf.key: torch.as_tensor(np.asarray(get_leaf(obs, leaf.path), dtype=leaf.dtype))
+                for leaf in self.obs_leaves
+            },
+            batch_size=(),
+        )
+        if self.info_fields:
+            declared, _ = split_info(info, self.info_fields)
+            for name, field in self.info_fields.items():
+                value = declared.get(name, np.zeros(field.shape, field.dtype))
+                out.set(("info", name), torch.as_tensor(np.asarray(value, dtype=field.dtype)))
+        return out
+
+    def _find_info_fields(self, given: dict[str, Any] | None, probe: bool) -> dict[str, InfoField]:
+        fields: dict[str, InfoField] = {}
+        if probe:
+            _, reset_info = self.env.reset()
+            step_info = self.env.step(self.env.action_space.sample())[-1]
+            fields.update(infer_info_fields(reset_info, step_info))
+        for name, example in (given or {}).items():
+            field = example if isinstance(example, InfoField) else info_field(name, example)
+            if field is None:
+                raise ValueError(
+                    f"info_fields[{name!r}]: expected an example number, bool or numeric array, "
+                    f"got {type(example).__name__}"
+                )
+            fields[name] = field
+        return fields
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when normal lookup fails: forward public names to the gymnasium env so
+        # that batched envs can dispatch methods and attributes to their sub-envs.
+        if name.startswith("_") or "env" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        try:
+            return self.__dict__["env"].get_wrapper_attr(name)
+        except AttributeError:
+            raise AttributeError(
+                f"neither GymEnv nor the gymnasium env {self.__dict__['env']} has an "
+                f"attribute {name!r}"
+            ) from None
+
+    def __repr__(self) -> str:
+        spec = getattr(self.env, "spec", None)
+        name = spec.id if spec is not None else type(self.env.unwrapped).__name__
+        return f"GymEnv({name})"
+
+
+def _observation_spec(space: spaces.Space) -> Composite:
+    spec = spec_from_space(space, "observation_space")
+    if isinstance(space, spaces.Dict):
+        return spec
+    return Composite({"observation": spec})

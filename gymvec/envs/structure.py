@@ -1,0 +1,84 @@
+"""How nested gymnasium values map onto flat tensordict keys.
+
+A gymnasium observation or action can be an array, a dict or a tuple, nested. gymvec stores
+each array leaf under its own tensordict key: a Box observation under ``"observation"``, a Dict
+observation under its own keys (nested dicts give nested keys), a Tuple under
+``("observation", "0")``, ``("observation", "1")``... A :class:`Leaf` records both the key and
+the path of dict keys / tuple indices that reaches the array inside the gymnasium value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+RESERVED_KEYS = ("action", "reward", "done", "terminated", "truncated", "next", "info", "_reset")
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One array inside a (possibly nested) gymnasium value."""
+
+    key: tuple[str, ...]
+    path: tuple[Any, ...]
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+def space_leaves(space: spaces.Space, key: tuple[str, ...], path: tuple = ()) -> list[Leaf]:
+    """The array leaves of ``space``; ``key`` is the tensordict key of the whole value."""
+    if isinstance(space, spaces.Dict):
+        leaves = []
+        for name, sub in space.spaces.items():
+            leaves += space_leaves(sub, (*key, str(name)), (*path, name))
+        return leaves
+    if isinstance(space, spaces.Tuple):
+        leaves = []
+        for index, sub in enumerate(space.spaces):
+            leaves += space_leaves(sub, (*key, str(index)), (*path, index))
+        return leaves
+    return [Leaf(key, path, tuple(space.shape), np.dtype(space.dtype))]
+
+
+def observation_leaves(space: spaces.Space) -> list[Leaf]:
+    """Leaves of an observation space: a Dict's keys at the root, anything else under
+    ``"observation"``."""
+    if isinstance(space, spaces.Dict):
+        for name in space.spaces:
+            if name in RESERVED_KEYS:
+                raise ValueError(
+                    f"observation_space key {name!r} clashes with a reserved tensordict key "
+                    f"(reserved: {RESERVED_KEYS})"
+                )
+        return space_leaves(space, ())
+    return space_leaves(space, ("observation",))
+
+
+def get_leaf(value: Any, path: tuple) -> Any:
+    for part in path:
+        value = value[part]
+    return value
+
+
+def build_value(space: spaces.Space, leaves: list[Leaf], arrays: list[Any]) -> Any:
+    """Rebuild a gymnasium value of ``space`` from one array per leaf (inverse of get_leaf)."""
+    if not isinstance(space, spaces.Dict | spaces.Tuple):
+        return arrays[0]
+    root: dict = {}
+    for leaf, array in zip(leaves, arrays):
+        node = root
+        for part in leaf.path[:-1]:
+            node = node.setdefault(part, {})
+        node[leaf.path[-1]] = array
+    return _to_space_type(space, root)
+
+
+def _to_space_type(space: spaces.Space, node: Any) -> Any:
+    if isinstance(space, spaces.Dict):
+        return {name: _to_space_type(sub, node[name]) for name, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(_to_space_type(sub, node[i]) for i, sub in enumerate(space.spaces))
+    return node

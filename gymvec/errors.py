@@ -1,0 +1,23 @@
+"""Exceptions raised by gymvec."""
+
+from __future__ import annotations
+
+
+class WorkerError(RuntimeError):
+    """A worker process failed: it raised, died, or did not answer in time.
+
+    ``worker_traceback`` holds the traceback text from inside the worker when there is one
+    (the worker raised); it is ``None`` when the worker died without a word (killed,
+    segfault) or timed out.
+    """
+
+    def __init__(self, message: str, *, worker_index: int | None = None, worker_traceback=None):
+        if worker_traceback:
+            message = f"{message}\n\n--- traceback in the worker ---\n{worker_traceback}"
+        super().__init__(message)
+        self.worker_index = worker_index
+        self.worker_traceback = worker_traceback
+
+
+class ClosedEnvError(RuntimeError):
+    """The environment was used after ``close()``."""

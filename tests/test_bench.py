@@ -1,0 +1,206 @@
+"""The bench: its envs through gymnasium, its worker layout, and the CLI's short form end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from gymvec.bench.__main__ import main
+from gymvec.bench.envs import BUSY_STEP_ID, IMAGE_OBS_ID, importable_id, register_bench_envs
+from gymvec.bench.runners import RunnerOptions, usable_cores, worker_layout
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _rollout(env: gym.Env, seed: int, actions: list[int]) -> list[np.ndarray]:
+    obs, _ = env.reset(seed=seed)
+    observations = [obs]
+    for action in actions:
+        obs, *_ = env.step(action)
+        observations.append(obs)
+    return observations
+
+
+@pytest.mark.parametrize(
+    "env_id, kwargs, shape, dtype",
+    [
+        (BUSY_STEP_ID, {"step_seconds": 0.0}, (4,), np.float32),
+        (IMAGE_OBS_ID, {}, (4, 84, 84), np.uint8),
+    ],
+)
+def test_bench_env_observations_and_seeding(env_id, kwargs, shape, dtype):
+    env = gym.make(env_id, **kwargs)
+    other = gym.make(env_id, **kwargs)
+    try:
+        assert env.observation_space.shape == shape
+        assert env.observation_space.dtype == dtype
+        actions = [0, 1, 1, 0, 1, 0, 0, 1, 1, 1]
+        first = _rollout(env, 7, actions)
+        for obs in first:
+            assert obs.shape == shape
+            assert obs.dtype == dtype
+            assert env.observation_space.contains(obs)
+        # The same seed replays the same episode, in another instance too; another seed does not.
+        again = _rollout(other, 7, actions)
+        assert all(np.array_equal(a, b) for a, b in zip(first, again))
+        different = _rollout(other, 8, actions)
+        assert not np.array_equal(first[0], different[0])
+        # Observations change from step to step (they are not one frozen array).
+        assert not np.array_equal(first[1], first[2])
+    finally:
+        env.close()
+        other.close()
+
+
+@pytest.mark.parametrize(
+    "env_id, kwargs",
+    [
+        (BUSY_STEP_ID, {"step_seconds": 0.0, "episode_steps": 5}),
+        (IMAGE_OBS_ID, {"episode_steps": 5}),
+    ],
+)
+def test_bench_env_truncates_after_episode_steps(env_id, kwargs):
+    env = gym.make(env_id, **kwargs)
+    try:
+        for _ in range(2):  # the second episode after a reset is as long as the first
+            env.reset(seed=0)
+            flags = [env.step(env.action_space.sample())[2:4] for _ in range(5)]
+            assert flags[:4] == [(False, False)] * 4
+            assert flags[4] == (False, True)
+    finally:
+        env.close()
+
+
+def test_busy_step_env_rewards_action_one():
+    env = gym.make(BUSY_STEP_ID, step_seconds=0.0)
+    try:
+        env.reset(seed=0)
+        assert env.step(1)[1] == 1.0
+        assert env.step(0)[1] == 0.0
+    finally:
+        env.close()
+
+
+def test_bench_env_bad_arguments_are_rejected():
+    with pytest.raises(ValueError, match="step_seconds"):
+        gym.make(BUSY_STEP_ID, step_seconds=-1.0)
+    with pytest.raises(ValueError, match="episode_steps"):
+        gym.make(IMAGE_OBS_ID, episode_steps=0)
+
+
+def test_register_bench_envs_is_idempotent():
+    spec = gym.spec(BUSY_STEP_ID)
+    register_bench_envs()
+    register_bench_envs()
+    assert gym.spec(BUSY_STEP_ID) is spec
+    assert gym.spec(IMAGE_OBS_ID).entry_point == "gymvec.bench.envs:ImageObsEnv"
+
+
+def test_importable_id_builds_the_env_in_a_fresh_interpreter():
+    # As a spawned worker would: gymvec.bench was never imported there.
+    code = (
+        "import gymnasium as gym\n"
+        f"env = gym.make({importable_id(IMAGE_OBS_ID)!r})\n"
+        "obs, _ = env.reset(seed=0)\n"
+        "print(obs.shape, obs.dtype)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=_env()
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "(4, 84, 84) uint8"
+    assert importable_id("CartPole-v1") == "CartPole-v1"
+
+
+def test_worker_layout():
+    assert worker_layout(32, RunnerOptions(num_workers=2)) == (2, 16)
+    assert worker_layout(8, RunnerOptions(envs_per_worker=4)) == (2, 4)
+    workers, per_worker = worker_layout(12, RunnerOptions())
+    assert workers * per_worker == 12
+    assert 1 <= workers <= usable_cores()
+    with pytest.raises(ValueError, match="num_envs=10"):
+        worker_layout(10, RunnerOptions(num_workers=3))
+    with pytest.raises(ValueError, match="num_envs=8"):
+        worker_layout(8, RunnerOptions(num_workers=2, envs_per_worker=3))
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _table_rows(stdout: str) -> list[list[str]]:
+    lines = stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["case", "runner"])
+    assert set(lines[header + 1].replace(" ", "")) == {"-"}
+    return [line.split() for line in lines[header + 2 :] if line.strip()]
+
+
+def test_cli_quick_gymnasium_runners(tmp_path):
+    json_path = tmp_path / "bench.json"
+    cmd = [sys.executable, "-m", "gymvec.bench", "--quick", "--case", "cartpole-8"]
+    cmd += ["--case", "busy-8", "--backends", "gym-sync,gym-async", "--json", str(json_path)]
+    out = subprocess.run(
+        cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env=_env()
+    )
+    assert out.returncode == 0, out.stderr
+
+    rows = _table_rows(out.stdout)
+    assert [row[:2] for row in rows] == [
+        ["cartpole-8", "gym-sync"],
+        ["cartpole-8", "gym-async"],
+        ["busy-8", "gym-sync"],
+        ["busy-8", "gym-async"],
+    ]
+    for row in rows:
+        assert len(row) == 5, row  # no error column filled in
+        rate, ratio_sync, ratio_best = (float(cell) for cell in row[2:])
+        assert rate > 0 and ratio_sync > 0 and ratio_best > 0
+    assert [row[3] for row in rows if row[1] == "gym-sync"] == ["1.00", "1.00"]
+
+    document = json.loads(json_path.read_text())
+    assert set(document) >= {"cases", "machine"}
+    assert document["machine"]["usable_cores"] >= 1
+    cases = document["cases"]
+    assert [(c["case"], c["env_id"], c["num_envs"]) for c in cases] == [
+        ("cartpole-8", "CartPole-v1", 8),
+        ("busy-8", BUSY_STEP_ID, 8),
+    ]
+    for case, case_rows in zip(cases, (rows[:2], rows[2:])):
+        results = case["results"]
+        assert [r["runner"] for r in results] == ["gym-sync", "gym-async"]
+        for result, row in zip(results, case_rows):
+            assert result["error"] is None
+            assert result["steps_per_s"] > 0
+            assert f"{result['steps_per_s']:.0f}" == row[2]
+            assert result["ratio_sync"] == pytest.approx(
+                result["steps_per_s"] / results[0]["steps_per_s"]
+            )
+        # The faster gymnasium runner is the reference of "x best gym".
+        assert max(r["ratio_best_gym"] for r in results) == pytest.approx(1.0)
+    # The progress went to stderr, not into the table.
+    assert "gym-async" in out.stderr
+
+
+def test_cli_reports_a_failing_runner_and_strict_fails(capsys):
+    argv = ["--quick", "--env-id", "gymvec/NoSuchEnv-v0", "--backends", "gym-sync"]
+    assert main([*argv, "--no-progress"]) == 0
+    rows = _table_rows(capsys.readouterr().out)
+    assert rows[0][:3] == ["gymvec/NoSuchEnv-v0-8", "gym-sync", "-"]
+    assert "NoSuchEnv" in " ".join(rows[0][5:])
+    assert main([*argv, "--no-progress", "--strict"]) == 1
+
+
+def test_cli_rejects_an_unknown_runner(capsys):
+    with pytest.raises(SystemExit) as excinfo:
+        main(["--backends", "gym-sync,no-such-runner"])
+    assert excinfo.value.code == 2
+    assert "no-such-runner" in capsys.readouterr().err
