@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from gymnasium.error import ClosedEnvironmentError
+
 
 class WorkerError(RuntimeError):
     """A worker process failed: it raised, died, or did not answer in time.
@@ -19,5 +21,5 @@ class WorkerError(RuntimeError):
         self.worker_traceback = worker_traceback
 
 
-class ClosedEnvError(RuntimeError):
+class ClosedEnvError(ClosedEnvironmentError):
     """The environment was used after ``close()``."""

@@ -27,10 +27,11 @@ from gymnasium import spaces
 from tensordict import TensorDictBase
 
 from gymvec.batched.buffers import BufferLayout, Buffers, LeafSpec
-from gymvec.batched.driver import Control, Mode
+from gymvec.batched.driver import Control, Mode, describe_sub_env
 from gymvec.envs.base import EnvBase, make_done_spec, make_reward_spec
-from gymvec.envs.gym_env import GymEnv
+from gymvec.envs.gym_env import GymEnv, observation_spec_from_space
 from gymvec.envs.infos import InfoField
+from gymvec.spaces import spec_from_space
 from gymvec.specs import (
     Composite,
     Unbounded,
@@ -58,22 +59,42 @@ class SubEnvDescription:
 
     @classmethod
     def of(cls, env: EnvBase) -> SubEnvDescription:
+        """Describe a sub-env built in this process."""
         if env.batch_size != torch.Size([]):
             raise ValueError(
                 f"create_env_fn: sub-envs must have batch_size (), got {tuple(env.batch_size)}"
             )
         gym_env = env.env if isinstance(env, GymEnv) else None
         info_fields = env.info_fields if isinstance(env, GymEnv) else _fields_of(env.info_spec)
+        summary = describe_sub_env(env)
+        summary.setdefault("reward_dtype", env.reward_spec.dtype)
+        if gym_env is None:
+            summary.update(
+                observation_spec=env.observation_spec, full_action_spec=env.full_action_spec
+            )
+        return cls.from_summary(summary, info_fields)
+
+    @classmethod
+    def from_summary(cls, summary: dict, info_fields: dict[str, InfoField]) -> SubEnvDescription:
+        """From ``driver.describe_sub_env``'s summary (made in this process or a worker)."""
+        obs_space = summary.get("observation_space")
+        action_space = summary.get("action_space")
+        if obs_space is not None:
+            observation_spec = observation_spec_from_space(obs_space)
+            full_action_spec = Composite({"action": spec_from_space(action_space, "action_space")})
+        else:
+            observation_spec = summary["observation_spec"].clone()
+            full_action_spec = summary["full_action_spec"].clone()
         return cls(
-            observation_spec=env.observation_spec.clone(),
-            full_action_spec=env.full_action_spec.clone(),
-            reward_dtype=env.reward_spec.dtype,
+            observation_spec=observation_spec,
+            full_action_spec=full_action_spec,
+            reward_dtype=summary.get("reward_dtype", torch.float32),
             info_fields=info_fields,
-            observation_space=None if gym_env is None else gym_env.observation_space,
-            action_space=None if gym_env is None else gym_env.action_space,
-            metadata=dict(getattr(gym_env, "metadata", None) or {}),
-            render_mode=None if gym_env is None else gym_env.render_mode,
-            env_spec=None if gym_env is None else gym_env.spec,
+            observation_space=obs_space,
+            action_space=action_space,
+            metadata=summary.get("metadata", {}),
+            render_mode=summary.get("render_mode"),
+            env_spec=summary.get("env_spec"),
         )
 
 
@@ -132,62 +153,61 @@ class BatchedEnvBase(EnvBase):
         self.envs_per_worker = envs_per_worker
         self.num_envs = num_workers * envs_per_worker
         super().__init__(batch_size=(self.num_envs,), device=device)
-        self._create_env_fns = _per_worker("create_env_fn", create_env_fn, num_workers)
-        self._create_env_kwargs = _per_worker(
-            "create_env_kwargs", create_env_kwargs or {}, num_workers, is_item=_is_kwargs
+        self._create_env_fns = _per_sub_env(create_env_fn, num_workers, envs_per_worker)
+        self._create_env_kwargs = _per_sub_env(
+            create_env_kwargs or {}, num_workers, envs_per_worker, is_item=_is_kwargs
         )
         self._executor = None
         self._pending_seeds: list[int | None] | None = None
         self._in_flight = False
-        self._describe_sub_envs()
-        self._allocate()
+        first = self._describe_first()
+        self._allocate(first)
+        if self._single_factory():
+            descriptions = [first] * self.num_envs
+        else:  # each factory may build a different sub-env: ask the sub-envs themselves
+            descriptions = [
+                SubEnvDescription.from_summary(summary, first.info_fields)
+                for summary in self.executor.describe()
+            ]
+        self._set_specs(descriptions)
 
     # ---- construction -------------------------------------------------------------------------
-    def _describe_sub_envs(self) -> None:
-        """Build one sub-env per distinct factory in this process, read its specs, close it."""
-        described: dict[int, SubEnvDescription] = {}
-        per_worker = []
-        for fn, kwargs in zip(self._create_env_fns, self._create_env_kwargs):
-            key = id(fn) if not kwargs else id((fn, tuple(sorted(kwargs.items()))))
-            if key not in described:
-                env = as_env(fn(**kwargs))
-                try:
-                    described[key] = SubEnvDescription.of(env)
-                finally:
-                    env.close()
-            per_worker.append(described[key])
-        self.sub_env_descriptions = [d for d in per_worker for _ in range(self.envs_per_worker)]
-        first = per_worker[0]
-        for w, description in enumerate(per_worker):
+    def _single_factory(self) -> bool:
+        fns, kwargs = self._create_env_fns, self._create_env_kwargs
+        return all(f is fns[0] for f in fns) and all(k == kwargs[0] for k in kwargs)
+
+    def _describe_first(self) -> SubEnvDescription:
+        """Build sub-env 0 in this process, describe it, close it (workers build their own)."""
+        env = as_env(self._sub_env_fn(0)())
+        try:
+            return SubEnvDescription.of(env)
+        finally:
+            env.close()
+
+    def _set_specs(self, descriptions: list[SubEnvDescription]) -> None:
+        first = descriptions[0]
+        for i, description in enumerate(descriptions):
             for name, a, b in (
                 ("observation_spec", first.observation_spec, description.observation_spec),
                 ("action_spec", first.full_action_spec, description.full_action_spec),
             ):
-                if set(a.keys(True, True)) != set(b.keys(True, True)):
+                if spec_leaves(a) != spec_leaves(b):
                     raise ValueError(
-                        f"create_env_fn[{w}]: {name} keys {sorted(map(str, b.keys(True, True)))}"
-                        f" differ from worker 0's {sorted(map(str, a.keys(True, True)))}; "
-                        "multi-task batches need the same keys"
+                        f"sub-env {i}: {name} leaves {spec_leaves(b)} differ from sub-env 0's "
+                        f"{spec_leaves(a)}; a batch needs the same keys, shapes and dtypes"
                     )
-        self.info_fields = {
-            name: field
-            for name, field in first.info_fields.items()
-            if all(d.info_fields.get(name) == field for d in per_worker)
-        }
+        self.sub_env_descriptions = descriptions
         n = self.num_envs
-        descriptions = self.sub_env_descriptions
         self.observation_spec = _batch_spec([d.observation_spec for d in descriptions], n)
         self.full_action_spec = _batch_spec([d.full_action_spec for d in descriptions], n)
         self.reward_spec = make_reward_spec(self.batch_size, first.reward_dtype)
         self.done_spec = make_done_spec(self.batch_size)
-        self.info_spec = Composite(
-            {name: first_spec for name, first_spec in _info_specs(self.info_fields).items()},
-        ).expand(n)
+        self.info_spec = Composite(_info_specs(self.info_fields)).expand(n)
         self.metadata = first.metadata
         self.render_mode = first.render_mode
 
-    def _allocate(self) -> None:
-        first = self.sub_env_descriptions[0]
+    def _allocate(self, first: SubEnvDescription) -> None:
+        self.info_fields = first.info_fields
         self.layout = BufferLayout(
             self.num_envs,
             spec_leaves(first.observation_spec),
@@ -203,11 +223,13 @@ class BatchedEnvBase(EnvBase):
         # rows whose root is older than "next" (they stepped since their last reset)
         self._root_stale = np.zeros(self.num_envs, dtype=bool)
 
+    def _sub_env_fn(self, i: int) -> Callable[[], Any]:
+        fn, kwargs = self._create_env_fns[i], self._create_env_kwargs[i]
+        return functools.partial(fn, **kwargs) if kwargs else fn
+
     def _worker_env_fns(self, worker: int) -> list[Callable[[], Any]]:
-        fn = self._create_env_fns[worker]
-        kwargs = self._create_env_kwargs[worker]
-        thunk = functools.partial(fn, **kwargs) if kwargs else fn
-        return [thunk] * self.envs_per_worker
+        start = worker * self.envs_per_worker
+        return [self._sub_env_fn(i) for i in range(start, start + self.envs_per_worker)]
 
     # ---- to implement by SerialEnv / ParallelEnv ----------------------------------------------
     def _new_memory(self, nbytes: int) -> Any:
@@ -359,7 +381,7 @@ class BatchedEnvBase(EnvBase):
 
     def update_kwargs(self, kwargs: dict | Sequence[dict]) -> None:
         """Update ``create_env_kwargs``; sub-envs are rebuilt with them at the next use."""
-        updates = _per_worker("kwargs", kwargs, self.num_workers, is_item=_is_kwargs)
+        updates = _per_sub_env(kwargs, self.num_workers, self.envs_per_worker, is_item=_is_kwargs)
         for current, update in zip(self._create_env_kwargs, updates):
             current.update(update)
         if self._executor is not None:
@@ -427,14 +449,25 @@ def _is_kwargs(value: Any) -> bool:
     return isinstance(value, dict)
 
 
-def _per_worker(name: str, value: Any, n: int, is_item: Callable[[Any], bool] = callable) -> list:
+def _per_sub_env(
+    value: Any, num_workers: int, envs_per_worker: int, is_item: Callable[[Any], bool] = callable
+) -> list:
+    """One item per sub-env from one item, one per worker, or one per sub-env."""
+    name = "create_env_kwargs" if is_item is _is_kwargs else "create_env_fn"
+    n = num_workers * envs_per_worker
+    copy = (lambda v: dict(v)) if is_item is _is_kwargs else (lambda v: v)
     if is_item(value):
-        return [dict(value) if isinstance(value, dict) else value for _ in range(n)]
+        return [copy(value) for _ in range(n)]
     if isinstance(value, list | tuple) and all(is_item(v) for v in value):
-        if len(value) != n:
-            raise ValueError(f"{name}: expected {n} items (one per worker), got {len(value)}")
-        return [dict(v) if isinstance(v, dict) else v for v in value]
-    raise TypeError(f"{name}: expected a callable or a list of {n}, got {type(value).__name__}")
+        if len(value) == num_workers:
+            return [copy(v) for v in value for _ in range(envs_per_worker)]
+        if len(value) == n:
+            return [copy(v) for v in value]
+        raise ValueError(
+            f"{name}: expected {num_workers} items (one per worker) or {n} (one per sub-env), "
+            f"got {len(value)}"
+        )
+    raise TypeError(f"{name}: expected a callable or a list, got {type(value).__name__}")
 
 
 def _batch_spec(specs: list[Composite], n: int) -> Composite:

@@ -65,6 +65,25 @@ def check_sub_env(env: Any) -> Any:
     )
 
 
+def describe_sub_env(env: Any) -> dict:
+    """What the parent needs to know of a sub-env built elsewhere (picklable, torch-free for
+    gymnasium sub-envs)."""
+    gym_env = gym_env_of(env)
+    if gym_env is not None:
+        return {
+            "observation_space": gym_env.observation_space,
+            "action_space": gym_env.action_space,
+            "metadata": dict(gym_env.metadata or {}),
+            "render_mode": gym_env.render_mode,
+            "env_spec": gym_env.spec,
+        }
+    return {
+        "observation_spec": env.observation_spec,
+        "full_action_spec": env.full_action_spec,
+        "reward_dtype": env.reward_spec.dtype,
+    }
+
+
 class Control:
     """Per-sub-env command bytes and seeds: ``mode`` (uint8) and ``seed`` (int64) rows."""
 
@@ -260,6 +279,9 @@ class SubEnvGroup:
         except BaseException:
             self.close()
             raise
+
+    def describe(self) -> list[dict]:
+        return [describe_sub_env(env) for env in self.envs]
 
     def run(self, options: dict | None) -> dict[int, dict]:
         """Carry out the mode bytes of this group's rows; returns the extras by sub-env index."""

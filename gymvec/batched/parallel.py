@@ -13,6 +13,7 @@ import multiprocessing as mp
 import os
 import platform
 import signal
+import time
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -58,6 +59,8 @@ class WorkerHandle:
         self.wake, self.done = wake, done
         self.words = words
         self.seq = 0
+        self.answered = 0  # the last command whose answer was read
+        self.description: list[dict] = []  # describe_sub_env() of each sub-env, once ready
 
     def post(self, command: Command, payload: Any = None) -> None:
         self.seq += 1
@@ -79,6 +82,7 @@ class WorkerHandle:
                 reply = self.conn.recv()
             except (EOFError, OSError):
                 raise self.died() from None
+        self.answered = self.seq
         if self.words[STATUS] == Status.ERROR:
             raise WorkerError(
                 f"worker {self.index} raised", worker_index=self.index, worker_traceback=reply
@@ -106,6 +110,7 @@ class ProcessExecutor:
     def __init__(self, env: ParallelEnv):
         self.handles: list[WorkerHandle] = []
         self.local: LocalExecutor | None = None
+        self._extras: dict | None = None  # answers collected so far by a wait
         self.worker_spin_s = env.worker_spin_s
         self.parent_spin_s = env.parent_spin_s
         self.sync_memory = None
@@ -156,6 +161,10 @@ class ProcessExecutor:
         for handle in self.handles:
             self._wait_ready(handle, env.startup_timeout)
 
+    def describe(self) -> list[dict]:
+        local = [] if self.local is None else self.local.describe()
+        return local + [summary for handle in self.handles for summary in handle.description]
+
     @staticmethod
     def _wait_ready(handle: WorkerHandle, timeout: float) -> None:
         ready = mp.connection.wait([handle.conn, handle.process.sentinel], timeout)
@@ -170,6 +179,7 @@ class ProcessExecutor:
                     worker_index=handle.index,
                     worker_traceback=detail,
                 )
+            handle.description = detail
             return
         if ready:
             raise handle.died()
@@ -194,16 +204,26 @@ class ProcessExecutor:
             self.local.send(options)
 
     def wait(self, timeout: float | None = None) -> dict[int, dict]:
-        extras = self.local.wait() if self.local is not None else {}
+        """Collect every worker's answer. After a TimeoutError, calling again resumes."""
+        if self._extras is None:  # the local share runs once, even if the wait is resumed
+            self._extras = self.local.wait() if self.local is not None else {}
+        deadline = None if timeout is None else time.monotonic() + timeout
         error = None
         for handle in self.handles:
+            if handle.answered == handle.seq:
+                continue
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             try:
-                reply = handle.wait(self.parent_spin_s, timeout)
+                reply = handle.wait(self.parent_spin_s, left)
             except WorkerError as exc:  # answer every worker first: no reply left unread
                 error = error or exc
                 continue
+            finally:
+                if handle.answered != handle.seq and not handle.process.is_alive():
+                    handle.answered = handle.seq
             if reply:
-                extras.update(reply)
+                self._extras.update(reply)
+        extras, self._extras = self._extras, None
         if error is not None:
             raise error
         return extras
@@ -338,13 +358,6 @@ class ParallelEnv(BatchedEnvBase):
             import torch
 
             torch.set_num_threads(num_threads)
-        super().__init__(
-            num_workers,
-            create_env_fn,
-            create_env_kwargs,
-            envs_per_worker=envs_per_worker,
-            device=device,
-        )
         busy_processes = num_workers + (0 if self.local_worker else 1)
         if spin is None:
             # Spinning pays only with a core per process, and relies on x86's store order.
@@ -352,6 +365,13 @@ class ParallelEnv(BatchedEnvBase):
         self.worker_spin_s = WORKER_SPIN_S if spin else 0.0
         self.parent_spin_s = PARENT_SPIN_S if spin else 0.0
         self._finalizer = None
+        super().__init__(
+            num_workers,
+            create_env_fn,
+            create_env_kwargs,
+            envs_per_worker=envs_per_worker,
+            device=device,
+        )
 
     def _new_memory(self, nbytes: int) -> Any:
         if self.memmap:

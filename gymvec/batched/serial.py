@@ -32,6 +32,9 @@ class LocalExecutor:
             raise
         return cls(groups)
 
+    def describe(self) -> list[dict]:
+        return [summary for group in self.groups for summary in group.describe()]
+
     def send(self, options: dict | None) -> None:
         self._options = options
 

@@ -193,7 +193,7 @@ def worker_main(
     torch = sys.modules.get("torch")
     if torch is not None and num_threads is not None:  # the sub-envs use torch
         torch.set_num_threads(num_threads)
-    conn.send(("ready", None))
+    conn.send(("ready", group.describe()))
     try:
         Worker(group, words, conn, wake, done, spin_s).loop()
     except (EOFError, BrokenPipeError, KeyboardInterrupt):

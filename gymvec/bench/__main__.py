@@ -20,6 +20,7 @@ from gymvec.bench.harness import Settings, run_cases
 from gymvec.bench.report import format_table, to_json, write_json
 from gymvec.bench.runners import RUNNERS
 
+FULL = Settings()
 QUICK = Settings(steps=20, repeats=2, warmup=2, max_seconds=0.5)
 
 
@@ -68,13 +69,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--envs-per-worker", type=_positive_int, help="sub-envs per worker (overrides)"
     )
-    parser.add_argument("--steps", type=_positive_int, help="vector steps per timed run")
-    parser.add_argument("--repeats", type=_positive_int, help="timed runs per runner")
     parser.add_argument(
-        "--warmup", type=_non_negative_int, help="untimed vector steps before each timed run"
+        "--steps",
+        type=_positive_int,
+        help=f"vector steps per timed run (default {FULL.steps})",
     )
     parser.add_argument(
-        "--max-seconds", type=float, help="cap on one timed run in seconds (0: no cap)"
+        "--repeats",
+        type=_positive_int,
+        help=f"timed runs per runner, median kept (default {FULL.repeats})",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=_non_negative_int,
+        help=f"untimed vector steps before each timed run (default {FULL.warmup})",
+    )
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        help=f"cap on one timed run in seconds, 0 for none (default {FULL.max_seconds})",
     )
     parser.add_argument("--seed", type=int, help="seed of the envs and the action pool")
     parser.add_argument("--quick", action="store_true", help="tiny runs, for CI")
@@ -102,7 +115,7 @@ def select_cases(args: argparse.Namespace) -> list[Case]:
 
 
 def select_settings(args: argparse.Namespace) -> Settings:
-    settings = QUICK if args.quick else Settings()
+    settings = QUICK if args.quick else FULL
     overrides = {
         "steps": args.steps,
         "repeats": args.repeats,
@@ -120,9 +133,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     cases = select_cases(args)
     settings = select_settings(args)
     case_results = run_cases(cases, settings, show_progress=not args.no_progress)
+    cap = "" if settings.max_seconds is None else f" or {settings.max_seconds:g} s"
     print(
-        f"median env-steps/s of {settings.repeats} interleaved run(s) of up to "
-        f"{settings.steps} vector steps; ratios against gym-sync and the faster gymnasium runner"
+        f"env-steps/s: median of {settings.repeats} interleaved timed run(s) of "
+        f"{settings.steps} vector steps{cap}; x sync: against gym-sync; "
+        "x best gym: against the faster of gym-sync/gym-async"
     )
     print(format_table(case_results))
     if args.json:

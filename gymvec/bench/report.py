@@ -57,11 +57,22 @@ def _version(package: str) -> str | None:
         return None
 
 
+def _cpu_model() -> str | None:
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists():
+        return None
+    for line in cpuinfo.read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
 def machine_info() -> dict[str, Any]:
     packages = ("gymvec", "gymnasium", "numpy", "torch", "tensordict", "stable-baselines3")
     return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
+        "cpu_model": _cpu_model(),
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
         "usable_cores": usable_cores(),
@@ -69,12 +80,19 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def _command() -> str:
+    program = Path(sys.argv[0]).name
+    if program == "__main__.py":
+        program = "python -m gymvec.bench"
+    return " ".join([program, *sys.argv[1:]])
+
+
 def to_json(case_results: Sequence[CaseResult], settings: Settings) -> dict[str, Any]:
     return {
         "cases": [c.to_dict() for c in case_results],
         "settings": asdict(settings),
         "machine": machine_info(),
-        "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
+        "command": _command(),
     }
 
 

@@ -30,9 +30,13 @@ DONE_KEYS = ("done", "terminated", "truncated")
 
 
 def step_mdp(td: TensorDictBase) -> TensorDictBase:
-    """The root of the next step: ``td["next"]`` without its reward, as a new TensorDict."""
+    """The root of the next step: ``td["next"]`` without its reward, as a new TensorDict.
+
+    The leaves are shared with ``td["next"]``, nested TensorDicts are not: setting a nested key
+    of the result (as resets do) leaves ``td["next"]`` unchanged.
+    """
     next_td = td.get("next")
-    return next_td.exclude("reward")
+    return next_td.exclude("reward").clone(recurse=False)
 
 
 def make_done_spec(batch_size: torch.Size) -> Composite:

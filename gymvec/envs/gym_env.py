@@ -61,7 +61,7 @@ class GymEnv(EnvBase):
         self.env = env
         self.obs_leaves: list[Leaf] = observation_leaves(env.observation_space)
         self.action_leaves: list[Leaf] = space_leaves(env.action_space, ("action",))
-        self.observation_spec = _observation_spec(env.observation_space)
+        self.observation_spec = observation_spec_from_space(env.observation_space)
         self.action_spec = spec_from_space(env.action_space, "action_space")
         self._pending_seed: int | None = None
         self.last_reset_info: dict = {}
@@ -167,7 +167,9 @@ class GymEnv(EnvBase):
         return f"GymEnv({name})"
 
 
-def _observation_spec(space: spaces.Space) -> Composite:
+def observation_spec_from_space(space: spaces.Space) -> Composite:
+    """The observation spec of a gymnasium observation space: a Dict's keys, or
+    ``"observation"``."""
     spec = spec_from_space(space, "observation_space")
     if isinstance(space, spaces.Dict):
         return spec

@@ -1,0 +1,299 @@
+"""Drop-in replacements for gymnasium's ``SyncVectorEnv`` and ``AsyncVectorEnv``.
+
+``SerialVectorEnv(env_fns, ...)`` and ``ParallelVectorEnv(env_fns, ...)`` take the same
+arguments and offer the same methods as gymnasium's classes, and run on gymvec's batched envs:
+
+    >>> import gymnasium as gym
+    >>> from gymvec import ParallelVectorEnv
+    >>> envs = ParallelVectorEnv([lambda: gym.make("CartPole-v1")] * 4, num_workers=2)
+    >>> obs, infos = envs.reset(seed=42)
+    >>> envs.step_async(envs.action_space.sample())
+    >>> obs, rewards, terminations, truncations, infos = envs.step_wait()
+    >>> envs.close()
+"""
+
+from __future__ import annotations
+
+import enum
+import multiprocessing
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
+from gymnasium.spaces import Space
+from gymnasium.spaces.utils import is_space_dtype_shape_equiv
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_differing_spaces
+
+from gymvec.batched.parallel import ParallelEnv, usable_cores
+from gymvec.batched.serial import SerialEnv
+from gymvec.facade.vector_env import GymnasiumVectorEnv
+
+
+def _apply_observation_mode(face: GymnasiumVectorEnv, mode: str | tuple, cls_name: str) -> None:
+    """gymnasium's ``observation_mode``: "same", "different", or (batched, single) spaces."""
+    from gymvec.facade.vector_env import sub_env_spaces
+
+    obs_spaces, action_spaces = sub_env_spaces(face.env)
+    if isinstance(mode, tuple) and len(mode) == 2:
+        if not isinstance(mode[0], Space) or not isinstance(mode[1], Space):
+            raise TypeError(
+                "Expected both elements of observation_mode to be Spaces, got "
+                f"{type(mode[0])} and {type(mode[1])}"
+            )
+        face.observation_space, face.single_observation_space = mode
+    elif mode == "different":
+        face.observation_space = batch_differing_spaces(obs_spaces)
+    elif mode != "same":
+        raise ValueError(
+            "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and "
+            f"batch observation space, actual got {mode}"
+        )
+    for space in obs_spaces:
+        if mode == "same" and space != face.single_observation_space:
+            raise RuntimeError(
+                f"{cls_name}(..., observation_mode='same') however the sub-environments "
+                "observation spaces are not equivalent. "
+                f"single_observation_space={face.single_observation_space}, sub-environment "
+                f"observation_space={space}. If this is intentional, use "
+                "`observation_mode='different'` instead."
+            )
+        if mode != "same" and not is_space_dtype_shape_equiv(space, face.single_observation_space):
+            raise RuntimeError(
+                f"{cls_name}(..., observation_mode='different' or custom space) however the "
+                "sub-environments observation spaces do not share a common shape and dtype, "
+                f"single_observation_space={face.single_observation_space}, sub-environment "
+                f"observation space={space}"
+            )
+    for space in action_spaces:
+        if space != face.single_action_space:
+            raise RuntimeError(
+                f"Sub-environment action space doesn't make the `single_action_space`, "
+                f"action_space={space}, single_action_space={face.single_action_space}"
+            )
+
+
+def _check_env_fns(env_fns: Sequence[Callable[[], gym.Env]]) -> list:
+    env_fns = list(env_fns)
+    if not env_fns or not all(callable(fn) for fn in env_fns):
+        raise TypeError(f"env_fns: expected a non-empty sequence of callables, got {env_fns!r}")
+    return env_fns
+
+
+class SerialVectorEnv(GymnasiumVectorEnv):
+    """gymnasium's ``SyncVectorEnv``, on gymvec's ``SerialEnv``.
+
+    Args:
+        env_fns: callables that each build one gymnasium env.
+        copy: return copies of the observations.
+        observation_mode: "same", "different", or a (batched, single) pair of spaces.
+        autoreset_mode: "next_step", "same_step" or "disabled".
+        output: "numpy" or "torch" (gymvec's extension).
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        copy: bool = True,
+        observation_mode: str | tuple[Space, Space] = "same",
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        *,
+        output: str = "numpy",
+    ):
+        self.env_fns = _check_env_fns(env_fns)
+        self.observation_mode = observation_mode
+        env = SerialEnv(len(self.env_fns), self.env_fns)
+        try:
+            super().__init__(env, autoreset_mode=autoreset_mode, output=output, copy=copy)
+            _apply_observation_mode(self, observation_mode, "SerialVectorEnv")
+        except BaseException:
+            env.close()
+            raise
+
+    @property
+    def envs(self) -> list[gym.Env]:
+        """The sub-envs, as ``SyncVectorEnv.envs``."""
+        return [env for group in self.env.executor.groups for env in group.envs]
+
+
+class AsyncState(enum.Enum):
+    DEFAULT = "default"
+    WAITING_RESET = "reset"
+    WAITING_STEP = "step"
+    WAITING_CALL = "call"
+
+
+class ParallelVectorEnv(GymnasiumVectorEnv):
+    """gymnasium's ``AsyncVectorEnv``, on gymvec's ``ParallelEnv``.
+
+    Sub-envs are spread over ``num_workers`` processes (default: the usable cores, at most one
+    per sub-env), several per process; data goes through shared memory.
+
+    Args (gymnasium's): env_fns, shared_memory (always on; accepted for compatibility), copy,
+        context (start method, default: multiprocessing's), daemon, worker (not supported:
+        must be None), observation_mode, autoreset_mode, max_concurrency (accepted; every
+        worker steps its sub-envs concurrently).
+    Args (gymvec's): num_workers, local_worker (step one share of the sub-envs in this
+        process: None picks by the number of cores), output ("numpy" or "torch").
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        shared_memory: bool = True,
+        copy: bool = True,
+        context: str | None = None,
+        daemon: bool = True,
+        worker: Callable | None = None,
+        observation_mode: str | tuple[Space, Space] = "same",
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        max_concurrency: int | None = None,
+        *,
+        num_workers: int | None = None,
+        local_worker: bool | None = None,
+        output: str = "numpy",
+    ):
+        if worker is not None:
+            raise ValueError("ParallelVectorEnv does not support a custom `worker` function")
+        if max_concurrency is not None and (
+            not isinstance(max_concurrency, int | np.integer) or max_concurrency < 1
+        ):
+            raise ValueError(
+                f"`max_concurrency` must be a positive integer or None, got {max_concurrency}."
+            )
+        self.env_fns = _check_env_fns(env_fns)
+        self.shared_memory, self.context, self.daemon = shared_memory, context, daemon
+        self.observation_mode = observation_mode
+        self.max_concurrency = max_concurrency
+        n = len(self.env_fns)
+        num_workers = min(usable_cores(), n) if num_workers is None else num_workers
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+            raise ValueError(f"num_workers: expected a positive int, got {num_workers!r}")
+        if n % num_workers:
+            raise ValueError(
+                f"num_workers: {n} sub-envs cannot be split evenly over {num_workers} workers"
+            )
+        if local_worker is None:
+            local_worker = default_local_worker(num_workers)
+        env = ParallelEnv(
+            num_workers,
+            self.env_fns,
+            envs_per_worker=n // num_workers,
+            mp_start_method=context or multiprocessing.get_start_method(),
+            daemon=daemon,
+            local_worker=local_worker,
+        )
+        try:
+            super().__init__(env, autoreset_mode=autoreset_mode, output=output, copy=copy)
+            _apply_observation_mode(self, observation_mode, "ParallelVectorEnv")
+        except BaseException:
+            env.close()
+            raise
+        self._state = AsyncState.DEFAULT
+
+    # ---- the async state machine --------------------------------------------------------------
+    def _begin(self, call: str) -> None:
+        self._check_running()
+        if self._state != AsyncState.DEFAULT:
+            raise AlreadyPendingCallError(
+                f"Calling `{call}` while waiting for a pending call to `{self._state.value}` "
+                "to complete",
+                str(self._state.value),
+            )
+
+    def _wait(self, call: str, state: AsyncState, timeout: float | None) -> dict:
+        self._check_running()
+        if self._state != state:
+            raise NoAsyncCallError(
+                f"Calling `{call}_wait` without any prior call to `{call}_async`.", state.value
+            )
+        try:
+            extras = self.env.recv(timeout)
+        except TimeoutError:
+            raise multiprocessing.TimeoutError(
+                f"The call to `{call}_wait` has timed out after {timeout} second(s)."
+            ) from None
+        finally:
+            if not self.env._in_flight:
+                self._state = AsyncState.DEFAULT
+        return extras
+
+    def _check_running(self) -> None:
+        if self.closed:
+            raise gym.error.ClosedEnvironmentError(
+                f"Trying to operate on `{type(self).__name__}`, after a call to `close()`."
+            )
+
+    def reset_async(self, seed=None, options: dict | None = None) -> None:
+        self._begin("reset_async")
+        self.reset_send(seed=seed, options=options)
+        self._state = AsyncState.WAITING_RESET
+
+    def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict]:
+        return self.finish(self._wait("reset", AsyncState.WAITING_RESET, timeout))
+
+    def reset(self, *, seed=None, options: dict | None = None) -> tuple[Any, dict]:
+        self.reset_async(seed=seed, options=options)
+        return self.reset_wait()
+
+    def step_async(self, actions: Any) -> None:
+        self._begin("step_async")
+        self.step_send(actions)
+        self._state = AsyncState.WAITING_STEP
+
+    def step_wait(self, timeout: float | None = None) -> tuple[Any, Any, Any, Any, dict]:
+        return self.finish(self._wait("step", AsyncState.WAITING_STEP, timeout))
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict]:
+        self.step_async(actions)
+        return self.step_wait()
+
+    def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
+        self._begin("call_async")
+        self._call = (name, args, kwargs)
+        self._state = AsyncState.WAITING_CALL
+
+    def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
+        self._check_running()
+        if self._state != AsyncState.WAITING_CALL:
+            raise NoAsyncCallError(
+                "Calling `call_wait` without any prior call to `call_async`.",
+                AsyncState.WAITING_CALL.value,
+            )
+        self._state = AsyncState.DEFAULT
+        name, args, kwargs = self._call
+        return super().call(name, *args, **kwargs)
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        self.call_async(name, *args, **kwargs)
+        return self.call_wait()
+
+    def set_attr(self, name: str, values: Any) -> None:
+        self._check_running()
+        if self._state != AsyncState.DEFAULT:
+            raise AlreadyPendingCallError(
+                f"Calling `set_attr` while waiting for a pending call to `{self._state.value}` "
+                "to complete.",
+                str(self._state.value),
+            )
+        super().set_attr(name, values)
+
+    def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
+        if self._state != AsyncState.DEFAULT and not terminate:
+            try:  # let the call in flight finish, as AsyncVectorEnv does
+                self.env.recv(timeout)
+            except Exception:
+                pass
+        self._state = AsyncState.DEFAULT
+        self.env.close()
+
+
+def default_local_worker(num_workers: int) -> bool:
+    """Whether the calling process should step a share of the sub-envs itself.
+
+    With as many worker processes as cores, a parent that only waits leaves a core idle while
+    its wake-ups cost latency (see the bench): stepping a share itself wins.
+    """
+    return num_workers >= usable_cores()

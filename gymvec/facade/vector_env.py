@@ -1,0 +1,390 @@
+"""``GymnasiumVectorEnv``: any batched gymvec env as a ``gymnasium.vector.VectorEnv``.
+
+The face speaks gymnasium's vector API (numpy arrays, float64 rewards, bool flags, infos as
+arrays with ``_key`` masks) and implements gymnasium's three autoreset modes on top of the
+explicit-reset batched envs, each in one round trip to the workers per call:
+
+=============  ==========================================================================
+NEXT_STEP      the step after a sub-env finished resets it: its action is ignored, it
+               returns its reset observation and reset info, reward 0 and flags False.
+SAME_STEP      a finished sub-env is reset within the step: it returns its reset
+               observation, ``infos["final_obs"]``/``infos["final_info"]`` (with masks)
+               hold the terminal observation and info.
+DISABLED       finished sub-envs stay finished until ``reset(options={"reset_mask": m})``.
+=============  ==========================================================================
+
+Example:
+    >>> import gymnasium as gym
+    >>> from gymvec import GymnasiumVectorEnv, SerialEnv
+    >>> env = GymnasiumVectorEnv(SerialEnv(2, lambda: gym.make("CartPole-v1")))
+    >>> obs, infos = env.reset(seed=0)
+    >>> obs.shape
+    (2, 4)
+    >>> obs, rewards, terminations, truncations, infos = env.step(env.action_space.sample())
+    >>> rewards.dtype, terminations.dtype
+    (dtype('float64'), dtype('bool'))
+    >>> env.close()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_differing_spaces, batch_space
+
+from gymvec.batched.buffers import Slot
+from gymvec.batched.driver import Mode
+from gymvec.envs.structure import Leaf, build_value, observation_leaves, space_leaves
+
+_STEP = np.uint8(Mode.STEP)
+_RESET_INTO_NEXT = np.uint8(Mode.RESET | Mode.RESET_INTO_NEXT)
+
+
+def parse_autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
+    """An ``AutoresetMode`` from a member or its value/name, e.g. ``"same_step"``."""
+    if isinstance(mode, AutoresetMode):
+        return mode
+    if isinstance(mode, str):
+        for member in AutoresetMode:
+            if mode.lower() in (member.value.lower(), member.name.lower()):
+                return member
+    raise ValueError(
+        f"autoreset_mode: expected one of {[m.value for m in AutoresetMode]} or an "
+        f"AutoresetMode, got {mode!r}"
+    )
+
+
+class GymnasiumVectorEnv(gym.vector.VectorEnv):
+    """A batched gymvec env (``SerialEnv``, ``ParallelEnv``, or any batched ``EnvBase``) as a
+    gymnasium ``VectorEnv``.
+
+    Args:
+        env: the batched env; the face owns it and closes it on ``close()``.
+        autoreset_mode: "next_step" (gymnasium's default), "same_step" or "disabled".
+        output: "numpy", or "torch" for observations, rewards and flags as torch tensors on
+            the env's device (actions may then be tensors too; infos stay numpy).
+        copy: return copies of the observations (False: views that the next call overwrites).
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        output: str = "numpy",
+        copy: bool = True,
+    ):
+        if output not in ("numpy", "torch"):
+            raise ValueError(f"output: expected 'numpy' or 'torch', got {output!r}")
+        if not hasattr(env, "send"):
+            from gymvec.facade.adapter import CommandAdapter
+
+            env = CommandAdapter(env)
+        self.env = env
+        self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
+        self.output = output
+        self.copy = copy
+        self.num_envs = env.num_envs
+        self.metadata = dict(env.metadata)
+        self.metadata["autoreset_mode"] = self.autoreset_mode
+        self.render_mode = env.render_mode
+        self._set_spaces()
+        self.buffers = env.buffers
+        self.fields = list(env.layout.info_fields.items())
+        # The slot that holds what the caller sees: SAME_STEP's reset observations sit in the
+        # root; the other modes write resets into "next" so that one slot is always current.
+        self._slot: Slot = (
+            self.buffers.root
+            if self.autoreset_mode == AutoresetMode.SAME_STEP
+            else self.buffers.next
+        )
+        self._reset_mode = (
+            np.uint8(Mode.RESET)
+            if self.autoreset_mode == AutoresetMode.SAME_STEP
+            else _RESET_INTO_NEXT
+        )
+        self._step_mode = (
+            np.uint8(Mode.STEP | Mode.AUTORESET | Mode.SYNC_ROOT)
+            if self.autoreset_mode == AutoresetMode.SAME_STEP
+            else _STEP
+        )
+        self._needs_reset = np.zeros(self.num_envs, dtype=bool)  # finished sub-envs
+        self._pending: Callable[[dict], Any] | None = None  # finishes the call in flight
+        self._torch_device = getattr(env, "device", None)
+
+    def _set_spaces(self) -> None:
+        single_obs, single_act = sub_env_spaces(self.env)
+        self.single_observation_space = single_obs[0]
+        self.single_action_space = single_act[0]
+        if all(space == single_obs[0] for space in single_obs):
+            self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        else:
+            self.observation_space = batch_differing_spaces(single_obs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self._obs_leaves: list[Leaf] = observation_leaves(self.single_observation_space)
+        self._action_leaves: list[Leaf] = space_leaves(self.single_action_space, ("action",))
+
+    # ---- reset --------------------------------------------------------------------------------
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
+    ) -> tuple[Any, dict]:
+        """Reset all sub-envs, or those of ``options["reset_mask"]``; see gymnasium."""
+        self.reset_send(seed=seed, options=options)
+        return self.finish(self.env.recv())
+
+    def reset_send(self, *, seed=None, options: dict | None = None) -> None:
+        seeds = _seed_list(seed, self.num_envs)
+        options = dict(options) if options is not None else None  # never mutate the caller's
+        mask = None
+        if options is not None and "reset_mask" in options:
+            mask = _check_reset_mask(options.pop("reset_mask"), self.num_envs)
+        if seed is not None:
+            super().reset(seed=seed if isinstance(seed, int) else None)
+        modes = self._reset_mode if mask is None else np.where(mask, self._reset_mode, 0)
+        if mask is not None and seeds is not None:
+            seeds = [s if m else None for s, m in zip(seeds, mask)]
+        self.env.send(np.asarray(modes, dtype=np.uint8), seeds, options)
+        self._pending = lambda extras: self._reset_result(extras, mask)
+
+    def _reset_result(self, extras: dict, mask: np.ndarray | None) -> tuple[Any, dict]:
+        rows = np.ones(self.num_envs, dtype=bool) if mask is None else mask
+        self._needs_reset[rows] = False
+        slot_name = "root" if self._slot is self.buffers.root else "next"
+        infos = self._infos(self._slot, rows, {i: e.get(slot_name) for i, e in extras.items()})
+        return self._observations(), infos
+
+    # ---- step ---------------------------------------------------------------------------------
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict]:
+        """Step every sub-env (or reset it, under NEXT_STEP, if it finished last step)."""
+        self.step_send(actions)
+        return self.finish(self.env.recv())
+
+    def step_send(self, actions: Any) -> None:
+        self._write_actions(actions)
+        if self.autoreset_mode == AutoresetMode.NEXT_STEP:
+            modes = np.where(self._needs_reset, _RESET_INTO_NEXT, _STEP)
+        else:
+            if self.autoreset_mode == AutoresetMode.DISABLED and self._needs_reset.any():
+                finished = np.flatnonzero(self._needs_reset).tolist()
+                raise ValueError(
+                    f"sub-envs {finished} finished and autoreset_mode is DISABLED: reset them "
+                    "with reset(options={'reset_mask': mask}) before stepping"
+                )
+            modes = self._step_mode
+        self.env.send(modes)
+        self._pending = self._step_result
+
+    def _step_result(self, extras: dict) -> tuple[Any, Any, Any, Any, dict]:
+        step_slot = self.buffers.next
+        terminations = step_slot.terminated.copy()
+        truncations = step_slot.truncated.copy()
+        rewards = step_slot.reward.copy()
+        finished = terminations | truncations
+        if self.autoreset_mode == AutoresetMode.SAME_STEP:
+            infos = self._same_step_infos(finished, extras)
+        else:
+            infos = self._infos(step_slot, None, {i: e.get("next") for i, e in extras.items()})
+        self._needs_reset = finished
+        obs = self._observations()
+        if self.output == "torch":
+            import torch
+
+            device = self._torch_device
+            as_tensor = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
+            return obs, as_tensor(rewards), as_tensor(terminations), as_tensor(truncations), infos
+        return obs, rewards, terminations, truncations, infos
+
+    def _same_step_infos(self, finished: np.ndarray, extras: dict) -> dict:
+        # gymnasium adds, per finished sub-env, {"final_obs", "final_info"} and then its reset
+        # info; the other sub-envs add their step info. The root slot holds the reset info of
+        # finished sub-envs and (copied by SYNC_ROOT) the step info of the others.
+        top_extras = {i: e.get("root") if finished[i] else e.get("next") for i, e in extras.items()}
+        infos = self._infos(self.buffers.root, None, top_extras)
+        if finished.any():
+            final_extras = {i: e.get("next") for i, e in extras.items() if finished[i]}
+            final_obs = np.full(self.num_envs, None, dtype=object)
+            for i in np.flatnonzero(finished):
+                final_obs[i] = self._single_observation(self.buffers.next, int(i))
+            infos["final_obs"], infos["_final_obs"] = final_obs, finished.copy()
+            infos["final_info"] = self._infos(self.buffers.next, finished, final_extras)
+            infos["_final_info"] = finished.copy()
+        return infos
+
+    def finish(self, extras: dict) -> Any:
+        """Assemble the result of the call in flight from the buffers and the extras."""
+        pending, self._pending = self._pending, None
+        return pending(extras)
+
+    # ---- buffers -> gymnasium values ----------------------------------------------------------
+    def _write_actions(self, actions: Any) -> None:
+        if self._action_leaves[0].path == ():
+            arrays = [_as_numpy(actions)]
+        else:
+            leaf_values = [_get_path(actions, leaf.path) for leaf in self._action_leaves]
+            arrays = [_as_numpy(value) for value in leaf_values]
+        for leaf, array in zip(self._action_leaves, arrays):
+            target = self.buffers.action[leaf.key]
+            if array.shape != target.shape:
+                raise ValueError(
+                    f"actions{_path_str(leaf.path)}: expected shape {target.shape} for "
+                    f"{self.action_space}, got shape {array.shape}"
+                )
+            target[...] = array
+        _check_discrete(self.single_action_space, self._action_leaves, self.buffers.action)
+
+    def _observations(self) -> Any:
+        arrays = [self._slot.obs[leaf.key] for leaf in self._obs_leaves]
+        if self.output == "torch":
+            import torch
+
+            arrays = [torch.tensor(a, device=self._torch_device) for a in arrays]
+        elif self.copy:
+            arrays = [a.copy() for a in arrays]
+        return build_value(self.single_observation_space, self._obs_leaves, arrays)
+
+    def _single_observation(self, slot: Slot, i: int) -> Any:
+        arrays = [slot.obs[leaf.key][i].copy() for leaf in self._obs_leaves]
+        return build_value(self.single_observation_space, self._obs_leaves, arrays)
+
+    def _infos(self, slot: Slot, rows: np.ndarray | None, extras: dict[int, dict | None]) -> dict:
+        """gymnasium's vector infos from the info fields of ``slot`` and the extras."""
+        infos: dict = {}
+        for k, (name, field) in enumerate(self.fields):
+            present = slot.info_present[:, k]
+            if rows is not None:
+                present = present & rows
+            if present.any():
+                values = np.zeros((self.num_envs, *field.shape), dtype=field.dtype)
+                values[present] = slot.info[name][present]
+                infos[name], infos[f"_{name}"] = values, present.copy()
+        for i in sorted(extras):
+            if extras[i] and (rows is None or rows[i]):
+                infos = self._add_info(infos, extras[i], i)
+        return infos
+
+    # ---- sub-env access -----------------------------------------------------------------------
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call (or get, if not callable) ``name`` on every sub-env; returns a tuple."""
+        return tuple(self.env.request("call", None, name, args, kwargs, True))
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        return self.call(name)
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Set ``name`` on each sub-env: one value per sub-env (list/tuple), or one for all."""
+        if not isinstance(values, list | tuple):
+            values = [values] * self.num_envs
+        if len(values) != self.num_envs:
+            raise ValueError(
+                "Values must be a list or tuple with length equal to the number of environments. "
+                f"Got `{len(values)}` values for {self.num_envs} environments."
+            )
+        self.env.request("set_attr", None, name, True, values=list(values))
+
+    def apply(
+        self, fn: Callable, *args: Any, indices: Sequence[int] | None = None, **kwargs: Any
+    ) -> tuple[Any, ...]:
+        """``fn(sub_env, *args, **kwargs)`` for the gymnasium sub-envs at ``indices`` (all if
+        None), run where they live; returns the results as a tuple (``fn`` travels with
+        cloudpickle)."""
+        return tuple(self.env.request("apply", indices, fn, args, kwargs))
+
+    def render(self) -> tuple[Any, ...] | None:
+        return self.call("render")
+
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:
+        return self.get_attr("np_random_seed")
+
+    def close_extras(self, **kwargs: Any) -> None:
+        self.env.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.env!r}, autoreset_mode={self.autoreset_mode.value})"
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+def sub_env_spaces(env: Any) -> tuple[list[spaces.Space], list[spaces.Space]]:
+    """The gymnasium observation and action space of each sub-env of a batched env."""
+    descriptions = getattr(env, "sub_env_descriptions", None)
+    if descriptions and all(d.observation_space is not None for d in descriptions):
+        return [d.observation_space for d in descriptions], [d.action_space for d in descriptions]
+    from gymvec.spaces import space_from_spec
+
+    obs_spec = env.observation_spec.unbatch(1)
+    keys = list(obs_spec.keys())
+    if keys == ["observation"]:
+        obs_space = space_from_spec(obs_spec["observation"], "observation_spec")
+    else:
+        obs_space = space_from_spec(obs_spec, "observation_spec")
+    action_space = space_from_spec(env.action_spec.unbatch(1), "action_spec")
+    return [obs_space] * env.num_envs, [action_space] * env.num_envs
+
+
+def _seed_list(seed: Any, n: int) -> list[int | None] | None:
+    if seed is None:
+        return None
+    if isinstance(seed, int | np.integer):
+        return [int(seed) + i for i in range(n)]
+    seeds = list(seed)
+    if len(seeds) != n:
+        raise ValueError(
+            f"If seeds are passed as a list the length must match num_envs={n} "
+            f"but got length={len(seeds)}."
+        )
+    return seeds
+
+
+def _check_reset_mask(mask: Any, n: int) -> np.ndarray:
+    if not isinstance(mask, np.ndarray):
+        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
+    if mask.shape != (n,):
+        raise ValueError(f"`options['reset_mask']` must have shape `({n},)`, got {mask.shape}")
+    if mask.dtype != np.bool_:
+        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
+    if not mask.any():
+        raise ValueError(
+            "`options['reset_mask']` must contain a boolean array with at least one True "
+            f"value, got reset_mask={mask}"
+        )
+    return mask
+
+
+def _as_numpy(value: Any) -> np.ndarray:
+    if hasattr(value, "detach"):  # a torch tensor
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def _get_path(value: Any, path: tuple) -> Any:
+    for part in path:
+        value = value[part]
+    return value
+
+
+def _path_str(path: tuple) -> str:
+    return "".join(f"[{part!r}]" for part in path)
+
+
+def _check_discrete(space: spaces.Space, leaves: list[Leaf], arrays: dict) -> None:
+    """Discrete actions outside their range: a named error here, not an assert in a worker."""
+    for leaf in leaves:
+        sub = space
+        for part in leaf.path:
+            sub = sub[part]
+        if isinstance(sub, spaces.Discrete):
+            low, high = int(sub.start), int(sub.start + sub.n - 1)
+        elif isinstance(sub, spaces.MultiDiscrete):
+            low, high = sub.start, sub.start + sub.nvec - 1
+        else:
+            continue
+        values = arrays[leaf.key]
+        if np.any(values < low) or np.any(values > high):
+            raise ValueError(
+                f"actions{_path_str(leaf.path)}: expected values in {sub}, got "
+                f"min {values.min()} max {values.max()}"
+            )
