@@ -1,8 +1,12 @@
-"""Envs and env factories for the tests.
+"""gymnasium envs and env factories for the tests.
 
 Factories live here, at module level, so that worker processes (spawn included) import them
 by reference instead of receiving test-module closures. Importing this module registers the
 custom ids below, in the parent and in every worker that unpickles one of its factories.
+
+This module does not import torch: a spawned worker that builds bare gymnasium envs imports it
+in a fraction of a second instead of many seconds (2-core CI). Factories that return a GymEnv
+import gymvec when they are called.
 """
 
 from __future__ import annotations
@@ -12,12 +16,7 @@ import os
 
 import gymnasium as gym
 import numpy as np
-import torch
 from gymnasium import spaces
-from tensordict import TensorDict
-
-from gymvec import EnvBase, GymEnv
-from gymvec.specs import Bounded, Composite, Unbounded
 
 DICT_ENV_ID = "GymvecTest/DictEnv-v0"
 FAILING_ENV_ID = "GymvecTest/Failing-v0"
@@ -31,11 +30,18 @@ class DictEnv(gym.Env):
     string and a nested dict; ``"bonus"`` appears only when an episode ends.
     """
 
-    metadata = {"render_modes": []}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
-    def __init__(self, max_steps: int = 25, scale: float = 1.0, bound: float = 10.0):
+    def __init__(
+        self,
+        max_steps: int = 25,
+        scale: float = 1.0,
+        bound: float = 10.0,
+        render_mode: str | None = None,
+    ):
         self.max_steps = max_steps
         self.scale = scale
+        self.render_mode = render_mode
         self.observation_space = spaces.Dict(
             {
                 "position": spaces.Box(-bound, bound, shape=(3,), dtype=np.float32),
@@ -86,6 +92,14 @@ class DictEnv(gym.Env):
         self.gear_sum = 0
         return self._obs(), self._info()
 
+    def render(self):
+        """A 4x4 RGB frame whose red channel shows the position (rgb_array mode)."""
+        if self.render_mode != "rgb_array":
+            return None
+        frame = np.zeros((4, 4, 3), dtype=np.uint8)
+        frame[..., 0] = np.uint8(min(np.abs(self.position).sum() * 20, 255))
+        return frame
+
     def step(self, action):
         move = np.asarray(action["move"], dtype=np.float32)
         gear = int(action["gear"])
@@ -100,21 +114,22 @@ class DictEnv(gym.Env):
 
 
 class FailingEnv(gym.Env):
-    """CartPole-like spaces; raises in ``step`` number ``fail_step`` or in ``reset``."""
+    """Raises in ``step`` number ``fail_step`` (and after), or in every ``reset`` in a worker.
+
+    Resets in the main process work, so that a batched env can build and describe the env
+    there (GymEnv's info probe resets and steps once).
+    """
 
     def __init__(self, fail_step: int | None = None, fail_reset: bool = False):
         self.observation_space = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
         self.action_space = spaces.Discrete(2)
         self.fail_step = fail_step
         self.fail_reset = fail_reset
-        self.resets = 0
         self.steps = 0
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
-        self.resets += 1
-        # The first reset is GymEnv's info probe in the parent; later ones are the user's.
-        if self.fail_reset and self.resets > 1:
+        if self.fail_reset and multiprocessing.parent_process() is not None:
             raise RuntimeError("reset failed on purpose")
         return np.zeros(2, dtype=np.float32), {}
 
@@ -129,97 +144,54 @@ gym.register(DICT_ENV_ID, entry_point=DictEnv)
 gym.register(FAILING_ENV_ID, entry_point=FailingEnv)
 
 
-class CounterEnv(EnvBase):
-    """A pure-tensordict env: the observation counts up from a seeded random start.
-
-    Terminates when the count passes ``limit``. The action (a float) is added to the reward.
-    """
-
-    def __init__(self, limit: int = 7):
-        super().__init__()
-        self.limit = limit
-        self.observation_spec = Composite({"observation": Unbounded(shape=(2,))})
-        self.action_spec = Bounded(-1.0, 1.0, shape=(1,))
-        self.generator = torch.Generator().manual_seed(0)
-        self.count = torch.zeros(2)
-
-    def _set_seed(self, seed):
-        self.generator.manual_seed(0 if seed is None else seed)
-
-    def _reset(self, td):
-        start = torch.randint(0, 3, (1,), generator=self.generator).float()
-        self.count = torch.cat([start, -start])
-        return TensorDict(
-            {
-                "observation": self.count.clone(),
-                "done": torch.zeros(1, dtype=torch.bool),
-                "terminated": torch.zeros(1, dtype=torch.bool),
-                "truncated": torch.zeros(1, dtype=torch.bool),
-            }
-        )
-
-    def _step(self, td):
-        self.count = self.count + torch.tensor([1.0, -1.0])
-        terminated = bool(self.count[0] >= self.limit)
-        reward = td.get("action").sum().reshape(1) + self.count[0]
-        flag = torch.tensor([terminated])
-        return TensorDict(
-            {
-                "observation": self.count.clone(),
-                "reward": reward,
-                "done": flag.clone(),
-                "terminated": flag,
-                "truncated": torch.zeros(1, dtype=torch.bool),
-            }
-        )
-
-    def state_dict(self) -> dict:
-        return {"generator": self.generator.get_state()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.generator.set_state(state["generator"])
-
-    def pid(self) -> int:
-        return os.getpid()
-
-
 # ---- factories --------------------------------------------------------------------------------
-def make_cartpole(**kwargs) -> GymEnv:
-    return GymEnv("CartPole-v1", **kwargs)
-
-
-def make_pendulum(**kwargs) -> GymEnv:
-    return GymEnv("Pendulum-v1", **kwargs)
-
-
-def make_dict_env(**kwargs) -> GymEnv:
-    return GymEnv(DICT_ENV_ID, **kwargs)
+def make_gym_env(env_id: str, **kwargs) -> gym.Env:
+    """A bare gymnasium env (the batched envs wrap it in GymEnv themselves)."""
+    return gym.make(env_id, **kwargs)
 
 
 def make_gym_cartpole() -> gym.Env:
-    """A bare gymnasium env (the batched envs wrap it in GymEnv themselves)."""
     return gym.make("CartPole-v1")
 
 
-def make_counter(limit: int = 7) -> CounterEnv:
-    return CounterEnv(limit)
+def make_gym_failing(**kwargs) -> gym.Env:
+    return FailingEnv(**kwargs)
 
 
-def make_failing(**kwargs) -> GymEnv:
-    return GymEnv(FAILING_ENV_ID, **kwargs)
-
-
-def make_broken() -> GymEnv:
-    raise RuntimeError("the factory failed on purpose")
-
-
-def make_cartpole_in_parent_only() -> GymEnv:
+def make_gym_env_in_parent_only() -> gym.Env:
     """Builds in the main process, fails in worker processes."""
     if multiprocessing.parent_process() is not None:
         raise RuntimeError("the factory failed on purpose in a worker")
-    return GymEnv("CartPole-v1")
+    return gym.make("CartPole-v1")
+
+
+def make_broken() -> gym.Env:
+    raise RuntimeError("the factory failed on purpose")
+
+
+def make_gym_env_wrapped(env_id: str, **kwargs):
+    """A GymEnv (imports torch in the process that calls it)."""
+    from gymvec import GymEnv
+
+    return GymEnv(env_id, **kwargs)
+
+
+def make_cartpole(**kwargs):
+    return make_gym_env_wrapped("CartPole-v1", **kwargs)
+
+
+def make_pendulum(**kwargs):
+    return make_gym_env_wrapped("Pendulum-v1", **kwargs)
+
+
+def make_dict_env(**kwargs):
+    return make_gym_env_wrapped(DICT_ENV_ID, **kwargs)
+
+
+def make_failing(**kwargs):
+    return make_gym_env_wrapped(FAILING_ENV_ID, **kwargs)
 
 
 def getpid(env) -> int:
-    """For ``apply``-style requests: the process a sub-env lives in."""
+    """For ``apply`` requests: the process a sub-env lives in."""
     return os.getpid()

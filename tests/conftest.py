@@ -7,9 +7,8 @@ import multiprocessing
 import os
 from pathlib import Path
 
-import pytest
-
 import _envs  # noqa: F401  (registers the test env ids)
+import pytest
 
 
 def child_pids() -> set[int]:

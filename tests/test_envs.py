@@ -6,7 +6,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from _envs import DICT_ENV_ID, CounterEnv, DictEnv
+from _envs import DICT_ENV_ID, DictEnv
+from _td_envs import CounterEnv
 from tensordict import TensorDict
 
 from gymvec import ClosedEnvError, GymEnv, ParallelEnv, SerialEnv, step_mdp
@@ -186,11 +187,24 @@ def test_declared_info_fields():
 
 
 def test_render_passthrough():
-    env = GymEnv("CartPole-v1", render_mode="rgb_array")
+    env = GymEnv(DICT_ENV_ID, render_mode="rgb_array")
     assert env.render_mode == "rgb_array"
+    env.set_seed(0)
+    env.reset()
+    ref = gym.make(DICT_ENV_ID, render_mode="rgb_array")
+    ref.reset(seed=0)
+    np.testing.assert_array_equal(env.render(), ref.render())
+    assert env.render().shape == (4, 4, 3)
+    assert GymEnv(DICT_ENV_ID).render_mode is None
+    env.close()
+
+
+def test_render_passthrough_cartpole():
+    pytest.importorskip("pygame", reason="gymnasium draws CartPole frames with pygame")
+    env = GymEnv("CartPole-v1", render_mode="rgb_array")
     env.reset()
     frame = env.render()
-    assert isinstance(frame, np.ndarray) and frame.ndim == 3 and frame.shape[-1] == 3
+    assert isinstance(frame, np.ndarray) and frame.shape == (400, 600, 3)
     env.close()
 
 

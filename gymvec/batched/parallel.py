@@ -21,7 +21,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from gymvec.batched.base import BatchedEnvBase, group_indices
+from gymvec.batched.base import BatchedEnvBase, _check_count, group_indices
 from gymvec.batched.buffers import MemmapMemory, shared_memory
 from gymvec.batched.serial import LocalExecutor
 from gymvec.batched.worker import (
@@ -341,6 +341,7 @@ class ParallelEnv(BatchedEnvBase):
         spin: bool | None = None,
         device=None,
     ):
+        _check_count("num_workers", num_workers)  # before it is used below
         if not shared_memory:
             raise ValueError("shared_memory=False is not supported: buffers are always shared")
         if mp_start_method not in (None, "spawn", "fork", "forkserver"):

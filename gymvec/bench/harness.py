@@ -100,13 +100,13 @@ def time_runner(runner: Runner, actions: Sequence[Any], num_envs: int, settings:
     for _ in range(settings.warmup):
         step(next(cycle))
     gc.collect()
-    deadline = math.inf if settings.max_seconds is None else settings.max_seconds
+    budget = math.inf if settings.max_seconds is None else settings.max_seconds
     steps = 0
     start = time.perf_counter()
     while steps < settings.steps:
         step(next(cycle))
         steps += 1
-        if time.perf_counter() - start >= deadline:
+        if time.perf_counter() - start >= budget:
             break
     elapsed = time.perf_counter() - start
     return num_envs * steps / elapsed
