@@ -43,6 +43,16 @@ __all__ = ["ClosedEnvError", "WorkerError", *_EXPORTS]
 __version__ = "0.1.0"
 
 
+def _register_vector_ids() -> None:
+    # gymnasium.make_vec("gymvec:gymvec/<id>") imports gymvec, then looks the id up.
+    from gymvec.integrations.make_vec import register_vector_ids
+
+    register_vector_ids()
+
+
+_register_vector_ids()
+
+
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:

@@ -1,0 +1,116 @@
+"""``make_vec`` for registered gymnasium ids, and gymvec inside ``gymnasium.make_vec``.
+
+Two ways in:
+
+* ``gymvec.make_vec("CartPole-v1", 8, backend="parallel")`` builds a gymvec vector env for any
+  registered id, including ids registered at run time in this process: the sub-envs are built
+  from the id's ``EnvSpec``, which travels to spawned workers, so they need no registration.
+* ``gymnasium.make_vec("gymvec:gymvec/CartPole-v1", num_envs=8)``: gymvec registers a derived
+  id ``gymvec/<id>`` (``gymvec-<namespace>/<name>`` for namespaced ids) for every registered
+  id, whose ``vector_entry_point`` is gymvec's parallel backend. The ``gymvec:`` prefix makes
+  gymnasium import gymvec first; ids registered later are covered by calling
+  ``gymvec.register_vector_ids()`` again. Existing ids are never modified. gymvec options
+  (``num_workers``, ``autoreset_mode``, ``output``, ``local_worker``, ``backend``) can be passed
+  as keyword arguments of ``gymnasium.make_vec``; the rest go to the env.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.envs.registration import EnvSpec
+from gymnasium.vector import AutoresetMode
+
+from gymvec.facade.vector_env import GymnasiumVectorEnv
+
+BACKENDS = ("serial", "parallel")
+_GYMVEC_OPTIONS = ("backend", "num_workers", "autoreset_mode", "output", "local_worker")
+
+
+def make_vec(
+    env_id: str | EnvSpec,
+    num_envs: int = 1,
+    *,
+    backend: str = "parallel",
+    num_workers: int | None = None,
+    autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+    output: str = "numpy",
+    local_worker: bool | None = None,
+    **env_kwargs: Any,
+) -> GymnasiumVectorEnv:
+    """``num_envs`` copies of a registered gymnasium env as a gymvec vector env.
+
+    Args:
+        env_id: a registered id (or an ``EnvSpec``).
+        num_envs: number of sub-envs.
+        backend: "parallel" (worker processes) or "serial" (this process).
+        num_workers: worker processes for the parallel backend (default: usable cores).
+        autoreset_mode: "next_step", "same_step" or "disabled".
+        output: "numpy" or "torch".
+        local_worker: parallel backend: step a share of the sub-envs in this process.
+        **env_kwargs: passed to ``gymnasium.make`` (``max_episode_steps``, ``render_mode``...).
+
+    Example:
+        >>> import gymvec
+        >>> envs = gymvec.make_vec("CartPole-v1", 4, backend="serial")
+        >>> envs.reset(seed=0)[0].shape
+        (4, 4)
+        >>> envs.close()
+    """
+    from gymvec.facade.dropin import ParallelVectorEnv, SerialVectorEnv
+
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs: expected a positive int, got {num_envs!r}")
+    spec = gym.spec(env_id) if isinstance(env_id, str) else env_id
+    env_fns = [functools.partial(gym.make, spec, **env_kwargs)] * num_envs
+    if backend == "serial":
+        envs = SerialVectorEnv(env_fns, autoreset_mode=autoreset_mode, output=output)
+    else:
+        envs = ParallelVectorEnv(
+            env_fns,
+            num_workers=num_workers,
+            autoreset_mode=autoreset_mode,
+            output=output,
+            local_worker=local_worker,
+        )
+    envs.spec = spec
+    return envs
+
+
+def vector_entry_point(base_id: str, num_envs: int = 1, **kwargs: Any) -> GymnasiumVectorEnv:
+    """The ``vector_entry_point`` of gymvec's derived ids (called by ``gymnasium.make_vec``)."""
+    options = {name: kwargs.pop(name) for name in _GYMVEC_OPTIONS if name in kwargs}
+    return make_vec(base_id, num_envs, **options, **kwargs)
+
+
+def derived_id(env_id: str) -> str:
+    """``gymvec/<id>``, or ``gymvec-<namespace>/<name>`` for a namespaced id."""
+    namespace, _, name = env_id.rpartition("/")
+    return f"gymvec-{namespace}/{name}" if namespace else f"gymvec/{name}"
+
+
+def register_vector_ids() -> list[str]:
+    """Register ``gymvec/<id>`` for every registered id that has none yet; returns the new ids.
+
+    Derived ids share the base id's entry point, kwargs and ``max_episode_steps``; their
+    ``vector_entry_point`` builds a gymvec ``ParallelVectorEnv``.
+    """
+    added = []
+    for env_id, spec in list(gym.registry.items()):
+        if env_id.startswith("gymvec-") or env_id.startswith("gymvec."):
+            continue
+        new_id = derived_id(env_id)
+        if new_id in gym.registry:
+            continue
+        gym.registry[new_id] = dataclasses.replace(
+            spec,
+            id=new_id,
+            vector_entry_point=functools.partial(vector_entry_point, env_id),
+        )
+        added.append(new_id)
+    return added
