@@ -1,0 +1,130 @@
+"""Any batched ``EnvBase`` behind the command interface the gymnasium face drives.
+
+``SerialEnv`` and ``ParallelEnv`` implement the command interface themselves (one mode byte per
+sub-env, numpy buffers, ``send``/``recv``). Other batched envs (``GymVectorEnvWrapper``, a
+user's vectorised torch env) only have the tensordict API; :class:`CommandAdapter` carries the
+same commands out with ``reset``/``step``/``step_and_maybe_reset`` and copies the results into
+private buffers of the same layout, so the face has one code path.
+
+A command that steps some sub-envs and resets others (NEXT_STEP autoreset) needs an env that
+can skip sub-envs in a step: envs that cannot are refused under NEXT_STEP (use "same_step"
+or "disabled").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from gymvec.batched.base import spec_leaves
+from gymvec.batched.buffers import BufferLayout, Buffers, private_memory
+from gymvec.batched.driver import Mode
+from gymvec.envs.base import EnvBase
+from gymvec.envs.infos import InfoField
+from gymvec.specs import torch_to_numpy_dtype
+
+_STEP, _RESET, _AUTORESET = int(Mode.STEP), int(Mode.RESET), int(Mode.AUTORESET)
+_SYNC_ROOT, _INTO_NEXT = int(Mode.SYNC_ROOT), int(Mode.RESET_INTO_NEXT)
+
+
+class CommandAdapter:
+    """Drives a batched EnvBase (batch size ``[n]``) through gymvec's command interface."""
+
+    def __init__(self, env: EnvBase):
+        if len(env.batch_size) != 1:
+            raise ValueError(
+                f"the gymnasium face needs an env with one batch dim, got {tuple(env.batch_size)}"
+            )
+        self.env = env
+        self.num_envs = env.batch_size[0]
+        self.device = env.device
+        self.metadata = dict(getattr(env, "metadata", {}) or {})
+        self.render_mode = getattr(env, "render_mode", None)
+        self.observation_spec = env.observation_spec
+        self.action_spec = env.action_spec
+        info_spec = env.info_spec.unbatch(1)
+        fields = {
+            name: InfoField(name, np.ndarray, tuple(spec.shape), torch_to_numpy_dtype(spec.dtype))
+            for name, spec in info_spec.items()
+        }
+        self.layout = BufferLayout(
+            self.num_envs,
+            spec_leaves(env.observation_spec.unbatch(1)),
+            spec_leaves(env.full_action_spec.unbatch(1)),
+            fields,
+        )
+        self.buffers = Buffers(self.layout, private_memory(self.layout.nbytes))
+        self._views = self.buffers.tensordict()
+        self._action_keys = [("action", *key[1:]) for key in self.layout.action_keys]
+        self._command: tuple | None = None
+        self._in_flight = False
+
+    def send(self, modes, seeds=None, options=None) -> None:
+        self._command = (np.broadcast_to(np.asarray(modes), (self.num_envs,)).copy(), seeds)
+        self._in_flight = True
+
+    def recv(self, timeout: float | None = None) -> dict[int, dict]:
+        modes, seeds = self._command
+        self._in_flight = False
+        stepping = (modes & _STEP).astype(bool)
+        resetting = (modes & _RESET).astype(bool)
+        if stepping.any() and resetting.any():
+            raise NotImplementedError(
+                f"{type(self.env).__name__} cannot step some sub-envs while resetting others "
+                "(NEXT_STEP autoreset): use autoreset_mode='same_step' or 'disabled'"
+            )
+        if resetting.any():
+            self._reset(resetting, seeds, into_next=bool((modes & _INTO_NEXT).any()))
+        elif stepping.any():
+            if not stepping.all():
+                raise NotImplementedError(f"{type(self.env).__name__} cannot step a subset")
+            self._step(autoreset=bool((modes & _AUTORESET).any()))
+        return {}
+
+    def _reset(self, mask: np.ndarray, seeds, into_next: bool) -> None:
+        if seeds is not None:
+            self.env.set_seed([s if m else None for s, m in zip(seeds, mask)])
+        td = TensorDict({"_reset": torch.from_numpy(mask.copy()).unsqueeze(-1)}, [self.num_envs])
+        out = self.env.reset(td if not mask.all() else None)
+        target = self._views.get("next") if into_next else self._views
+        _copy_rows(target, out, mask)
+        slot = self.buffers.next if into_next else self.buffers.root
+        slot.info_present[mask] = True
+        if into_next:
+            slot.reward[mask] = 0.0
+
+    def _step(self, autoreset: bool) -> None:
+        td = TensorDict(
+            {key: self._views.get(key).clone() for key in self._action_keys}, [self.num_envs]
+        )
+        everything = np.ones(self.num_envs, dtype=bool)
+        if autoreset:
+            td, root = self.env.step_and_maybe_reset(td)
+            _copy_rows(self._views, root, everything)
+            self.buffers.root.info_present[:] = True
+        else:
+            td = self.env.step(td)
+        _copy_rows(self._views.get("next"), td.get("next"), everything)
+        self.buffers.next.info_present[:] = True
+
+    def request(self, name: str, indices, *args: Any, values=None) -> list:
+        raise NotImplementedError(
+            f"{type(self.env).__name__} has no sub-envs to call methods on ({name!r})"
+        )
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _copy_rows(target: TensorDict, source: TensorDict, rows: np.ndarray) -> None:
+    """Copy the entries ``target`` and ``source`` share, at ``rows``."""
+    index = torch.from_numpy(rows)
+    for key in target.keys(include_nested=True, leaves_only=True):
+        key_tuple = key if isinstance(key, tuple) else (key,)
+        if key_tuple[0] in ("next", "action") or key not in source.keys(include_nested=True):
+            continue
+        value = source.get(key).to(target.get(key).dtype)
+        target.get(key)[index] = value.reshape(target.get(key).shape)[index]
