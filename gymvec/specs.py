@@ -471,8 +471,10 @@ class Categorical(TensorSpec):
         return out.to(self.dtype)
 
     def _values_in(self, value: torch.Tensor) -> bool:
-        wide = _wide(value)
-        return bool(((wide >= self.start) & (wide <= self.start + self.n - 1)).all())
+        if value.numel() == 0:
+            return True
+        low, high = torch.aminmax(_wide(value))  # one pass: this runs on every step
+        return self.start <= int(low) and int(high) <= self.start + self.n - 1
 
     def __repr__(self) -> str:
         start = f", start={self.start}" if self.start else ""

@@ -219,6 +219,11 @@ class BatchedEnvBase(EnvBase):
         self.buffers = Buffers(self.layout, self._memory)
         self.control = Control(self.num_envs, self._control_memory)
         self._shared_td = self.buffers.tensordict()
+        # Views the outputs are copied from, split once here: each step only clones them.
+        self._root_view = self._shared_td.exclude("next", "action")
+        self._next_view = self._shared_td.get("next").exclude("reward")
+        self._reward_view = self._shared_td.get(("next", "reward"))
+        self._action_views = [self._shared_td.get(key) for key in self.layout.action_keys]
         self._action_keys = [("action", *key[1:]) for key in self.layout.action_keys]
         # rows whose root is older than "next" (they stepped since their last reset)
         self._root_stale = np.zeros(self.num_envs, dtype=bool)
@@ -311,17 +316,17 @@ class BatchedEnvBase(EnvBase):
             modes = np.where(mask, reset_mode, np.where(self._root_stale, Mode.SYNC_ROOT, 0))
         self.last_extras = self.run(modes.astype(np.uint8), self._take_seeds(mask))
         self._root_stale[:] = False
-        return self._output(self._shared_td, exclude=("next", "action"))
+        return self._root_output()
 
     def _write_actions(self, td: TensorDictBase) -> None:
-        for key in self._action_keys:
-            self._shared_td.get(key).copy_(td.get(key))
+        for key, view in zip(self._action_keys, self._action_views):
+            view.copy_(td.get(key))
 
     def _step(self, td: TensorDictBase) -> TensorDictBase:
         self._write_actions(td)
         self.last_extras = self.run(np.uint8(Mode.STEP))
         self._root_stale[:] = True
-        return self._output(self._shared_td.get("next"))
+        return self._next_output()
 
     def step_and_maybe_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
         """Step, and reset the finished sub-envs in the same round trip."""
@@ -330,16 +335,22 @@ class BatchedEnvBase(EnvBase):
         self._write_actions(td)
         self.last_extras = self.run(np.uint8(Mode.STEP | Mode.AUTORESET | Mode.SYNC_ROOT))
         self._root_stale[:] = False
-        td.set("next", self._output(self._shared_td.get("next")))
-        return td, self._output(self._shared_td, exclude=("next", "action"))
+        td.set("next", self._next_output())
+        return td, self._root_output()
 
-    def _output(self, source: TensorDictBase, exclude: tuple = ()) -> TensorDictBase:
-        """A copy of ``source`` on ``self.device``, reward cast to the reward spec's dtype."""
-        out = source.exclude(*exclude) if exclude else source
-        out = out.to(self.device) if self.device.type != "cpu" else out.clone()
-        if "reward" in out.keys():
-            out.set("reward", out.get("reward").to(self.reward_spec.dtype))
+    def _root_output(self) -> TensorDictBase:
+        """A copy of the root (observations, infos, flags) on ``self.device``."""
+        return self._copy(self._root_view)
+
+    def _next_output(self) -> TensorDictBase:
+        """A copy of ``"next"``, the reward cast to the reward spec's dtype."""
+        out = self._copy(self._next_view)
+        out.set("reward", self._reward_view.to(self.device, self.reward_spec.dtype, copy=True))
         return out
+
+    def _copy(self, view: TensorDictBase) -> TensorDictBase:
+        # Outputs never alias the buffers, which the next command overwrites.
+        return view.clone() if self.device.type == "cpu" else view.to(self.device)
 
     def to(self, device) -> BatchedEnvBase:
         """Move where outputs live (sub-envs and buffers stay on the CPU)."""

@@ -146,7 +146,7 @@ class Buffers:
         n = self.layout.num_envs
 
         def slot_td(slot: Slot, with_reward: bool) -> TensorDict:
-            td = TensorDict(batch_size=(n,))
+            td = TensorDict(batch_size=(n,), device="cpu")
             for key, array in slot.obs.items():
                 td.set(key, torch.from_numpy(array))
             for name, array in slot.info.items():

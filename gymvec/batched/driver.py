@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from gymvec.batched.buffers import Buffers, Slot
+from gymvec.batched.buffers import Buffers, Slot, as_buffer
 from gymvec.envs.infos import InfoField
 from gymvec.envs.structure import build_value, get_leaf, observation_leaves, space_leaves
 
@@ -93,7 +93,7 @@ class Control:
     """Per-sub-env command bytes and seeds: ``mode`` (uint8) and ``seed`` (int64) rows."""
 
     def __init__(self, num_envs: int, memory: Any):
-        flat = np.frombuffer(memory, dtype=np.uint8, count=Control.nbytes(num_envs))
+        flat = np.frombuffer(as_buffer(memory), dtype=np.uint8, count=Control.nbytes(num_envs))
         self.seed = flat[: 8 * num_envs].view(np.int64)
         self.mode = flat[8 * num_envs : 9 * num_envs]
 

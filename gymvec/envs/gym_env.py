@@ -124,6 +124,7 @@ class GymEnv(EnvBase):
                 for leaf in self.obs_leaves
             },
             batch_size=(),
+            device=self.device,
         )
         if self.info_fields:
             declared, _ = split_info(info, self.info_fields)

@@ -60,7 +60,8 @@ class GymVectorEnvWrapper(EnvBase):
       and in no other.
 
     ``reset_mask`` support is assumed for Sync/AsyncVectorEnv (under any vector wrappers) and
-    for DISABLED envs; pass ``supports_reset_mask`` to say otherwise.
+    for DISABLED envs; pass ``supports_reset_mask`` to say otherwise. The first reset must
+    reset every sub-env.
 
     Infos: entries of the vector info that are numeric arrays ``[N, ...]`` with a ``_name``
     mask at the first reset (or given with ``info_fields``: name -> one sub-env's example
@@ -69,6 +70,14 @@ class GymVectorEnvWrapper(EnvBase):
 
     Seeding: ``set_seed(s)`` makes the next reset call ``reset(seed=s)``, so sub-env ``i``
     gets ``s + i`` inside Sync/AsyncVectorEnv.
+
+    Args:
+        vector_env: the gymnasium vector env; ``close()`` closes it.
+        device: where outputs live.
+        supports_reset_mask: whether ``reset(options={"reset_mask": ...})`` resets only the
+            masked sub-envs (None: guess, see above).
+        info_fields: numeric info entries to declare up front instead of inferring them.
+        reward_dtype: the dtype of ``"reward"`` (float64 keeps gymnasium's rewards unrounded).
 
     Example:
         >>> import gymnasium as gym
@@ -316,7 +325,7 @@ class GymVectorEnvWrapper(EnvBase):
             final = self._info_values(info.get("final_info", {}))
             rows = torch.from_numpy(done)
             for name, value in final.items():
-                pass
+                out.get(("info", name))[rows] = value[rows]
 
     def _reset_info(self, info: dict | None, real: np.ndarray, from_stash: np.ndarray) -> dict:
         if not from_stash.any():
@@ -439,10 +448,12 @@ def _merge_infos(a: dict, b: dict) -> dict:
         ):
             merged = out[key].copy()
             merged[rows] = value[rows]
-        else:  # types differ between sub-envs: one object per sub-env
+        elif isinstance(value, np.ndarray) and isinstance(out[key], np.ndarray):
+            # types differ between sub-envs: one object per sub-env, as gymnasium would do
             merged = np.empty(len(rows), dtype=object)
-            merged[:] = list(out[key])
-            for i in np.flatnonzero(rows):
-                merged[i] = value[i]
+            for i in range(len(rows)):
+                merged[i] = value[i] if rows[i] else out[key][i]
+        else:  # a dict for some sub-envs, a value for others: no common layout exists
+            merged = value
         out[key], out[f"_{key}"] = merged, out[f"_{key}"] | rows
     return out

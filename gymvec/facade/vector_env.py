@@ -95,6 +95,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self._set_spaces()
         self.buffers = env.buffers
         self.fields = list(env.layout.info_fields.items())
+        self.field_names = set(env.layout.info_fields)
         # The slot that holds what the caller sees: SAME_STEP's reset observations sit in the
         # root; the other modes write resets into "next" so that one slot is always current.
         self._slot: Slot = (
@@ -126,6 +127,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             self.observation_space = batch_differing_spaces(single_obs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self._obs_leaves: list[Leaf] = observation_leaves(self.single_observation_space)
+        self._obs_leaf_discrete = [
+            isinstance(_sub_space(self.single_observation_space, leaf.path), spaces.Discrete)
+            for leaf in self._obs_leaves
+        ]
         self._action_leaves: list[Leaf] = space_leaves(self.single_action_space, ("action",))
 
     # ---- reset --------------------------------------------------------------------------------
@@ -247,23 +252,36 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         return build_value(self.single_observation_space, self._obs_leaves, arrays)
 
     def _single_observation(self, slot: Slot, i: int) -> Any:
-        arrays = [slot.obs[leaf.key][i].copy() for leaf in self._obs_leaves]
+        # Array leaves come back as arrays (0-d ones too), Discrete leaves as numpy integers.
+        arrays = [
+            slot.obs[leaf.key][i] if discrete else np.array(slot.obs[leaf.key][i])
+            for leaf, discrete in zip(self._obs_leaves, self._obs_leaf_discrete)
+        ]
         return build_value(self.single_observation_space, self._obs_leaves, arrays)
 
     def _infos(self, slot: Slot, rows: np.ndarray | None, extras: dict[int, dict | None]) -> dict:
         """gymnasium's vector infos from the info fields of ``slot`` and the extras."""
         infos: dict = {}
+        extras = {i: e for i, e in extras.items() if e and (rows is None or rows[i])}
+        # A field that is also an extra somewhere changed type: gymnasium types the array after
+        # the first sub-env that reports the key, so such fields go sub-env by sub-env.
+        mixed = {name for e in extras.values() for name in e} & self.field_names
+        per_env: dict[int, dict] = {}
         for k, (name, field) in enumerate(self.fields):
             present = slot.info_present[:, k]
             if rows is not None:
                 present = present & rows
-            if present.any():
-                values = np.zeros((self.num_envs, *field.shape), dtype=field.dtype)
-                values[present] = slot.info[name][present]
-                infos[name], infos[f"_{name}"] = values, present.copy()
-        for i in sorted(extras):
-            if extras[i] and (rows is None or rows[i]):
-                infos = self._add_info(infos, extras[i], i)
+            if not present.any():
+                continue
+            if name in mixed:
+                for i in np.flatnonzero(present).tolist():
+                    per_env.setdefault(i, {})[name] = _field_value(field, slot.info[name][i])
+                continue
+            values = np.zeros((self.num_envs, *field.shape), dtype=field.dtype)
+            values[present] = slot.info[name][present]
+            infos[name], infos[f"_{name}"] = values, present.copy()
+        for i in sorted(extras.keys() | per_env.keys()):
+            infos = self._add_info(infos, {**per_env.get(i, {}), **extras.get(i, {})}, i)
         return infos
 
     # ---- sub-env access -----------------------------------------------------------------------
@@ -354,6 +372,13 @@ def _check_reset_mask(mask: Any, n: int) -> np.ndarray:
     return mask
 
 
+def _field_value(field: Any, stored: np.ndarray) -> Any:
+    """A value read from an info field's buffer, back as the type the sub-env reported."""
+    if field.kind is np.ndarray:
+        return np.array(stored)
+    return field.kind(stored)
+
+
 def _as_numpy(value: Any) -> np.ndarray:
     if hasattr(value, "detach"):  # a torch tensor
         return value.detach().cpu().numpy()
@@ -366,6 +391,12 @@ def _get_path(value: Any, path: tuple) -> Any:
     return value
 
 
+def _sub_space(space: spaces.Space, path: tuple) -> spaces.Space:
+    for part in path:
+        space = space[part]
+    return space
+
+
 def _path_str(path: tuple) -> str:
     return "".join(f"[{part!r}]" for part in path)
 
@@ -373,9 +404,7 @@ def _path_str(path: tuple) -> str:
 def _check_discrete(space: spaces.Space, leaves: list[Leaf], arrays: dict) -> None:
     """Discrete actions outside their range: a named error here, not an assert in a worker."""
     for leaf in leaves:
-        sub = space
-        for part in leaf.path:
-            sub = sub[part]
+        sub = _sub_space(space, leaf.path)
         if isinstance(sub, spaces.Discrete):
             low, high = int(sub.start), int(sub.start + sub.n - 1)
         elif isinstance(sub, spaces.MultiDiscrete):
