@@ -23,3 +23,11 @@ class WorkerError(RuntimeError):
 
 class ClosedEnvError(ClosedEnvironmentError):
     """The environment was used after ``close()``."""
+
+
+class SpaceMismatchError(ValueError, RuntimeError):
+    """Sub-envs of one batch whose observations or actions differ in keys, shapes or dtypes.
+
+    A ``ValueError`` for gymvec's batched envs, and the ``RuntimeError`` that gymnasium's
+    vector envs raise for mismatched sub-env spaces.
+    """

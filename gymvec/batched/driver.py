@@ -373,8 +373,9 @@ class SubEnvGroup:
         return results
 
     def set_attr(
-        self, indices: Sequence[int], name: str, values: Sequence, gym_level: bool = False
+        self, indices: Sequence[int], name: str, gym_level: bool, values: Sequence
     ) -> list:
+        # ``values`` (one per index) comes last: requests append per-index values to the args.
         for target, value in zip(self._targets(indices, gym_level), values):
             if hasattr(target, "set_wrapper_attr"):
                 target.set_wrapper_attr(name, value)

@@ -34,6 +34,7 @@ from gymvec.batched.worker import (
     Command,
     PeerDied,
     Status,
+    env_specs_payload,
     wait_for,
     worker_main,
 )
@@ -126,6 +127,8 @@ class ProcessExecutor:
         n_proc = env.num_workers - first_process
         self.sync_memory = ctx.RawArray("b", max(n_proc, 1) * SYNC_WORDS * 8)
         all_words = np.frombuffer(self.sync_memory, dtype=np.int64)
+        # a forked worker inherits the registry; others get ids registered at run time here
+        env_specs = None if ctx.get_start_method() == "fork" else env_specs_payload()
         for k, w in enumerate(range(first_process, env.num_workers)):
             start, stop = w * env.envs_per_worker, (w + 1) * env.envs_per_worker
             parent_conn, child_conn = ctx.Pipe()
@@ -146,6 +149,7 @@ class ProcessExecutor:
                     done,
                     self.worker_spin_s,
                     env.num_sub_threads,
+                    env_specs,
                 ),
                 daemon=env.daemon,
             )

@@ -78,6 +78,6 @@ class SerialEnv(BatchedEnvBase):
         return private_memory(nbytes)
 
     def _make_executor(self) -> LocalExecutor:
-        fns = [self._worker_env_fns(w) for w in range(self.num_workers)]
-        starts = [w * self.envs_per_worker for w in range(self.num_workers)]
-        return LocalExecutor.build(fns, starts, self.buffers, self.control)
+        # One group for all sub-envs: in one process, workers would only add loop overhead.
+        fns = [fn for w in range(self.num_workers) for fn in self._worker_env_fns(w)]
+        return LocalExecutor.build([fns], [0], self.buffers, self.control)

@@ -161,6 +161,33 @@ def picklable_exception(exc: Exception) -> Exception:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
+def env_specs_payload() -> bytes:
+    """The gymnasium registry of this process, pickled (entries that cannot be are left out)."""
+    import gymnasium
+
+    specs = []
+    for spec in gymnasium.registry.values():
+        try:
+            specs.append(cloudpickle.dumps(spec))
+        except Exception:  # e.g. unpicklable kwargs: that id only works where it is registered
+            continue
+    return cloudpickle.dumps(specs)
+
+
+def add_missing_env_specs(pickled_specs: list[bytes]) -> None:
+    """Register the parent's ids that this process does not know (after the factories were
+    unpickled: the modules they import register their own ids first)."""
+    import gymnasium
+
+    for payload in pickled_specs:
+        try:
+            spec = cloudpickle.loads(payload)
+        except Exception:  # needs a module only the parent has: skip, like an unknown id
+            continue
+        if spec.id not in gymnasium.registry:
+            gymnasium.registry[spec.id] = spec
+
+
 def worker_main(
     index: int,
     env_fns_payload: bytes,
@@ -174,8 +201,13 @@ def worker_main(
     done,
     spin_s: float,
     num_threads: int | None,
+    env_specs_payload: bytes | None = None,
 ) -> None:
-    """Entry point of a worker process: build the sub-envs, then serve commands."""
+    """Entry point of a worker process: build the sub-envs, then serve commands.
+
+    ``env_specs_payload``: the parent's gymnasium registry (spawn and forkserver workers start
+    from a fresh one), so that ids registered at run time in the parent work in factories.
+    """
     if num_threads is not None:
         # Before anything imports torch (or numpy's BLAS): they read these when they load.
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -185,6 +217,8 @@ def worker_main(
     ]
     try:
         env_fns = cloudpickle.loads(env_fns_payload)
+        if env_specs_payload is not None:
+            add_missing_env_specs(cloudpickle.loads(env_specs_payload))
         control = Control(layout.num_envs, control_memory)
         group = SubEnvGroup(env_fns, start, Buffers(layout, memory), control)
     except BaseException:

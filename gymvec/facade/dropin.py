@@ -168,7 +168,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         self.observation_mode = observation_mode
         self.max_concurrency = max_concurrency
         n = len(self.env_fns)
-        num_workers = min(usable_cores(), n) if num_workers is None else num_workers
+        num_workers = default_num_workers(n) if num_workers is None else num_workers
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(f"num_workers: expected a positive int, got {num_workers!r}")
         if n % num_workers:
@@ -281,13 +281,25 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         super().set_attr(name, values)
 
     def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
-        if self._state != AsyncState.DEFAULT and not terminate:
-            try:  # let the call in flight finish, as AsyncVectorEnv does
-                self.env.recv(timeout)
-            except Exception:
-                pass
+        if self._state != AsyncState.DEFAULT:
+            gym.logger.warn(
+                f"Calling `close` while waiting for a pending call to `{self._state.value}` to "
+                "complete."
+            )
+            if not terminate and self.env._in_flight:
+                try:  # let the call in flight finish, as AsyncVectorEnv does
+                    self.env.recv(timeout)
+                except Exception:
+                    pass
         self._state = AsyncState.DEFAULT
         self.env.close()
+
+
+def default_num_workers(num_envs: int) -> int:
+    """One worker per usable core at most, and a number that divides ``num_envs`` (every
+    worker holds the same number of sub-envs)."""
+    most = min(usable_cores(), num_envs)
+    return max(k for k in range(1, most + 1) if num_envs % k == 0)
 
 
 def default_local_worker(num_workers: int) -> bool:
