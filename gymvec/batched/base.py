@@ -357,7 +357,7 @@ class BatchedEnvBase(EnvBase):
         # Outputs never alias the buffers, which the next command overwrites.
         if self.device.type != "cpu":
             return view.to(self.device)
-        return _clone_tree(view)
+        return _clone_tree(view, self.device)
 
     def to(self, device) -> BatchedEnvBase:
         """Move where outputs live (sub-envs and buffers stay on the CPU)."""
@@ -435,15 +435,16 @@ class SubEnvMethod:
         return f"<method {self.name!r} of the sub-envs of {self.env!r}>"
 
 
-def _clone_tree(td: TensorDictBase) -> TensorDict:
+def _clone_tree(td: TensorDictBase, device: torch.device) -> TensorDict:
     """``td.clone()`` for a plain TensorDict of tensors, without the generic machinery (which
     costs tens of microseconds per call on every step)."""
     return TensorDict._new_unsafe(
         {
-            key: _clone_tree(value) if isinstance(value, TensorDictBase) else value.clone()
+            key: _clone_tree(value, device) if isinstance(value, TensorDictBase) else value.clone()
             for key, value in td.items()
         },
         batch_size=td.batch_size,
+        device=device,
     )
 
 
