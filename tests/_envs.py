@@ -144,6 +144,17 @@ gym.register(DICT_ENV_ID, entry_point=DictEnv)
 gym.register(FAILING_ENV_ID, entry_point=FailingEnv)
 
 
+def obs_leaves(obs, key: tuple = ()) -> dict[tuple, np.ndarray]:
+    """A gymnasium observation (batched or not) as {tensordict key: array}: the mapping GymEnv
+    documents (a Dict's keys, nested, or ``"observation"``)."""
+    if isinstance(obs, dict):
+        leaves = {}
+        for name, value in obs.items():
+            leaves.update(obs_leaves(value, (*key, name)))
+        return leaves
+    return {key or ("observation",): np.asarray(obs)}
+
+
 # ---- factories --------------------------------------------------------------------------------
 def make_gym_env(env_id: str, **kwargs) -> gym.Env:
     """A bare gymnasium env (the batched envs wrap it in GymEnv themselves)."""
@@ -152,6 +163,11 @@ def make_gym_env(env_id: str, **kwargs) -> gym.Env:
 
 def make_gym_cartpole() -> gym.Env:
     return gym.make("CartPole-v1")
+
+
+def make_gym_recorded_cartpole() -> gym.Env:
+    """CartPole whose step info holds ``"episode"`` at an episode's end."""
+    return gym.wrappers.RecordEpisodeStatistics(gym.make("CartPole-v1"))
 
 
 def make_gym_failing(**kwargs) -> gym.Env:

@@ -24,7 +24,26 @@ def child_pids() -> set[int]:
 
 
 def shm_entries() -> set[str]:
-    return set(os.listdir("/dev/shm"))
+    """/dev/shm entries that this process maps.
+
+    Other processes on the machine make entries of their own; ours are told apart by inode
+    (glibc maps a semaphore under a temporary name, then links it to its real one).
+    """
+    shm_dev = os.stat("/dev/shm").st_dev
+    mapped_inodes = set()
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and fields[5].startswith("/dev/shm/"):
+            mapped_inodes.add(int(fields[4]))
+    entries = set()
+    for entry in os.scandir("/dev/shm"):
+        try:
+            stat = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:  # removed meanwhile
+            continue
+        if stat.st_dev == shm_dev and stat.st_ino in mapped_inodes:
+            entries.add(entry.name)
+    return entries
 
 
 def open_fds() -> int:

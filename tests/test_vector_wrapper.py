@@ -305,9 +305,19 @@ def test_native_next_step_defers_resets_without_losing_transitions():
     assert not td.get("reset_pending").any()
     records = [[] for _ in range(n)]
     skipped = 0
-    for action in actions:
+    for k, action in enumerate(actions):
         td.set("action", torch.as_tensor(action))
-        td, root = env.step_and_maybe_reset(td)
+        if k % 2:
+            td, root = env.step_and_maybe_reset(td)
+        else:  # the same by hand: the whole root returned by reset is checked below
+            td = env.step(td)
+            root = step_mdp(td)
+            done = root.get("done")
+            if done.any():
+                previous = root.clone()
+                root = env.reset(root.set("_reset", done.clone()))
+                kept = ~done.reshape(-1)
+                assert torch.equal(root.get("observation")[kept], previous.get("observation")[kept])
         nxt = td.get("next")
         pending = td.get("reset_pending").reshape(-1)
         # a deferred reset step: reward 0, flags False, and the next root is real
@@ -327,7 +337,7 @@ def test_native_next_step_defers_resets_without_losing_transitions():
                     nxt.get("observation")[i].numpy(),
                 )
             )
-        # finished sub-envs are pending in the next root, the others are not
+        # finished sub-envs are pending in the next root (all of it), the others are not
         np.testing.assert_array_equal(
             root.get("reset_pending").reshape(-1).numpy(),
             nxt.get("done").reshape(-1).numpy() & ~nxt.get("done").all().item(),

@@ -505,7 +505,10 @@ def _batch_spec(specs: list[Composite], n: int) -> Composite:
     first = specs[0]
     if all(spec == first for spec in specs):
         return first.expand(n)
-    return stack_specs(specs)
+    try:
+        return stack_specs(specs)
+    except ValueError as exc:  # e.g. Categorical specs of different n
+        raise SpaceMismatchError(f"sub-envs cannot be batched: {exc}") from exc
 
 
 def _info_specs(fields: dict[str, InfoField]) -> dict:

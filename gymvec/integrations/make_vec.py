@@ -10,8 +10,9 @@ Two ways in:
   id, whose ``vector_entry_point`` is gymvec's parallel backend. The ``gymvec:`` prefix makes
   gymnasium import gymvec first; ids registered later are covered by calling
   ``gymvec.register_vector_ids()`` again. Existing ids are never modified. gymvec options
-  (``num_workers``, ``autoreset_mode``, ``output``, ``local_worker``, ``backend``) can be passed
-  as keyword arguments of ``gymnasium.make_vec``; the rest go to the env.
+  (``num_workers``, ``autoreset_mode``, ``output``, ``local_worker``, ``backend``,
+  ``context``) can be passed as keyword arguments of ``gymnasium.make_vec``; the rest go to
+  the env.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from gymnasium.vector import AutoresetMode
 from gymvec.facade.vector_env import GymnasiumVectorEnv
 
 BACKENDS = ("serial", "parallel")
-_GYMVEC_OPTIONS = ("backend", "num_workers", "autoreset_mode", "output", "local_worker")
+_GYMVEC_OPTIONS = ("backend", "num_workers", "autoreset_mode", "output", "local_worker", "context")
 
 
 def make_vec(
@@ -39,6 +40,7 @@ def make_vec(
     autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
     output: str = "numpy",
     local_worker: bool | None = None,
+    context: str | None = None,
     **env_kwargs: Any,
 ) -> GymnasiumVectorEnv:
     """``num_envs`` copies of a registered gymnasium env as a gymvec vector env.
@@ -51,6 +53,9 @@ def make_vec(
         autoreset_mode: "next_step", "same_step" or "disabled".
         output: "numpy" or "torch".
         local_worker: parallel backend: step a share of the sub-envs in this process.
+        context: parallel backend: the start method of the workers ("fork", "spawn",
+            "forkserver"; default: multiprocessing's). Ids registered at run time work with
+            every one of them: the id's ``EnvSpec`` travels to the workers.
         **env_kwargs: passed to ``gymnasium.make`` (``max_episode_steps``, ``render_mode``...).
 
     Example:
@@ -77,6 +82,7 @@ def make_vec(
             autoreset_mode=autoreset_mode,
             output=output,
             local_worker=local_worker,
+            context=context,
         )
     envs.spec = spec
     return envs
@@ -102,7 +108,7 @@ def register_vector_ids() -> list[str]:
     """
     added = []
     for env_id, spec in list(gym.registry.items()):
-        if env_id.startswith("gymvec-") or env_id.startswith("gymvec."):
+        if env_id.startswith(("gymvec/", "gymvec-")):  # a derived id itself
             continue
         new_id = derived_id(env_id)
         if new_id in gym.registry:

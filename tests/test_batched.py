@@ -1,0 +1,481 @@
+"""SerialEnv and ParallelEnv: equal to gymnasium's SyncVectorEnv, partial resets, outputs,
+multi-task batches, dispatch, state, options.
+
+Process tests use fork (cheap) except a few spawn ones, whose factories return bare gymnasium
+envs so that spawned workers do not import torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import tempfile
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from _envs import (
+    DICT_ENV_ID,
+    DictEnv,
+    getpid,
+    make_cartpole,
+    make_dict_env,
+    make_gym_cartpole,
+    make_gym_env,
+    make_gym_recorded_cartpole,
+    make_pendulum,
+    obs_leaves,
+)
+from _td_envs import CounterEnv, make_counter
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from tensordict import TensorDict
+
+from gymvec import ParallelEnv, SerialEnv, step_mdp
+
+FORK = {"mp_start_method": "fork"}
+SPAWN = {"mp_start_method": "spawn"}
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+def assert_batch_obs_equal(td, leaves: dict[tuple, np.ndarray], what: str = "") -> None:
+    for key, expected in leaves.items():
+        got = td.get(key).numpy()
+        assert got.dtype == expected.dtype, (what, key)
+        np.testing.assert_array_equal(got, expected, err_msg=f"{what} {key}")
+
+
+def action_entry(action, n: int):
+    """A batched gymnasium action as the tensordict entry ``"action"``."""
+    if isinstance(action, dict):
+        return TensorDict({k: action_entry(v, n) for k, v in action.items()}, batch_size=[n])
+    return torch.as_tensor(np.asarray(action))
+
+
+def expected_next_leaves(obs, info, done: np.ndarray) -> dict[tuple, np.ndarray]:
+    """What ``td["next"]`` holds: the step obs, or ``final_obs`` where an episode ended."""
+    leaves = {key: value.copy() for key, value in obs_leaves(obs).items()}
+    for i in np.flatnonzero(done):
+        for key, value in obs_leaves(info["final_obs"][i]).items():
+            leaves[key][i] = value
+    return leaves
+
+
+def compare_with_gymnasium(
+    env, ref_fns, seed: int, steps: int, **ref_kwargs
+) -> tuple[TensorDict, int]:
+    """Steps ``env`` (step_and_maybe_reset) and a SAME_STEP SyncVectorEnv with the same seed
+    and actions, asserting equal transitions; returns the stacked outputs and episode ends."""
+    ref = SyncVectorEnv(ref_fns, autoreset_mode=AutoresetMode.SAME_STEP, **ref_kwargs)
+    n = ref.num_envs
+    assert env.batch_size == (n,)
+    ref.action_space.seed(seed)
+    obs, info = ref.reset(seed=seed)
+    env.set_seed(seed)
+    root = env.reset()
+    assert_batch_obs_equal(root, obs_leaves(obs), "reset")
+    info_names = list(env.info_spec.keys())
+    for name in info_names:
+        np.testing.assert_array_equal(root.get(("info", name)).numpy(), info[name])
+    outputs, ends = [], 0
+    for t in range(steps):
+        action = ref.action_space.sample()
+        td = root.clone().set("action", action_entry(action, n))
+        td, root = env.step_and_maybe_reset(td)
+        obs, reward, terminated, truncated, info = ref.step(action)
+        done = terminated | truncated
+        nxt = td.get("next")
+        np.testing.assert_allclose(nxt.get("reward").squeeze(-1).numpy(), reward, rtol=1e-6)
+        assert nxt.get("reward").dtype == torch.float32
+        np.testing.assert_array_equal(nxt.get("terminated").squeeze(-1).numpy(), terminated)
+        np.testing.assert_array_equal(nxt.get("truncated").squeeze(-1).numpy(), truncated)
+        np.testing.assert_array_equal(nxt.get("done").squeeze(-1).numpy(), done)
+        assert_batch_obs_equal(nxt, expected_next_leaves(obs, info, done), f"step {t} next")
+        assert_batch_obs_equal(root, obs_leaves(obs), f"step {t} root")
+        assert not root.get("done").any()
+        for name in info_names:
+            step_info = info[name].copy()
+            if done.any():
+                step_info[done] = info["final_info"][name][done]
+            np.testing.assert_array_equal(nxt.get(("info", name)).numpy(), step_info)
+            np.testing.assert_array_equal(root.get(("info", name)).numpy(), info[name])
+        outputs.append(td.clone().set("root_after", root))
+        ends += int(done.sum())
+    ref.close()
+    return torch.stack(outputs), ends
+
+
+def make_batched(kind: str, n_workers: int, fn, envs_per_worker: int = 1, **kwargs):
+    if kind == "serial":
+        return SerialEnv(n_workers * envs_per_worker, fn, **kwargs)
+    options = FORK if kind == "fork" else SPAWN
+    return ParallelEnv(n_workers, fn, envs_per_worker=envs_per_worker, **options, **kwargs)
+
+
+# ---- equal to gymnasium -----------------------------------------------------------------------
+CARTPOLE_SETUPS = [
+    ("serial", 1, make_cartpole),
+    ("fork", 1, make_cartpole),
+    ("fork", 3, make_cartpole),
+    ("spawn", 1, make_gym_cartpole),
+    ("spawn", 3, make_gym_cartpole),
+]
+
+
+@pytest.mark.parametrize("kind, envs_per_worker, fn", CARTPOLE_SETUPS)
+def test_cartpole_equals_sync_vector_env(kind, envs_per_worker, fn, no_leaks):
+    n_workers = 3 // envs_per_worker
+    with make_batched(kind, n_workers, fn, envs_per_worker) as env:
+        out, ends = compare_with_gymnasium(env, [make_gym_cartpole] * 3, seed=11, steps=150)
+    assert ends >= 6
+    # every setup gives the very same outputs: compare with the serial env's
+    with SerialEnv(3, make_cartpole) as serial:
+        ref_out, _ = compare_with_gymnasium(serial, [make_gym_cartpole] * 3, seed=11, steps=150)
+    assert (out == ref_out).all()
+
+
+DICT_SETUPS = [
+    ("serial", 1, make_dict_env),
+    ("fork", 3, make_dict_env),
+    ("spawn", 1, functools.partial(make_gym_env, DICT_ENV_ID)),
+]
+
+
+@pytest.mark.parametrize("kind, envs_per_worker, fn", DICT_SETUPS)
+def test_dict_env_equals_sync_vector_env(kind, envs_per_worker, fn, no_leaks):
+    ref_fns = [functools.partial(gym.make, DICT_ENV_ID, max_steps=12)] * 3
+    fn = functools.partial(fn, max_steps=12)
+    with make_batched(kind, 3 // envs_per_worker, fn, envs_per_worker) as env:
+        assert set(env.info_spec.keys()) == {"steps", "speed", "inside", "vector"}
+        out, ends = compare_with_gymnasium(env, ref_fns, seed=3, steps=40)
+        terminated = out.get(("next", "terminated")).any()
+        truncated = out.get(("next", "truncated")).any()
+    assert ends >= 3 and terminated and truncated
+
+
+def test_dict_env_extras_reach_the_parent():
+    with ParallelEnv(2, make_dict_env, {"max_steps": 2}, **FORK) as env:
+        env.set_seed(0)
+        root = env.reset()
+        assert env.last_extras[1]["root"]["phase"] == "run"
+        td = env.rand_action(root)
+        td, root = env.step_and_maybe_reset(td)
+        assert env.last_extras[0]["next"]["detail"]["name"] == "dict-env"
+        assert "bonus" not in env.last_extras[0]["next"]
+        td, root = env.step_and_maybe_reset(env.rand_action(root))
+        for i in range(2):  # both truncated at step 2: the episode-end entries are there
+            assert td.get(("next", "truncated"))[i].item()
+            assert env.last_extras[i]["next"]["bonus"] == 1.5
+            assert env.last_extras[i]["next"]["phase"] == "end"
+            assert env.last_extras[i]["root"]["phase"] == "run"  # the reset info
+
+
+@pytest.mark.parametrize("kind", ["serial", "fork"])
+def test_episode_statistics_reach_the_parent(kind):
+    with make_batched(kind, 2, make_gym_recorded_cartpole) as env:
+        env.set_seed(0)
+        root = env.reset()
+        lengths = torch.zeros(2, dtype=torch.long)
+        seen = set()
+        while len(seen) < 2:
+            td, root = env.step_and_maybe_reset(env.rand_action(root))
+            lengths += 1
+            for i in td.get(("next", "done")).squeeze(-1).nonzero().flatten().tolist():
+                if i not in seen:
+                    assert env.last_extras[i]["next"]["episode"]["l"] == lengths[i]
+                    seen.add(i)
+            for i in range(2):
+                if i not in seen:
+                    assert "episode" not in env.last_extras.get(i, {}).get("next", {})
+
+
+def test_lambda_and_closure_factories_with_spawn(no_leaks):
+    max_steps = 5  # captured by the closure, shipped by value with cloudpickle
+    with ParallelEnv(2, lambda: gym.make(DICT_ENV_ID, max_steps=max_steps), **SPAWN) as env:
+        assert env.max_steps == [5, 5]
+        ref_fns = [functools.partial(gym.make, DICT_ENV_ID, max_steps=5)] * 2
+        compare_with_gymnasium(env, ref_fns, seed=8, steps=12)
+
+
+def test_pendulum_multi_task_equals_sync_vector_env(no_leaks):
+    fns = [
+        functools.partial(make_pendulum, max_episode_steps=4),
+        functools.partial(make_pendulum, max_episode_steps=6),
+    ]
+    ref_fns = [
+        functools.partial(gym.make, "Pendulum-v1", max_episode_steps=4),
+        functools.partial(gym.make, "Pendulum-v1", max_episode_steps=6),
+    ]
+    with ParallelEnv(2, fns, **FORK) as env:
+        out, ends = compare_with_gymnasium(env, ref_fns, seed=5, steps=12)
+    truncated = out.get(("next", "truncated")).squeeze(-1)
+    assert truncated[:, 0].nonzero().flatten().tolist() == [3, 7, 11]
+    assert truncated[:, 1].nonzero().flatten().tolist() == [5, 11]
+
+
+@pytest.mark.parametrize("kind", ["serial", "fork"])
+def test_multi_task_bounds_stack(kind):
+    kwargs = [{"bound": 10.0}, {"bound": 5.0}]
+    ref_fns = [functools.partial(gym.make, DICT_ENV_ID, **kw) for kw in kwargs]
+    with make_batched(kind, 2, make_dict_env, create_env_kwargs=kwargs) as env:
+        high = env.observation_spec["position"].high
+        assert high.shape == (2, 3)
+        assert high[0].tolist() == [10.0] * 3 and high[1].tolist() == [5.0] * 3
+        compare_with_gymnasium(env, ref_fns, seed=0, steps=20, observation_mode="different")
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_id_registered_at_run_time_works_in_workers(start, no_leaks):
+    env_id = f"GymvecTest/RuntimeOnly{start}-v0"
+    gym.register(env_id, entry_point=DictEnv, kwargs={"max_steps": 3})
+    try:
+        fn = functools.partial(make_gym_env, env_id)
+        with ParallelEnv(2, fn, mp_start_method=start) as env:
+            ref_fns = [functools.partial(gym.make, env_id)] * 2
+            compare_with_gymnasium(env, ref_fns, seed=2, steps=4)
+    finally:
+        gym.registry.pop(env_id)
+
+
+def test_multi_task_different_keys_raise():
+    with pytest.raises(ValueError, match="sub-env 1"):
+        SerialEnv(2, [make_cartpole, make_dict_env])
+
+
+def test_bad_action_in_a_batched_env_raises_and_the_env_still_works():
+    with ParallelEnv(2, make_dict_env, **FORK) as env:
+        root = env.reset()
+        td = env.rand_action(root.clone())
+        td.set(("action", "move"), torch.zeros(2, 4))
+        with pytest.raises(ValueError, match="move.*Bounded.*shape \\(2, 4\\)"):
+            env.step(td)
+        td = env.rand_action(root.clone())
+        td.set(("action", "move"), torch.full((2, 3), 1.5))
+        with pytest.raises(ValueError, match="move.*outside"):
+            env.step_and_maybe_reset(td)
+        td, _ = env.step_and_maybe_reset(env.rand_action(root.clone()))
+        assert td.get(("next", "reward")).shape == (2, 1)
+
+
+# ---- seeding ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["serial", "fork"])
+def test_set_seed_gives_sub_env_i_seed_plus_i(kind):
+    with make_batched(kind, 1, make_cartpole, envs_per_worker=3) as env:
+        env.set_seed(100)
+        root = env.reset()
+        for i in range(3):
+            obs, _ = gym.make("CartPole-v1").reset(seed=100 + i)
+            np.testing.assert_array_equal(root.get("observation")[i].numpy(), obs)
+        env.set_seed([7, 3, 7])
+        root = env.reset()
+        for i, seed in enumerate([7, 3, 7]):
+            obs, _ = gym.make("CartPole-v1").reset(seed=seed)
+            np.testing.assert_array_equal(root.get("observation")[i].numpy(), obs)
+        with pytest.raises(ValueError, match="seed"):
+            env.set_seed([1, 2])
+
+
+# ---- partial resets ---------------------------------------------------------------------------
+def mask_td(mask: list[bool], shape=None) -> TensorDict:
+    tensor = torch.tensor(mask)
+    return TensorDict({"_reset": tensor.reshape(shape or (len(mask), 1))}, batch_size=[len(mask)])
+
+
+@pytest.mark.parametrize("kind, envs_per_worker", [("serial", 1), ("fork", 1), ("fork", 3)])
+def test_partial_reset_resets_exactly_the_masked_sub_envs(kind, envs_per_worker):
+    refs = [gym.make("CartPole-v1") for _ in range(3)]
+    with make_batched(kind, 3 // envs_per_worker, make_cartpole, envs_per_worker) as env:
+        env.set_seed(0)
+        root = env.reset()
+        ref_obs = [ref.reset(seed=i)[0] for i, ref in enumerate(refs)]
+        actions = [0, 1, 1, 0]
+        for a in actions:  # short: no CartPole episode ends in 4 steps
+            td = env.step(root.clone().set("action", torch.full((3,), a)))
+            root = step_mdp(td)
+            ref_obs = [ref.step(a)[0] for ref in refs]
+        out = env.reset(mask_td([True, False, True]))
+        ref_obs[0], _ = refs[0].reset()
+        ref_obs[2], _ = refs[2].reset()
+        np.testing.assert_array_equal(out.get("observation").numpy(), np.stack(ref_obs))
+        assert not out.get("done").any()
+
+        # a step after the partial reset goes on from the right states
+        td = env.step(out.clone().set("action", torch.tensor([1, 0, 1])))
+        ref_obs = [ref.step(a)[0] for ref, a in zip(refs, [1, 0, 1])]
+        np.testing.assert_array_equal(td.get(("next", "observation")).numpy(), np.stack(ref_obs))
+
+        # an empty mask resets nothing; the root shows the latest "next"
+        out = env.reset(mask_td([False, False, False], shape=(3,)))
+        np.testing.assert_array_equal(out.get("observation").numpy(), np.stack(ref_obs))
+
+        # seeds of a list apply to the masked sub-envs only
+        env.set_seed([50, 51, 52])
+        out = env.reset(mask_td([False, True, False]))
+        ref_obs[1], _ = refs[1].reset(seed=51)
+        np.testing.assert_array_equal(out.get("observation").numpy(), np.stack(ref_obs))
+
+
+def test_partial_reset_after_step_and_maybe_reset_keeps_latest_root():
+    with ParallelEnv(2, make_cartpole, **FORK) as env:
+        env.set_seed(0)
+        root = env.reset()
+        td, root = env.step_and_maybe_reset(env.rand_action(root))
+        td, root = env.step_and_maybe_reset(env.rand_action(root))
+        out = env.reset(mask_td([True, False]))
+        assert torch.equal(out.get("observation")[1], root.get("observation")[1])
+        assert not torch.equal(out.get("observation")[0], root.get("observation")[0])
+
+
+# ---- outputs never alias the buffers ----------------------------------------------------------
+@pytest.mark.parametrize("kind", ["serial", "fork"])
+def test_outputs_do_not_alias_buffers(kind):
+    with make_batched(kind, 2, make_dict_env) as env:
+        env.set_seed(0)
+        root = env.reset()
+        root_copy = root.clone()
+        td = env.step(env.rand_action(root.clone()))
+        next_copy = td.get("next").clone()
+        td2, root2 = env.step_and_maybe_reset(env.rand_action(step_mdp(td)))
+        root2_copy, next2_copy = root2.clone(), td2.get("next").clone()
+        # later steps do not change earlier outputs
+        env.step_and_maybe_reset(env.rand_action(root2.clone()))
+        assert (root == root_copy).all()
+        assert (td.get("next") == next_copy).all()
+        assert (root2 == root2_copy).all() and (td2.get("next") == next2_copy).all()
+        # mutating outputs does not change what the env reports next
+        latest = env.reset(mask_td([False, False]))
+        latest_copy = latest.clone()
+        for out in (latest, root2, td2.get("next")):
+            out.get("position").fill_(99.0)
+            out.get(("sensors", "heat")).fill_(-1.0)
+            out.get("done").fill_(True)
+        again = env.reset(mask_td([False, False]))
+        assert (again == latest_copy).all()
+
+
+# ---- dispatch, state, options -----------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["serial", "fork"])
+def test_dispatch_attributes_and_methods(kind):
+    with make_batched(
+        kind, 2, make_dict_env, create_env_kwargs={"render_mode": "rgb_array"}
+    ) as env:
+        specs = env.spec
+        assert [s.id for s in specs] == [DICT_ENV_ID, DICT_ENV_ID]
+        assert env.max_steps == [25, 25]
+        env.set_seed(0)
+        env.reset()
+        frames = env.render()
+        assert isinstance(frames, list) and len(frames) == 2
+        ref = gym.make(DICT_ENV_ID, render_mode="rgb_array")
+        ref.reset(seed=1)
+        np.testing.assert_array_equal(frames[1], ref.render())
+        with pytest.raises(AttributeError, match="no_such_thing"):
+            env.no_such_thing  # noqa: B018
+        pids = env.request("apply", None, getpid, (), {})
+        if kind == "serial":
+            assert pids == [os.getpid()] * 2
+        else:
+            assert os.getpid() not in pids and len(set(pids)) == 2
+
+
+def test_dispatch_to_tensordict_sub_envs():
+    with ParallelEnv(2, make_counter, {"limit": 5}, **FORK) as env:
+        assert env.limit == [5, 5]
+        pids = env.pid()
+        assert os.getpid() not in pids and len(set(pids)) == 2
+        with pytest.raises(AttributeError):
+            env.no_such_method()
+
+
+@pytest.mark.parametrize(
+    "kind, fn", [("serial", make_cartpole), ("fork", make_cartpole), ("fork", make_counter)]
+)
+def test_state_dict_restores_sub_env_randomness(kind, fn):
+    with make_batched(kind, 2, fn) as env:
+        env.set_seed(0)
+        env.reset()
+        state = env.state_dict()
+        first = env.reset()
+        second = env.reset()
+        assert not (first.get("observation") == second.get("observation")).all()
+        env.load_state_dict(state)
+        assert (env.reset() == first).all()
+        with pytest.raises(ValueError, match="sub_envs"):
+            env.load_state_dict({"sub_envs": [state["sub_envs"][0]]})
+
+
+@pytest.mark.parametrize("kind", ["serial", "fork"])
+def test_update_kwargs_rebuilds_sub_envs(kind):
+    with make_batched(kind, 2, make_pendulum, create_env_kwargs={"max_episode_steps": 3}) as env:
+        td = env.rollout(3, break_when_any_done=False)
+        assert td.get(("next", "truncated"))[:, -1].all()
+        env.update_kwargs({"max_episode_steps": 5})
+        assert [spec.max_episode_steps for spec in env.spec] == [5, 5]
+        td = env.rollout(5, break_when_any_done=False)
+        truncated = td.get(("next", "truncated")).squeeze(-1)
+        assert not truncated[:, :4].any() and truncated[:, 4].all()
+
+
+def test_memmap_buffers_equal_gymnasium_and_leave_no_file(no_leaks):
+    pattern = os.path.join(tempfile.gettempdir(), "gymvec-*.buf")
+    before = set(glob.glob(pattern))
+    with ParallelEnv(2, make_gym_cartpole, memmap=True, **SPAWN) as env:
+        assert set(glob.glob(pattern)) - before  # the buffers are a file
+        compare_with_gymnasium(env, [make_gym_cartpole] * 2, seed=1, steps=60)
+    assert set(glob.glob(pattern)) == before
+
+
+def test_local_worker_equals_gymnasium(no_leaks):
+    with ParallelEnv(2, make_cartpole, envs_per_worker=2, local_worker=True, **FORK) as env:
+        pids = env.request("apply", None, getpid, (), {})
+        assert pids[:2] == [os.getpid()] * 2 and os.getpid() not in pids[2:]
+        compare_with_gymnasium(env, [make_gym_cartpole] * 4, seed=9, steps=100)
+
+
+@pytest.mark.parametrize("kind", ["serial", "fork"])
+def test_device_cpu(kind):
+    with make_batched(kind, 2, make_cartpole, device="cpu") as env:
+        assert env.device == torch.device("cpu")
+        assert env.to("cpu") is env
+        env.set_seed(0)
+        root = env.reset()
+        td, root = env.step_and_maybe_reset(env.rand_action(root))
+        assert root.device == torch.device("cpu")
+        assert td.get(("next", "observation")).device == torch.device("cpu")
+
+
+# ---- EnvBase sub-envs (driven through their tensordict API) -----------------------------------
+def counter_by_hand(seed: int, actions: torch.Tensor, n: int):
+    """Observations, rewards and terminations of n CounterEnvs stepped one by one."""
+    envs = [CounterEnv(limit=5) for _ in range(n)]
+    roots = []
+    for i, e in enumerate(envs):
+        e.set_seed(seed + i)
+        roots.append(e.reset())
+    obs, rewards, terms = [], [], []
+    for action in actions:
+        nexts = [
+            e.step(r.clone().set("action", a)).get("next") for e, r, a in zip(envs, roots, action)
+        ]
+        obs.append(torch.stack([x.get("observation") for x in nexts]))
+        rewards.append(torch.stack([x.get("reward") for x in nexts]))
+        terms.append(torch.stack([x.get("terminated") for x in nexts]))
+        roots = [e.reset() if x.get("done").item() else x for e, x in zip(envs, nexts)]
+    return torch.stack(obs), torch.stack(rewards), torch.stack(terms)
+
+
+@pytest.mark.parametrize("kind", ["serial", "fork"])
+def test_envbase_sub_envs(kind):
+    torch.manual_seed(0)
+    actions = torch.rand(20, 2, 1) * 2 - 1
+    obs, rewards, terms = counter_by_hand(4, actions, 2)
+    assert terms.sum() >= 4  # crossed episode ends
+    with make_batched(kind, 2, make_counter, create_env_kwargs={"limit": 5}) as env:
+        env.set_seed(4)
+        root = env.reset()
+        for t in range(20):
+            td, root = env.step_and_maybe_reset(root.clone().set("action", actions[t]))
+            assert torch.equal(td.get(("next", "observation")), obs[t])
+            assert torch.allclose(td.get(("next", "reward")), rewards[t])
+            assert torch.equal(td.get(("next", "terminated")), terms[t])

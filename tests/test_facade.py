@@ -1,0 +1,358 @@
+"""The gymnasium face against gymnasium's own SyncVectorEnv, step for step.
+
+Every comparison runs the same env factories, seeds and actions through
+``gymnasium.vector.SyncVectorEnv`` and through gymvec's ``SerialVectorEnv`` /
+``ParallelVectorEnv``, and asserts that observations, rewards, flags and infos are equal:
+same keys, masks, dtypes and values (see ``_face_envs.assert_same``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import _envs
+import _face_envs as fe
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.wrappers import vector as vector_wrappers
+
+from gymvec import ParallelVectorEnv, SerialVectorEnv, WorkerError
+
+MODES = list(AutoresetMode)
+NUM_ENVS = 4
+LENGTHS = (5, 6, 7, 8)  # max_episode_steps per sub-env: they finish at different steps
+
+BACKENDS = {
+    "serial": SerialVectorEnv,
+    # worker 0 steps in this process (the default with as many workers as cores)
+    "parallel-local": functools.partial(
+        ParallelVectorEnv, context="fork", num_workers=2, local_worker=True
+    ),
+    # every sub-env in a worker process
+    "parallel": functools.partial(
+        ParallelVectorEnv, context="fork", num_workers=2, local_worker=False
+    ),
+}
+
+ENV_FNS = {
+    "CartPole-v1": fe.env_fns("CartPole-v1", NUM_ENVS, LENGTHS),
+    "Pendulum-v1": fe.env_fns("Pendulum-v1", NUM_ENVS, LENGTHS),
+    "MountainCar-v0": fe.env_fns("MountainCar-v0", NUM_ENVS, LENGTHS),
+    "Acrobot-v1": fe.env_fns("Acrobot-v1", NUM_ENVS, LENGTHS),
+    "dict": fe.env_fns(_envs.DICT_ENV_ID, NUM_ENVS, LENGTHS),
+    "rich-info": [functools.partial(fe.make_rich, tag=i) for i in range(NUM_ENVS)],
+    "episode-statistics": [
+        functools.partial(fe.make_with_stats, "CartPole-v1", max_episode_steps=n) for n in LENGTHS
+    ],
+}
+
+
+# ---- 1. step for step equal to SyncVectorEnv ---------------------------------------------------
+@pytest.mark.parametrize("backend", ["serial", "parallel"])
+@pytest.mark.parametrize("mode", MODES, ids=[m.value for m in MODES])
+@pytest.mark.parametrize(
+    "env_name", ["CartPole-v1", "Pendulum-v1", "MountainCar-v0", "Acrobot-v1", "dict"]
+)
+def test_equals_sync_vector_env(env_name, mode, backend):
+    ends = fe.run_against_sync(BACKENDS[backend], ENV_FNS[env_name], mode)
+    assert (ends >= 2).all(), f"every sub-env should finish several episodes, got {ends}"
+
+
+# ---- 2. infos of every kind, RecordEpisodeStatistics inside the factories ------------------
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("mode", MODES, ids=[m.value for m in MODES])
+@pytest.mark.parametrize("env_name", ["rich-info", "episode-statistics"])
+def test_infos_equal_sync_vector_env(env_name, mode, backend):
+    ends = fe.run_against_sync(BACKENDS[backend], ENV_FNS[env_name], mode, steps=25)
+    assert (ends >= 2).all(), f"every sub-env should finish several episodes, got {ends}"
+
+
+@pytest.mark.parametrize("backend", ["serial", "parallel"])
+def test_reset_options_reach_the_sub_envs(backend):
+    """Options travel to every sub-env (the rich env reports the keys it saw)."""
+    ends = fe.run_against_sync(
+        BACKENDS[backend],
+        ENV_FNS["rich-info"],
+        AutoresetMode.DISABLED,
+        steps=12,
+        reset_options={"difficulty": 3},
+    )
+    assert ends.sum() > 0
+
+
+def test_rich_infos_have_every_kind_of_value():
+    """The rich env really produces what the comparisons above are meant to cover."""
+    env = SerialVectorEnv(ENV_FNS["rich-info"], autoreset_mode="same_step")
+    _, infos = env.reset(seed=1)
+    assert infos["reset_only"].dtype == object and infos["_reset_only"].all()
+    assert infos["half"].dtype == np.float32 and infos["small"].dtype == np.int16
+    assert infos["np_flag"].dtype == object  # np.bool_ is not a np.number for gymnasium
+    assert infos["_odd_only"].tolist() == [False, True, False, True]
+    seen = set()
+    for _ in range(12):
+        *_, infos = env.step(np.full(4, 2))
+        seen |= set(infos) | set(infos.get("final_info", {}))
+        if "changing" in infos:
+            seen.add(str(infos["changing"].dtype))
+    env.close()
+    assert {"at_end", "every_third", "final_obs", "float64", "int64"} <= seen
+
+
+# ---- DISABLED: partial resets and the missing reset ---------------------------------------
+@pytest.mark.parametrize("backend", ["serial", "parallel"])
+def test_disabled_step_on_finished_env_raises_until_reset(backend):
+    env = BACKENDS[backend](ENV_FNS["Pendulum-v1"], autoreset_mode="disabled")
+    try:
+        obs, _ = env.reset(seed=0)
+        actions = np.zeros((4, 1), dtype=np.float32)
+        for _ in range(LENGTHS[0]):
+            obs, _, terminations, truncations, _ = env.step(actions)
+        assert truncations.tolist() == [True, False, False, False]
+        with pytest.raises(ValueError, match=r"sub-envs \[0\] finished"):
+            env.step(actions)
+        options = {"reset_mask": truncations}
+        reset_obs, infos = env.reset(seed=[5, None, None, None], options=options)
+        assert options == {"reset_mask": truncations}  # not mutated
+        np.testing.assert_array_equal(reset_obs[1:], obs[1:])  # the others kept theirs
+        expected_obs, _ = gym.make("Pendulum-v1").reset(seed=5)
+        np.testing.assert_allclose(reset_obs[0], expected_obs)
+        env.step(actions)  # usable again
+    finally:
+        env.close()
+
+
+# ---- 3. gymnasium's vector wrappers on the face -------------------------------------------
+def episode_stats(env, steps, seed, partial_resets=False):
+    """Roll a RecordEpisodeStatistics-wrapped env; returns [(step, env index, r, l)]."""
+    env = vector_wrappers.RecordEpisodeStatistics(env)
+    env.action_space.seed(seed)
+    env.reset(seed=seed)
+    stats = []
+    for t in range(steps):
+        _, _, terminations, truncations, infos = env.step(env.action_space.sample())
+        if "episode" in infos:
+            assert infos["episode"]["r"].dtype == np.float64
+            for i in np.flatnonzero(infos["_episode"]):
+                stats.append(
+                    (t, int(i), float(infos["episode"]["r"][i]), int(infos["episode"]["l"][i]))
+                )
+        finished = terminations | truncations
+        if partial_resets and finished.any():
+            env.reset(options={"reset_mask": finished})
+    assert list(env.length_queue) == [s[3] for s in stats][-len(env.length_queue) :]
+    env.close()
+    return stats
+
+
+@pytest.mark.parametrize("backend", ["serial", "parallel"])
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_record_episode_statistics_wrapper_equals_sync(backend, mode):
+    fns = ENV_FNS["CartPole-v1"]
+    expected = episode_stats(SyncVectorEnv(fns, autoreset_mode=mode), 40, seed=3)
+    actual = episode_stats(BACKENDS[backend](fns, autoreset_mode=mode), 40, seed=3)
+    assert len(expected) >= 6
+    assert actual == expected
+
+
+@pytest.mark.parametrize("backend", ["serial", "parallel"])
+def test_record_episode_statistics_wrapper_disabled_with_partial_resets(backend):
+    """Under DISABLED with partial resets the statistics are each episode's true return and
+    length. (SyncVectorEnv pops ``reset_mask`` from the options it shares with the wrapper,
+    which then zeroes the statistics of the running sub-envs: upstream PR #1696.)"""
+    fns = ENV_FNS["CartPole-v1"]
+    actual = episode_stats(
+        BACKENDS[backend](fns, autoreset_mode="disabled"), 40, seed=3, partial_resets=True
+    )
+    # the truth, from stepping each sub-env by hand with the same seeds and actions
+    space = SyncVectorEnv(fns).action_space
+    space.seed(3)
+    envs = [fn() for fn in fns]
+    for i, sub in enumerate(envs):
+        sub.reset(seed=3 + i)
+    expected, returns, lengths = [], [0.0] * 4, [0] * 4
+    for t in range(40):
+        for i, (sub, action) in enumerate(zip(envs, space.sample())):
+            _, reward, terminated, truncated, _ = sub.step(action)
+            returns[i] += reward
+            lengths[i] += 1
+            if terminated or truncated:
+                expected.append((t, i, returns[i], lengths[i]))
+                returns[i], lengths[i] = 0.0, 0
+                sub.reset()
+    assert len(expected) >= 6
+    assert actual == expected
+
+
+@pytest.mark.parametrize("backend", ["serial", "parallel"])
+def test_normalize_observation_and_reward_equal_sync(backend):
+    fns = ENV_FNS["Pendulum-v1"]
+
+    def wrapped(env):
+        env = vector_wrappers.NormalizeObservation(env)
+        return vector_wrappers.NormalizeReward(env, gamma=0.9)
+
+    ref, env = wrapped(SyncVectorEnv(fns)), wrapped(BACKENDS[backend](fns))
+    ref.action_space.seed(0)
+    fe.assert_same(env.reset(seed=0), ref.reset(seed=0), "reset")
+    for t in range(20):
+        actions = ref.action_space.sample()
+        fe.assert_same(env.step(actions), ref.step(actions), f"step {t}")
+    np.testing.assert_array_equal(env.env.obs_rms.mean, ref.env.obs_rms.mean)
+    env.close()
+    ref.close()
+
+
+# ---- 4. bad input -------------------------------------------------------------------------
+BAD_RESET_MASKS = [
+    ([True, False, True, False], TypeError, "must be a numpy array"),
+    (np.array([True, False, True]), ValueError, r"must have shape `\(4,\)`"),
+    (np.array([1, 0, 1, 0]), TypeError, "must have `dtype=np.bool_`"),
+    (np.zeros(4, dtype=bool), ValueError, "at least one True value"),
+]
+
+
+@pytest.mark.parametrize("backend", ["serial", "parallel"])
+def test_bad_input_raises_named_errors_and_env_stays_usable(backend):
+    env = BACKENDS[backend](ENV_FNS["CartPole-v1"], autoreset_mode="disabled")
+    ref = SyncVectorEnv(ENV_FNS["CartPole-v1"], autoreset_mode=AutoresetMode.DISABLED)
+    try:
+        fe.assert_same(env.reset(seed=0), ref.reset(seed=0), "reset")
+        good = np.array([0, 1, 1, 0])
+        with pytest.raises(ValueError, match=r"expected shape \(4,\).*got shape \(3,\)"):
+            env.step(np.array([0, 1, 1]))
+        with pytest.raises(ValueError, match=r"expected shape \(4,\).*got shape \(4, 1\)"):
+            env.step(good[:, None])
+        with pytest.raises(ValueError, match="expected values in Discrete"):
+            env.step(np.array([0, 2, 1, 0]))
+        with pytest.raises(ValueError, match="expected values in Discrete"):
+            env.step(np.array([0, -1, 1, 0]))
+        fe.assert_same(env.step(good), ref.step(good), "step after bad actions")
+        message = "length must match num_envs=4 but got length=3"
+        with pytest.raises(ValueError, match=message):
+            ref.reset(seed=[1, 2, 3])
+        with pytest.raises(ValueError, match=message):
+            env.reset(seed=[1, 2, 3])
+        for mask, error, match in BAD_RESET_MASKS:
+            with pytest.raises(error, match=match):
+                ref.reset(options={"reset_mask": mask})
+            options = {"reset_mask": mask}
+            with pytest.raises(error, match=match):
+                env.reset(options=options)
+            assert options == {"reset_mask": mask}
+        fe.assert_same(env.step(good), ref.step(good), "step after bad resets")
+        fe.assert_same(env.reset(seed=4), ref.reset(seed=4), "reset after bad resets")
+    finally:
+        env.close()
+        ref.close()
+
+
+def test_bad_dict_action_names_the_key():
+    env = SerialVectorEnv(ENV_FNS["dict"])
+    env.reset(seed=0)
+    actions = env.action_space.sample()
+    actions["move"] = actions["move"][:2]
+    with pytest.raises(ValueError, match=r"actions\['move'\]: expected shape \(4, 3\)"):
+        env.step(actions)
+    actions = env.action_space.sample()
+    actions["gear"] = np.array([0, 2, 0, 0])  # Discrete(3, start=-1): 2 is out of range
+    with pytest.raises(ValueError, match=r"actions\['gear'\]: expected values in"):
+        env.step(actions)
+    env.step(env.action_space.sample())
+    env.close()
+
+
+# ---- torch output, copies, apply, errors ------------------------------------------------
+@pytest.mark.parametrize("backend", ["serial", "parallel"])
+def test_torch_output_and_tensor_actions(backend):
+    fns = ENV_FNS["dict"]
+    ref = SyncVectorEnv(fns)
+    env = BACKENDS[backend](fns, output="torch")
+    expected_obs, _ = ref.reset(seed=2)
+    obs, _ = env.reset(seed=2)
+    assert isinstance(obs["position"], torch.Tensor) and obs["position"].dtype == torch.float32
+    assert isinstance(obs["sensors"]["heat"], torch.Tensor)
+    torch.testing.assert_close(
+        obs["sensors"]["heat"], torch.as_tensor(expected_obs["sensors"]["heat"])
+    )
+    ref.action_space.seed(2)
+    for _ in range(10):
+        actions = ref.action_space.sample()
+        expected = ref.step(actions)
+        tensor_actions = {key: torch.as_tensor(value) for key, value in actions.items()}
+        obs, rewards, terminations, truncations, infos = env.step(tensor_actions)
+        assert rewards.dtype == torch.float64 and terminations.dtype == torch.bool
+        torch.testing.assert_close(obs["position"], torch.as_tensor(expected[0]["position"]))
+        torch.testing.assert_close(rewards, torch.as_tensor(expected[1]))
+        assert terminations.tolist() == expected[2].tolist()
+        assert truncations.tolist() == expected[3].tolist()
+        fe.assert_same(infos, expected[4], "infos")  # infos stay numpy
+    env.close()
+    ref.close()
+
+
+def test_torch_output_plain_box_and_discrete_tensor_actions():
+    env = SerialVectorEnv(ENV_FNS["CartPole-v1"], output="torch")
+    obs, _ = env.reset(seed=0)
+    assert isinstance(obs, torch.Tensor) and obs.shape == (4, 4)
+    obs2, rewards, *_ = env.step(torch.tensor([0, 1, 0, 1]))
+    assert rewards.tolist() == [1.0] * 4 and not torch.equal(obs, obs2)
+    env.close()
+
+
+@pytest.mark.parametrize("backend", ["serial", "parallel"])
+@pytest.mark.parametrize("mode", ["next_step", "same_step"])
+def test_copy_false_returns_views_copy_true_does_not(backend, mode):
+    fns = ENV_FNS["CartPole-v1"]
+    views = BACKENDS[backend](fns, copy=False, autoreset_mode=mode)
+    copies = BACKENDS[backend](fns, autoreset_mode=mode)
+    for env, shared in ((views, True), (copies, False)):
+        first, _ = env.reset(seed=0)
+        saved = first.copy()
+        second, *_ = env.step(np.zeros(4, dtype=np.int64))
+        assert np.shares_memory(first, second) is shared
+        np.testing.assert_array_equal(first, second if shared else saved)
+        env.close()
+
+
+@pytest.mark.parametrize("backend", ["serial", "parallel"])
+def test_apply_runs_a_function_on_chosen_sub_envs(backend):
+    env = BACKENDS[backend](ENV_FNS["CartPole-v1"])
+    env.set_attr("gravity", [1.0, 2.0, 3.0, 4.0])
+    assert env.apply(fe.sub_env_gravity_times, 10.0, indices=[1, 3]) == (20.0, 40.0)
+    assert env.apply(fe.sub_env_gravity_times, factor=2.0) == (2.0, 4.0, 6.0, 8.0)
+    pids = env.apply(fe.sub_env_pid)
+    if backend == "serial":
+        assert set(pids) == {os.getpid()}
+    else:  # two workers, each holding two sub-envs, none in this process
+        assert pids[0] == pids[1] != pids[2] == pids[3] and os.getpid() not in pids
+    with pytest.raises(IndexError, match="out of range"):
+        env.apply(fe.sub_env_pid, indices=[4])
+    env.close()
+
+
+def test_sub_env_error_serial_raises_it_and_close_works():
+    env = SerialVectorEnv([fe.make_raising] * 2)
+    env.reset(seed=0)
+    env.step(np.array([0, 0]))
+    with pytest.raises(ValueError, match="step failed on purpose"):
+        env.step(np.array([0, 1]))
+    env.close()
+    assert env.closed
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_sub_env_error_parallel_raises_worker_error_and_close_works(context, no_leaks):
+    env = ParallelVectorEnv(
+        [fe.make_raising] * 2, context=context, num_workers=2, local_worker=False
+    )
+    env.reset(seed=0)
+    env.step(np.array([0, 0]))
+    with pytest.raises(WorkerError, match="step failed on purpose") as caught:
+        env.step(np.array([0, 1]))
+    assert caught.value.worker_index == 1
+    env.close()
+    assert env.closed

@@ -1,0 +1,196 @@
+"""Failing and dying workers: WorkerError instead of a hang, then a clean close.
+
+Every test here runs under a pytest timeout: a hang fails the test instead of blocking CI.
+``no_leaks`` checks that no child process and no /dev/shm entry outlives the test.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import os
+import signal
+
+import numpy as np
+import pytest
+from _envs import (
+    make_broken,
+    make_gym_cartpole,
+    make_gym_env,
+    make_gym_env_in_parent_only,
+    make_gym_failing,
+)
+from conftest import child_pids, open_fds
+
+from gymvec import ClosedEnvError, Mode, ParallelEnv, SerialEnv, WorkerError
+
+pytestmark = pytest.mark.timeout(60)
+
+FAILS_AT_STEP_3 = [make_gym_failing, functools.partial(make_gym_failing, fail_step=3)]
+
+
+def assert_closed_cleanly(env) -> None:
+    env.close()
+    env.close()  # twice: harmless
+    assert env.is_closed
+    with pytest.raises(ClosedEnvError):
+        env.step(env.rand_action())
+    with pytest.raises(ClosedEnvError):
+        env.reset()
+
+
+def actions(env):
+    return env.rand_action(env.reset())
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_exception_in_step_raises_worker_error_with_traceback(start, no_leaks):
+    env = ParallelEnv(2, FAILS_AT_STEP_3, mp_start_method=start)
+    td = actions(env)
+    env.step(td)
+    env.step(td)
+    with pytest.raises(WorkerError, match="worker 1") as info:
+        env.step(td)
+    error = info.value
+    assert error.worker_index == 1
+    assert "Traceback" in error.worker_traceback
+    assert "RuntimeError: step 3 failed on purpose" in error.worker_traceback
+    assert "step 3 failed on purpose" in str(error)
+    # the env reports the failure again rather than hanging or losing track of the command
+    with pytest.raises(WorkerError, match="step 4 failed on purpose"):
+        env.step(td)
+    assert_closed_cleanly(env)
+
+
+def test_exception_in_step_and_maybe_reset(no_leaks):
+    env = ParallelEnv(1, FAILS_AT_STEP_3[1], envs_per_worker=2, mp_start_method="fork")
+    td = actions(env)
+    env.step_and_maybe_reset(td)
+    env.step_and_maybe_reset(td)
+    with pytest.raises(WorkerError, match="step 3 failed on purpose"):
+        env.step_and_maybe_reset(td)
+    assert_closed_cleanly(env)
+
+
+def test_exception_at_reset_raises_worker_error(no_leaks):
+    fails = functools.partial(make_gym_failing, fail_reset=True)
+    env = ParallelEnv(2, [make_gym_failing, fails], mp_start_method="fork")
+    with pytest.raises(WorkerError, match="reset failed on purpose") as info:
+        env.reset()
+    assert info.value.worker_index == 1
+    assert "Traceback" in info.value.worker_traceback
+    assert_closed_cleanly(env)
+
+
+def test_factory_failing_in_the_parent_raises_at_construction(no_leaks):
+    with pytest.raises(RuntimeError, match="the factory failed on purpose"):
+        ParallelEnv(2, make_broken, mp_start_method="fork")
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_factory_failing_in_a_worker_raises_worker_error(start, no_leaks):
+    env = ParallelEnv(2, make_gym_env_in_parent_only, mp_start_method=start)
+    with pytest.raises(WorkerError, match="create_env_fn raised") as info:
+        env.reset()
+    assert "RuntimeError: the factory failed on purpose in a worker" in info.value.worker_traceback
+    assert_closed_cleanly(env)
+
+
+def test_factory_failing_in_a_worker_of_a_multi_task_env(no_leaks):
+    # a list of factories starts the workers at construction (they describe their sub-envs)
+    with pytest.raises(WorkerError, match="create_env_fn raised"):
+        ParallelEnv(2, [make_gym_cartpole, make_gym_env_in_parent_only], mp_start_method="fork")
+
+
+def test_mismatched_multi_task_specs_leave_no_worker(no_leaks):
+    # the workers start at construction to describe their sub-envs, then the specs disagree
+    fns = [make_gym_cartpole, functools.partial(make_gym_env, "Pendulum-v1")]
+    with pytest.raises(ValueError, match="sub-env 1"):
+        ParallelEnv(2, fns, mp_start_method="fork")
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_killed_worker_raises_worker_error(start, no_leaks):
+    env = ParallelEnv(2, make_gym_cartpole, mp_start_method=start)
+    td = actions(env)
+    env.step(td)
+    victim = env._executor.handles[1].process.pid
+    assert victim in child_pids()
+    os.kill(victim, signal.SIGKILL)
+    with pytest.raises(WorkerError, match="worker 1.*died.*SIGKILL") as info:
+        env.step(td)
+    assert info.value.worker_index == 1
+    assert info.value.worker_traceback is None
+    assert_closed_cleanly(env)
+
+
+def test_killed_worker_with_the_low_level_api(no_leaks):
+    env = ParallelEnv(2, make_gym_cartpole, envs_per_worker=2, mp_start_method="fork")
+    env.reset()
+    os.kill(env._executor.handles[0].process.pid, signal.SIGKILL)
+    env.buffers.action[("action",)][:] = 1
+    env.send(np.uint8(Mode.STEP))
+    with pytest.raises(WorkerError, match="worker 0.*died"):
+        env.recv(timeout=10.0)  # a dead worker is noticed, not waited for until the timeout
+    assert_closed_cleanly(env)
+
+
+def test_killed_worker_during_a_request(no_leaks):
+    env = ParallelEnv(2, make_gym_cartpole, mp_start_method="fork")
+    env.reset()
+    os.kill(env._executor.handles[1].process.pid, signal.SIGKILL)
+    with pytest.raises(WorkerError, match="worker 1"):
+        env.spec  # noqa: B018
+    assert_closed_cleanly(env)
+
+
+def test_serial_env_exception_propagates_as_is():
+    env = SerialEnv(2, FAILS_AT_STEP_3)
+    td = actions(env)
+    env.step(td)
+    env.step(td)
+    with pytest.raises(RuntimeError, match="step 3 failed on purpose"):
+        env.step(td)
+    assert_closed_cleanly(env)
+
+
+def test_unclosed_env_is_stopped_when_collected(no_leaks):
+    env = ParallelEnv(2, make_gym_cartpole, mp_start_method="fork")
+    env.reset()
+    assert len(child_pids()) >= 2
+    del env
+    gc.collect()
+
+
+def test_open_close_cycles_leak_no_file_descriptor(no_leaks):
+    def cycle() -> None:
+        env = ParallelEnv(1, make_gym_cartpole, mp_start_method="fork")
+        td = actions(env)
+        env.step(td)
+        env.close()
+
+    cycle()  # first use of multiprocessing's shared heap and semaphores
+    gc.collect()
+    before = open_fds()
+    for _ in range(30):
+        cycle()
+    gc.collect()
+    assert open_fds() == before
+
+
+def test_killed_worker_cycles_leak_no_file_descriptor(no_leaks):
+    def cycle() -> None:
+        env = ParallelEnv(1, make_gym_cartpole, mp_start_method="fork")
+        td = actions(env)
+        os.kill(env._executor.handles[0].process.pid, signal.SIGKILL)
+        with pytest.raises(WorkerError):
+            env.step(td)
+        env.close()
+
+    cycle()
+    gc.collect()
+    before = open_fds()
+    for _ in range(5):
+        cycle()
+    gc.collect()
+    assert open_fds() == before
