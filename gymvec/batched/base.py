@@ -163,14 +163,18 @@ class BatchedEnvBase(EnvBase):
         self._in_flight = False
         first = self._describe_first()
         self._allocate(first)
-        if self._single_factory():
-            descriptions = [first] * self.num_envs
-        else:  # each factory may build a different sub-env: ask the sub-envs themselves
-            descriptions = [
-                SubEnvDescription.from_summary(summary, first.info_fields)
-                for summary in self.executor.describe()
-            ]
-        self._set_specs(descriptions)
+        try:
+            if self._single_factory():
+                descriptions = [first] * self.num_envs
+            else:  # each factory may build a different sub-env: ask the sub-envs themselves
+                descriptions = [
+                    SubEnvDescription.from_summary(summary, first.info_fields)
+                    for summary in self.executor.describe()
+                ]
+            self._set_specs(descriptions)
+        except BaseException:
+            self.close()
+            raise
 
     # ---- construction -------------------------------------------------------------------------
     def _single_factory(self) -> bool:

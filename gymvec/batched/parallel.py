@@ -385,9 +385,9 @@ class ParallelEnv(BatchedEnvBase):
 
     def _make_executor(self) -> ProcessExecutor:
         executor = ProcessExecutor(self)
-        # Stop the workers even if the user never calls close() (before multiprocessing's
-        # own exit handler would wait for them forever).
-        self._finalizer = weakref.finalize(self, executor.close)
+        # Stop the workers and remove a memmap file even if the user never calls close()
+        # (and before multiprocessing's own exit handler would wait for the workers forever).
+        self._finalizer = weakref.finalize(self, _shutdown, executor, self._memmaps())
         return executor
 
     def _close(self) -> None:
@@ -395,7 +395,16 @@ class ParallelEnv(BatchedEnvBase):
             self._finalizer.detach()
         super()._close()
 
+    def _memmaps(self) -> list[MemmapMemory]:
+        memories = (self._memory, self._control_memory)
+        return [memory for memory in memories if isinstance(memory, MemmapMemory)]
+
     def _release_memory(self) -> None:
-        for memory in (self._memory, self._control_memory):
-            if isinstance(memory, MemmapMemory):
-                memory.release()
+        for memory in self._memmaps():
+            memory.release()
+
+
+def _shutdown(executor: ProcessExecutor, memmaps: list[MemmapMemory]) -> None:
+    executor.close()
+    for memory in memmaps:
+        memory.release()
