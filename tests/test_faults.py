@@ -97,15 +97,17 @@ def test_factory_failing_in_a_worker_raises_worker_error(start, no_leaks):
 
 
 def test_factory_failing_in_a_worker_of_a_multi_task_env(no_leaks):
-    # a list of factories starts the workers at construction (they describe their sub-envs)
+    # the parent describes each task itself; the workers build theirs at the first command
+    env = ParallelEnv(2, [make_gym_cartpole, make_gym_env_in_parent_only], mp_start_method="fork")
     with pytest.raises(WorkerError, match="create_env_fn raised"):
-        ParallelEnv(2, [make_gym_cartpole, make_gym_env_in_parent_only], mp_start_method="fork")
+        env.reset()
+    env.close()
 
 
 def test_mismatched_multi_task_specs_leave_no_worker(no_leaks):
-    # the workers start at construction to describe their sub-envs, then the specs disagree
+    # the tasks' observations cannot share the buffers: refused before any worker starts
     fns = [make_gym_cartpole, functools.partial(make_gym_env, "Pendulum-v1")]
-    with pytest.raises(ValueError, match="sub-env 1"):
+    with pytest.raises(ValueError, match="observation_spec: key"):
         ParallelEnv(2, fns, mp_start_method="fork")
 
 

@@ -24,7 +24,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
-from tensordict import TensorDict, TensorDictBase
+from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from gymvec.batched.buffers import BufferLayout, Buffers, LeafSpec
 from gymvec.batched.driver import Control, Mode, describe_sub_env
@@ -161,12 +161,20 @@ class BatchedEnvBase(EnvBase):
         self._executor = None
         self._pending_seeds: list[int | None] | None = None
         self._in_flight = False
-        first = self._describe_first()
-        self._allocate(first)
+        self.heterogeneous = False  # multi-task with different keys: see _set_specs
+        if self._one_factory_per_worker():
+            # Multi-task: the tasks may differ in their keys, which the buffers must hold all
+            # of; describe each task here, before the buffers are laid out.
+            descriptions = self._describe_each_factory()
+            self._allocate(descriptions[0], descriptions)
+        else:
+            first = self._describe_first()
+            self._allocate(first, [first])
         try:
             if self._single_factory():
                 descriptions = [first] * self.num_envs
-            else:  # each factory may build a different sub-env: ask the sub-envs themselves
+            elif not self._one_factory_per_worker():
+                # one factory per sub-env (the drop-ins): ask the sub-envs themselves
                 descriptions = [
                     SubEnvDescription.from_summary(summary, first.info_fields)
                     for summary in self.executor.describe()
@@ -180,6 +188,30 @@ class BatchedEnvBase(EnvBase):
     def _single_factory(self) -> bool:
         fns, kwargs = self._create_env_fns, self._create_env_kwargs
         return all(f is fns[0] for f in fns) and all(k == kwargs[0] for k in kwargs)
+
+    def _one_factory_per_worker(self) -> bool:
+        """A multi-task batch: several factories, each shared by a whole worker."""
+        fns = self._create_env_fns
+        per_worker = [fns[w * self.envs_per_worker] for w in range(self.num_workers)]
+        return not self._single_factory() and all(
+            fns[i] is per_worker[i // self.envs_per_worker] for i in range(self.num_envs)
+        )
+
+    def _describe_each_factory(self) -> list[SubEnvDescription]:
+        """Describe each distinct (factory, kwargs) once, in this process."""
+        described: dict[tuple, SubEnvDescription] = {}
+        descriptions = []
+        for i in range(self.num_envs):
+            kwargs = self._create_env_kwargs[i]
+            key = (id(self._create_env_fns[i]), repr(sorted(kwargs.items())))
+            if key not in described:
+                env = as_env(self._sub_env_fn(i)())
+                try:
+                    described[key] = SubEnvDescription.of(env)
+                finally:
+                    env.close()
+            descriptions.append(described[key])
+        return descriptions
 
     def _describe_first(self) -> SubEnvDescription:
         """Build sub-env 0 in this process, describe it, close it (workers build their own)."""
@@ -196,27 +228,42 @@ class BatchedEnvBase(EnvBase):
                 ("observation_spec", first.observation_spec, description.observation_spec),
                 ("action_spec", first.full_action_spec, description.full_action_spec),
             ):
-                if spec_leaves(a) != spec_leaves(b):
+                if spec_leaves(a) == spec_leaves(b):
+                    continue
+                if not self._one_factory_per_worker():
                     raise SpaceMismatchError(
                         f"sub-env {i}: {name} leaves {spec_leaves(b)} differ from sub-env 0's "
                         f"{spec_leaves(a)}; a batch needs the same keys, shapes and dtypes"
                     )
+                self.heterogeneous = True
         self.sub_env_descriptions = descriptions
         n = self.num_envs
-        self.observation_spec = _batch_spec([d.observation_spec for d in descriptions], n)
-        self.full_action_spec = _batch_spec([d.full_action_spec for d in descriptions], n)
+        if self.heterogeneous:
+            # Specs list every key of every task; each sub-env's own are in its description,
+            # and outputs are lazy stacks in which each sub-env shows only its own keys.
+            self.observation_spec = _union_spec([d.observation_spec for d in descriptions], n)
+            self.full_action_spec = _union_spec([d.full_action_spec for d in descriptions], n)
+            self._sub_env_keys = [_keys_of(d) for d in descriptions]
+        else:
+            self.observation_spec = _batch_spec([d.observation_spec for d in descriptions], n)
+            self.full_action_spec = _batch_spec([d.full_action_spec for d in descriptions], n)
         self.reward_spec = make_reward_spec(self.batch_size, first.reward_dtype)
         self.done_spec = make_done_spec(self.batch_size)
         self.info_spec = Composite(_info_specs(self.info_fields)).expand(n)
         self.metadata = first.metadata
         self.render_mode = first.render_mode
 
-    def _allocate(self, first: SubEnvDescription) -> None:
-        self.info_fields = first.info_fields
+    def _allocate(self, first: SubEnvDescription, all_: list[SubEnvDescription]) -> None:
+        """Lay the buffers out for the keys of every description (of every task)."""
+        self.info_fields = {
+            name: field
+            for name, field in first.info_fields.items()
+            if all(d.info_fields.get(name) == field for d in all_)
+        }
         self.layout = BufferLayout(
             self.num_envs,
-            spec_leaves(first.observation_spec),
-            spec_leaves(first.full_action_spec),
+            _union_leaves([spec_leaves(d.observation_spec) for d in all_], "observation_spec"),
+            _union_leaves([spec_leaves(d.full_action_spec) for d in all_], "action_spec"),
             self.info_fields,
         )
         self._memory = self._new_memory(self.layout.nbytes)
@@ -328,8 +375,25 @@ class BatchedEnvBase(EnvBase):
         return self._root_output()
 
     def _write_actions(self, td: TensorDictBase) -> None:
+        if self.heterogeneous:
+            for i, keys in enumerate(self._sub_env_keys):
+                row = td[i]
+                for key, view in zip(self._action_keys, self._action_views):
+                    if key in keys["action"]:
+                        view[i].copy_(row.get(key))
+            return
         for key, view in zip(self._action_keys, self._action_views):
             view.copy_(td.get(key))
+
+    def _check_action(self, td: TensorDictBase) -> None:
+        if not self.heterogeneous:
+            super()._check_action(td)
+            return
+        for i, description in enumerate(self.sub_env_descriptions):
+            row = td[i]
+            if "action" not in row.keys():
+                raise KeyError(f"step() needs an 'action' entry for sub-env {i}")
+            description.full_action_spec["action"].validate(row.get("action"), f"action[{i}]")
 
     def _step(self, td: TensorDictBase) -> TensorDictBase:
         self._write_actions(td)
@@ -349,13 +413,23 @@ class BatchedEnvBase(EnvBase):
 
     def _root_output(self) -> TensorDictBase:
         """A copy of the root (observations, infos, flags) on ``self.device``."""
-        return self._copy(self._root_view)
+        return self._per_task(self._copy(self._root_view), "obs")
 
     def _next_output(self) -> TensorDictBase:
         """A copy of ``"next"``, the reward cast to the reward spec's dtype."""
         out = self._copy(self._next_view)
         out.set("reward", self._reward_view.to(self.device, self.reward_spec.dtype, copy=True))
-        return out
+        return self._per_task(out, "obs")
+
+    def _per_task(self, out: TensorDictBase, kind: str) -> TensorDictBase:
+        """In a heterogeneous batch, a lazy stack where each sub-env keeps only its keys."""
+        if not self.heterogeneous:
+            return out
+        rows = []
+        for i, keys in enumerate(self._sub_env_keys):
+            unused = [key for key in self.layout.obs_keys if key not in keys[kind]]
+            rows.append(out[i].exclude(*unused) if unused else out[i])
+        return LazyStackedTensorDict(*rows, stack_dim=0)
 
     def _copy(self, view: TensorDictBase) -> TensorDictBase:
         # Outputs never alias the buffers, which the next command overwrites.
@@ -503,6 +577,44 @@ def _per_sub_env(
             f"got {len(value)}"
         )
     raise TypeError(f"{name}: expected a callable or a list, got {type(value).__name__}")
+
+
+def _union_leaves(leaves_per_env: list[list[LeafSpec]], name: str) -> list[LeafSpec]:
+    """Every leaf of every sub-env, once; a key with two shapes or dtypes is an error."""
+    union: dict[tuple, LeafSpec] = {}
+    for leaves in leaves_per_env:
+        for leaf in leaves:
+            known = union.setdefault(leaf[0], leaf)
+            if known != leaf:
+                raise SpaceMismatchError(
+                    f"{name}: key {leaf[0]} is {known[1:]} in one task and {leaf[1:]} in another"
+                )
+    for key in union:
+        for other in union:
+            if len(other) > len(key) and other[: len(key)] == key:
+                raise SpaceMismatchError(
+                    f"{name}: key {key} is a value in one task and holds {other} in another"
+                )
+    return list(union.values())
+
+
+def _union_spec(specs: list[Composite], n: int) -> Composite:
+    union = Composite()
+    for spec in specs:
+        for key in spec.keys(include_nested=True, leaves_only=True):
+            if key not in union:
+                union[key] = spec[key].clone()
+    return union.expand(n)
+
+
+def _keys_of(description: SubEnvDescription) -> dict[str, set]:
+    obs = {
+        k if isinstance(k, tuple) else (k,) for k in description.observation_spec.keys(True, True)
+    }
+    action = {
+        k if isinstance(k, tuple) else (k,) for k in description.full_action_spec.keys(True, True)
+    }
+    return {"obs": obs, "action": action}
 
 
 def _batch_spec(specs: list[Composite], n: int) -> Composite:

@@ -112,10 +112,9 @@ class GymDriver:
         layout = buffers.layout
         obs_leaves = observation_leaves(gym_env.observation_space)
         keys = [leaf.key for leaf in obs_leaves]
-        if sorted(keys) != sorted(layout.obs_keys):
+        if not set(keys) <= set(layout.obs_keys):  # a multi-task batch holds several tasks' keys
             raise ValueError(
-                f"sub-env {index}: observation keys {keys} differ from the batch's "
-                f"{layout.obs_keys}"
+                f"sub-env {index}: observation keys {keys} are not in the batch's {layout.obs_keys}"
             )
         self.obs_paths = [leaf.path for leaf in obs_leaves]
         self.root_obs = [buffers.root.obs[leaf.key] for leaf in obs_leaves]
@@ -273,7 +272,7 @@ class BatchStep:
         rows = slice(start, stop)
         self.actions = buffers.action[drivers[0].action_leaves[0].key][rows]
         slot = buffers.next
-        self.obs = slot.obs[buffers.layout.obs_keys[0]][rows]
+        self.obs = drivers[0].next_obs[0][rows]
         self.reward, self.done = slot.reward[rows], slot.done[rows]
         self.terminated, self.truncated = slot.terminated[rows], slot.truncated[rows]
         self.with_fields = bool(buffers.layout.info_fields)
@@ -326,7 +325,9 @@ class SubEnvGroup:
             raise
         self.batch_step = None
         drivers = self.drivers
-        plain = all(isinstance(d, GymDriver) and d.plain_obs for d in drivers)
+        plain = all(isinstance(d, GymDriver) and d.plain_obs for d in drivers) and all(
+            d.next_obs[0] is drivers[0].next_obs[0] for d in drivers
+        )
         if drivers and plain and not drivers[0].action_leaves[0].path:
             self.batch_step = BatchStep(drivers, buffers, start, self.stop)
 

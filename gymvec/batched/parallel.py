@@ -174,7 +174,7 @@ class ProcessExecutor:
         ready = mp.connection.wait([handle.conn, handle.process.sentinel], timeout)
         if handle.conn in ready:
             try:
-                kind, detail = handle.conn.recv()
+                kind, detail = cloudpickle.loads(handle.conn.recv_bytes())
             except (EOFError, OSError):
                 raise handle.died() from None
             if kind == "error":

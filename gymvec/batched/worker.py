@@ -188,6 +188,15 @@ def add_missing_env_specs(pickled_specs: list[bytes]) -> None:
             gymnasium.registry[spec.id] = spec
 
 
+def ready_message(descriptions: list[dict]) -> bytes:
+    """The worker's first message; an ``EnvSpec`` that cannot travel (a wrapper's lambda in
+    its kwargs, say) is left out rather than failing the start."""
+    try:
+        return cloudpickle.dumps(("ready", descriptions))
+    except Exception:
+        return cloudpickle.dumps(("ready", [{**d, "env_spec": None} for d in descriptions]))
+
+
 def worker_main(
     index: int,
     env_fns_payload: bytes,
@@ -221,13 +230,14 @@ def worker_main(
             add_missing_env_specs(cloudpickle.loads(env_specs_payload))
         control = Control(layout.num_envs, control_memory)
         group = SubEnvGroup(env_fns, start, Buffers(layout, memory), control)
+        ready = ready_message(group.describe())
     except BaseException:
-        conn.send(("error", traceback.format_exc()))
+        conn.send_bytes(cloudpickle.dumps(("error", traceback.format_exc())))
         return
     torch = sys.modules.get("torch")
     if torch is not None and num_threads is not None:  # the sub-envs use torch
         torch.set_num_threads(num_threads)
-    conn.send(("ready", group.describe()))
+    conn.send_bytes(ready)
     try:
         Worker(group, words, conn, wake, done, spin_s).loop()
     except (EOFError, BrokenPipeError, KeyboardInterrupt):

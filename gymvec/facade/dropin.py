@@ -104,7 +104,7 @@ class SerialVectorEnv(GymnasiumVectorEnv):
     ):
         self.env_fns = _check_env_fns(env_fns)
         self.observation_mode = observation_mode
-        env = SerialEnv(len(self.env_fns), self.env_fns)
+        env = SerialEnv(1, self.env_fns, envs_per_worker=len(self.env_fns))
         try:
             super().__init__(env, autoreset_mode=autoreset_mode, output=output, copy=copy)
             _apply_observation_mode(self, observation_mode, "SerialVectorEnv")

@@ -80,6 +80,11 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     ):
         if output not in ("numpy", "torch"):
             raise ValueError(f"output: expected 'numpy' or 'torch', got {output!r}")
+        if getattr(env, "heterogeneous", False):
+            raise ValueError(
+                "the gymnasium face needs sub-envs with the same keys; this multi-task batch "
+                "has tasks with different keys (use its tensordict API)"
+            )
         if not hasattr(env, "send"):
             from gymvec.facade.adapter import CommandAdapter
 
@@ -317,6 +322,11 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     @property
     def np_random_seed(self) -> tuple[int, ...]:
         return self.get_attr("np_random_seed")
+
+    @property
+    def np_random(self) -> tuple[np.random.Generator, ...]:
+        """The sub-envs' random generators (copies, for sub-envs in worker processes)."""
+        return self.get_attr("np_random")
 
     def close_extras(self, **kwargs: Any) -> None:
         self.env.close()
