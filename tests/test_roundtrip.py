@@ -1,0 +1,69 @@
+"""gymnasium vector env -> GymVectorEnvWrapper -> GymnasiumVectorEnv steps exactly like the
+original (same_step and disabled autoreset; see the adapter's docstring for next_step)."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from gymvec import GymnasiumVectorEnv, GymVectorEnvWrapper
+
+
+def _make(env_id):
+    return lambda: gym.make(env_id, max_episode_steps=25)
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+@pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.DISABLED])
+def test_round_trip_steps_like_the_original(env_id, mode):
+    fns = [_make(env_id)] * 3
+    original = SyncVectorEnv(fns, autoreset_mode=mode)
+    inner = SyncVectorEnv(fns, autoreset_mode=mode)
+    wrapper = GymVectorEnvWrapper(inner, reward_dtype=torch.float64)
+    face = GymnasiumVectorEnv(wrapper, autoreset_mode=mode)
+    try:
+        assert face.single_observation_space == original.single_observation_space
+        assert face.action_space == original.action_space
+        obs_a, _ = original.reset(seed=7)
+        obs_b, _ = face.reset(seed=7)
+        np.testing.assert_array_equal(obs_a, obs_b)
+        ends = 0
+        for _ in range(80):
+            actions = original.action_space.sample()
+            a = original.step(actions)
+            b = face.step(actions)
+            for x, y in zip(a[:4], b[:4]):
+                np.testing.assert_array_equal(x, y)
+                assert x.dtype == y.dtype
+            finished = a[2] | a[3]
+            if mode == AutoresetMode.SAME_STEP and finished.any():
+                for i in np.flatnonzero(finished):
+                    np.testing.assert_array_equal(a[4]["final_obs"][i], b[4]["final_obs"][i])
+            if mode == AutoresetMode.DISABLED and finished.any():
+                obs_a, _ = original.reset(options={"reset_mask": finished})
+                obs_b, _ = face.reset(options={"reset_mask": finished.copy()})
+                np.testing.assert_array_equal(obs_a, obs_b)
+            ends += finished.sum()
+        assert ends >= 3
+    finally:
+        original.close()
+        face.close()
+
+
+def test_next_step_over_an_env_without_partial_steps_is_refused_clearly():
+    inner = SyncVectorEnv([_make("CartPole-v1")] * 2, autoreset_mode=AutoresetMode.SAME_STEP)
+    face = GymnasiumVectorEnv(GymVectorEnvWrapper(inner), autoreset_mode="next_step")
+    try:
+        face.reset(seed=0)
+        finished = False
+        for _ in range(60):
+            try:
+                _, _, term, trunc, _ = face.step(face.action_space.sample())
+            except NotImplementedError as exc:
+                assert "same_step" in str(exc)
+                finished = True
+                break
+        assert finished
+    finally:
+        face.close()
