@@ -88,10 +88,14 @@ gym.register(RICH_ENV_ID, entry_point=RichInfoEnv)
 
 
 class SlowEnv(gym.Env):
-    """Sleeps ``action`` seconds in ``step`` (a Box action) and ``reset_delay`` in reset."""
+    """Sleeps ``action`` seconds in ``step`` and ``reset_delay`` in reset.
+
+    The action space's small bound keeps random actions (gymvec's info probe) fast; larger
+    actions are accepted.
+    """
 
     observation_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
-    action_space = spaces.Box(0.0, 5.0, shape=(), dtype=np.float32)
+    action_space = spaces.Box(0.0, 0.01, shape=(), dtype=np.float32)
 
     def __init__(self, reset_delay: float = 0.0):
         self.reset_delay = reset_delay
@@ -273,13 +277,17 @@ def assert_same(actual, expected, path: str = "", loose: tuple[str, ...] = ()) -
         for key in expected:
             assert_same(actual[key], expected[key], f"{path}[{key!r}]", loose)
         return
+    # Where a space has shape (), a sub-env may return a numpy scalar or a 0-d array; gymvec
+    # rebuilds final observations from its buffers: numpy integers for Discrete leaves, 0-d
+    # arrays for the others. Same dtype and value either way.
     scalars = (np.generic, np.ndarray)
-    if "['final_obs']" in path and isinstance(actual, scalars) and isinstance(expected, scalars):
-        # Where a space has shape (), a sub-env may return a numpy scalar or a 0-d array;
-        # gymvec rebuilds final observations from its buffers: numpy integers for Discrete
-        # leaves, 0-d arrays for the others. Same dtype and value either way.
-        if np.ndim(actual) == np.ndim(expected) == 0:
-            actual, expected = np.asarray(actual), np.asarray(expected)
+    if (
+        "['final_obs']" in path
+        and isinstance(actual, scalars)
+        and isinstance(expected, scalars)
+        and np.ndim(actual) == np.ndim(expected) == 0
+    ):
+        actual, expected = np.asarray(actual), np.asarray(expected)
     assert type(actual) is type(expected), f"{path}: type {type(actual)} != {type(expected)}"
     if isinstance(expected, np.ndarray):
         assert actual.dtype == expected.dtype, f"{path}: dtype {actual.dtype} != {expected.dtype}"
@@ -299,12 +307,16 @@ def assert_same(actual, expected, path: str = "", loose: tuple[str, ...] = ()) -
         assert actual == expected, f"{path}: {actual!r} != {expected!r}"
 
 
-def run_against_sync(make_face, env_fns, mode, steps=30, seed=7, reset_options=None):
+def run_against_sync(
+    make_face, env_fns, mode, steps=30, seed=7, reset_options=None, partial_every=None
+):
     """Step a face and SyncVectorEnv side by side; returns how many episodes ended.
 
     Under DISABLED, finished sub-envs are reset with a mask (and fresh seeds for every other
-    partial reset), with the caller's options checked to be left as they were.
+    partial reset), with the caller's options checked to be left as they were. With
+    ``partial_every=k``, random sub-envs are also reset with a mask every k steps (any mode).
     """
+    rng = np.random.default_rng(seed)
     ref = SyncVectorEnv(env_fns, autoreset_mode=mode)
     env = make_face(env_fns, autoreset_mode=mode)
     try:
@@ -321,7 +333,15 @@ def run_against_sync(make_face, env_fns, mode, steps=30, seed=7, reset_options=N
             assert_same(actual, expected, f"step {t}", EPISODE_TIME)
             finished = expected[2] | expected[3]
             ends += finished
-            if mode == AutoresetMode.DISABLED and finished.any():
+            if partial_every and t % partial_every == partial_every - 1:
+                mask = rng.random(env.num_envs) < 0.5
+                mask[rng.integers(env.num_envs)] = True
+                if mode == AutoresetMode.DISABLED:
+                    mask |= finished
+                expected = ref.reset(options={"reset_mask": mask.copy()})
+                actual = env.reset(options={"reset_mask": mask})
+                assert_same(actual, expected, f"random partial reset after step {t}", EPISODE_TIME)
+            elif mode == AutoresetMode.DISABLED and finished.any():
                 seeds = [100 * t + i for i in range(env.num_envs)] if t % 2 else None
                 options = {"reset_mask": finished.copy(), "level": t}
                 expected = ref.reset(seed=seeds, options=dict(options))

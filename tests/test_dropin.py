@@ -18,7 +18,16 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
-from gymnasium.spaces import Box, Dict, Discrete, MultiBinary, MultiDiscrete, Tuple
+from gymnasium.spaces import (
+    Box,
+    Dict,
+    Discrete,
+    MultiBinary,
+    MultiDiscrete,
+    Sequence,
+    Text,
+    Tuple,
+)
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_differing_spaces
 
@@ -115,6 +124,22 @@ def test_same_step_final_obs_are_in_the_single_space(vector_cls):
     for final_obs in infos["final_obs"]:
         assert final_obs in env.single_observation_space
     env.close()
+
+
+@pytest.mark.parametrize(
+    "space, where",
+    [
+        (Text(5), "observation: Text"),
+        (Dict({"a": Tuple((Discrete(2), Sequence(Discrete(2))))}), "a/1: Sequence"),
+        (gym.Space(), "observation: <gymnasium.spaces.space.Space"),  # a custom space
+    ],
+    ids=["text", "nested-sequence", "custom"],
+)
+def test_spaces_without_fixed_shape_raise_a_type_error_naming_them(vector_cls, space, where):
+    """SyncVectorEnv batches these as tuples of objects; gymvec's buffers cannot hold them."""
+    fns = [functools.partial(fe.make_spaces_env, space, Discrete(2))] * 2
+    with pytest.raises(TypeError, match=re.escape(where) + ".* has no fixed shape and dtype"):
+        vector_cls(fns)
 
 
 # ---- observation_mode ---------------------------------------------------------------------
@@ -272,6 +297,28 @@ def test_call_get_attr_set_attr(vector_cls):
     env.close()
 
 
+def test_serial_envs_are_the_sub_envs():
+    fns = fe.env_fns("CartPole-v1", 2)
+    env = SerialVectorEnv(fns)
+    assert len(env.envs) == 2 and all(isinstance(sub, gym.Env) for sub in env.envs)
+    env.envs[1].unwrapped.gravity = 3.0
+    assert env.get_attr("gravity") == (9.8, 3.0)
+    assert env.env_fns == fns and env.copy is True and env.observation_mode == "same"
+    env.close()
+
+
+def test_call_of_a_missing_attribute_raises_and_env_stays_usable(vector_cls):
+    env = vector_cls(fe.env_fns("CartPole-v1", 2))
+    env.reset(seed=0)
+    with pytest.raises(AttributeError, match="no_such_attribute"):
+        env.call("no_such_attribute")
+    with pytest.raises(AttributeError, match="no_such_attribute"):
+        env.get_attr("no_such_attribute")
+    assert env.get_attr("gravity") == (9.8, 9.8)
+    env.step(np.zeros(2, dtype=np.int64))
+    env.close()
+
+
 def test_set_attr_reaches_wrapped_attributes_like_sync(vector_cls):
     """``set_attr`` sets the attribute where gymnasium's ``set_wrapper_attr`` puts it."""
     fns = fe.env_fns("CartPole-v1", 2)
@@ -325,7 +372,11 @@ def test_np_random_seed_tuple(vector_cls):
         assert isinstance(env.np_random_seed, tuple)
         assert env.np_random_seed == ref.np_random_seed, seed
     assert env.np_random_seed == (7, 43, 9, 10)
-    assert all(isinstance(rng, np.random.Generator) for rng in env.get_attr("np_random"))
+    assert isinstance(env.np_random, tuple) and len(env.np_random) == 4
+    assert all(isinstance(rng, np.random.Generator) for rng in env.np_random)
+    assert [rng.bit_generator.state for rng in env.np_random] == [
+        rng.bit_generator.state for rng in ref.np_random
+    ]
     env.close()
     ref.close()
 

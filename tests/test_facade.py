@@ -20,7 +20,14 @@ import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.wrappers import vector as vector_wrappers
 
-from gymvec import ParallelVectorEnv, SerialVectorEnv, WorkerError
+from gymvec import (
+    GymnasiumVectorEnv,
+    ParallelEnv,
+    ParallelVectorEnv,
+    SerialEnv,
+    SerialVectorEnv,
+    WorkerError,
+)
 
 MODES = list(AutoresetMode)
 NUM_ENVS = 4
@@ -72,6 +79,17 @@ def test_infos_equal_sync_vector_env(env_name, mode, backend):
 
 
 @pytest.mark.parametrize("backend", ["serial", "parallel"])
+@pytest.mark.parametrize("mode", MODES, ids=[m.value for m in MODES])
+def test_partial_resets_in_every_mode_equal_sync(mode, backend):
+    """``reset_mask`` works in every autoreset mode, also on sub-envs waiting for their
+    NEXT_STEP autoreset."""
+    ends = fe.run_against_sync(
+        BACKENDS[backend], ENV_FNS["rich-info"], mode, steps=24, partial_every=3
+    )
+    assert ends.sum() >= 4
+
+
+@pytest.mark.parametrize("backend", ["serial", "parallel"])
 def test_reset_options_reach_the_sub_envs(backend):
     """Options travel to every sub-env (the rich env reports the keys it saw)."""
     ends = fe.run_against_sync(
@@ -100,6 +118,30 @@ def test_rich_infos_have_every_kind_of_value():
             seen.add(str(infos["changing"].dtype))
     env.close()
     assert {"at_end", "every_third", "final_obs", "float64", "int64"} <= seen
+
+
+@pytest.mark.parametrize("kind", ["serial", "parallel"])
+@pytest.mark.parametrize("mode", MODES, ids=[m.value for m in MODES])
+def test_face_over_batched_envs_of_gym_env_sub_envs(kind, mode):
+    """``GymnasiumVectorEnv`` over SerialEnv/ParallelEnv of GymEnv sub-envs (built with
+    ``to_gymnasium``) steps like SyncVectorEnv over the bare gymnasium envs."""
+    fns = [
+        functools.partial(_envs.make_gym_env_wrapped, fe.RICH_ENV_ID, tag=i)
+        for i in range(NUM_ENVS)
+    ]
+
+    def make_face(env_fns, autoreset_mode):
+        if kind == "serial":
+            batched = SerialEnv(NUM_ENVS, fns)
+        else:
+            batched = ParallelEnv(2, fns, envs_per_worker=2, mp_start_method="fork")
+        face = batched.to_gymnasium(autoreset_mode=autoreset_mode)
+        assert isinstance(face, GymnasiumVectorEnv)
+        return face
+
+    ref_fns = [functools.partial(fe.make_rich, tag=i) for i in range(NUM_ENVS)]
+    ends = fe.run_against_sync(make_face, ref_fns, mode, steps=16, partial_every=5)
+    assert ends.sum() >= 4
 
 
 # ---- DISABLED: partial resets and the missing reset ---------------------------------------

@@ -29,13 +29,21 @@ from stable_baselines3.common.vec_env import (
 )
 from stable_baselines3.common.vec_env.base_vec_env import tile_images
 
+import gymvec
 from gymvec.sb3 import SB3VecEnv, to_sb3
+
 
 # Vectorizers with SyncVectorEnv's constructor (env_fns, autoreset_mode=...) whose sub-envs
 # can be reached one by one (``apply`` or ``envs``). Add gymvec's own face here.
-VECTORIZERS = [SyncVectorEnv]
+def _gymvec_parallel(env_fns, **kwargs):
+    return gymvec.ParallelVectorEnv(env_fns, num_workers=2, context="fork", **kwargs)
+
+
+_gymvec_parallel.__name__ = "gymvec.ParallelVectorEnv"
+
+VECTORIZERS = [SyncVectorEnv, gymvec.SerialVectorEnv]
 # Vectorizers running sub-envs in worker processes: only a few small tests use them.
-PROCESS_VECTORIZERS = [AsyncVectorEnv]
+PROCESS_VECTORIZERS = [AsyncVectorEnv, _gymvec_parallel]
 ALL_VECTORIZERS = VECTORIZERS + PROCESS_VECTORIZERS
 
 
@@ -426,10 +434,10 @@ def test_per_env_access_goes_through_apply():
     assert env.env_is_wrapped(Monitor, indices=[1]) == [True]
     env.set_attr("fill", 7)
     assert [image.max() for image in env.get_images()] == [7] * N_CALL_ENVS
-    assert vector_env.applied[:2] == [("_call_method", [0, 1, 2]), ("_call_method", [0, 2])]
-    assert ("_set_attr", [2]) in vector_env.applied
-    assert ("_is_wrapped", [1]) in vector_env.applied
-    assert vector_env.applied[-1] == ("_call_method", [0, 1, 2])  # get_images renders
+    assert vector_env.applied[:2] == [("call_method", [0, 1, 2]), ("call_method", [0, 2])]
+    assert ("set_attr", [2]) in vector_env.applied
+    assert ("is_wrapped", [1]) in vector_env.applied
+    assert vector_env.applied[-1] == ("call_method", [0, 1, 2])  # get_images renders
     env.close()
 
 

@@ -40,6 +40,11 @@ def space_leaves(space: spaces.Space, key: tuple[str, ...], path: tuple = ()) ->
         for index, sub in enumerate(space.spaces):
             leaves += space_leaves(sub, (*key, str(index)), (*path, index))
         return leaves
+    if space.shape is None or space.dtype is None:  # Text, Sequence, Graph, OneOf, custom
+        raise TypeError(
+            f"{'/'.join(key)}: {space} has no fixed shape and dtype; gymvec batches Box, "
+            "Discrete, MultiDiscrete, MultiBinary, Dict and Tuple spaces"
+        )
     return [Leaf(key, path, tuple(space.shape), np.dtype(space.dtype))]
 
 

@@ -25,7 +25,6 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array
-from stable_baselines3.common.env_util import is_wrapped
 from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvIndices,
@@ -33,30 +32,16 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
+from gymvec.integrations import sub_env_ops
+
 __all__ = ["SB3VecEnv", "to_sb3"]
 
 # Keys of a same-step vector info that describe the finished episode, not the current one.
 _FINAL_KEYS = frozenset({"final_obs", "final_info"})
 
 
-# Functions run on one sub-env, possibly in another process: module-level so that (cloud)pickle
-# sends them by reference. Method arguments travel packed, so a method keyword argument named
-# ``indices`` cannot collide with ``apply``'s own.
-def _call_method(env: gym.Env, name: str, args: tuple, kwargs: dict) -> Any:
-    return env.get_wrapper_attr(name)(*args, **kwargs)
-
-
-def _get_attr(env: gym.Env, name: str) -> Any:
-    return env.get_wrapper_attr(name)
-
-
-def _set_attr(env: gym.Env, name: str, value: Any) -> None:
-    # Like gymnasium's vector ``set_attr``: set it on the wrapper layer that already has it.
-    env.set_wrapper_attr(name, value)
-
-
-def _is_wrapped(env: gym.Env, wrapper_class: type[gym.Wrapper]) -> bool:
-    return is_wrapped(env, wrapper_class)
+_call_method, _get_attr = sub_env_ops.call_method, sub_env_ops.get_attr
+_set_attr, _is_wrapped = sub_env_ops.set_attr, sub_env_ops.is_wrapped
 
 
 class _FunctionAccess:
