@@ -3,9 +3,10 @@
     python examples/ppo_gymnasium.py            # full run: last 20 episodes average >= 195
     python examples/ppo_gymnasium.py --quick    # 2048 steps, no threshold (CI)
 
-Everything a gymnasium ``VectorEnv`` user expects: ``gymvec.make_vec`` builds the envs (worker
-processes, shared memory), ``RecordEpisodeStatistics`` reports finished episodes in the infos,
-and the agent reads ``single_observation_space`` / ``single_action_space``.
+Everything a gymnasium ``VectorEnv`` user expects: ``gymvec.ParallelVectorEnv`` runs the envs
+(worker processes, shared memory) and hands out torch tensors (``output="torch"``),
+``RecordEpisodeStatistics`` on each env (as CleanRL does) reports finished episodes in the
+infos, and the agent reads ``single_observation_space`` / ``single_action_space``.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import sys
 import time
 from collections import deque
 
+import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.wrappers.vector import RecordEpisodeStatistics
 from torch import nn
 from torch.distributions import Categorical
 
@@ -87,6 +88,13 @@ class Agent(nn.Module):
         return action, dist.log_prob(action), dist.entropy(), self.get_value(obs)
 
 
+def make_env(env_id: str):
+    def thunk() -> gym.Env:
+        return gym.wrappers.RecordEpisodeStatistics(gym.make(env_id))
+
+    return thunk
+
+
 def main() -> int:
     args = parse_args()
     torch.set_num_threads(1)  # leave the other cores to the env workers
@@ -99,15 +107,15 @@ def main() -> int:
     # after an episode end would be a fake transition, reward 0, to mask out of the batch.)
     # The terminal observation of a finished sub-env is in infos["final_obs"]: needed to
     # bootstrap the value of episodes cut by the time limit.
-    # output="numpy": gymnasium's vector wrappers, RecordEpisodeStatistics included, do numpy
-    # arithmetic on the rewards, which fails on torch tensors; we convert below instead.
-    envs = gymvec.make_vec(
-        args.env_id,
-        args.num_envs,
+    # output="torch": observations, rewards and flags arrive as tensors, actions go in as
+    # tensors. (gymnasium's *vector* wrappers do numpy arithmetic on rewards, so episode
+    # statistics come from the per-env RecordEpisodeStatistics inside each factory.)
+    envs = gymvec.ParallelVectorEnv(
+        [make_env(args.env_id)] * args.num_envs,
         num_workers=args.num_workers,
         autoreset_mode="same_step",
+        output="torch",
     )
-    envs = RecordEpisodeStatistics(envs)
     obs_shape = envs.single_observation_space.shape
     agent = Agent(int(np.prod(obs_shape)), int(envs.single_action_space.n))
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
@@ -128,8 +136,7 @@ def main() -> int:
     episodes = 0
     global_step = 0
     start = time.perf_counter()
-    next_obs_np, _ = envs.reset(seed=args.seed)
-    next_obs = torch.as_tensor(next_obs_np)
+    next_obs, _ = envs.reset(seed=args.seed)
     try:
         for iteration in range(1, num_iterations + 1):
             # Anneal the learning rate linearly to 0.
@@ -143,21 +150,22 @@ def main() -> int:
                     action, logprob, _, value = agent.get_action_and_value(next_obs)
                 actions[step], logprobs[step], values[step] = action, logprob, value
 
-                next_obs_np, reward, terminated, truncated, infos = envs.step(action.numpy())
-                reward = torch.as_tensor(reward, dtype=torch.float32)
+                next_obs, reward, terminated, truncated, infos = envs.step(action)
+                reward = reward.float()
                 # Truncated, not terminated: the episode would have gone on, so its last reward
                 # also earns the discounted value of the observation it was cut at.
-                cut = np.flatnonzero(truncated & ~terminated)
+                cut = np.flatnonzero((truncated & ~terminated).numpy())
                 if cut.size:
                     final_obs = torch.as_tensor(np.stack(infos["final_obs"][cut]))
                     with torch.no_grad():
                         reward[cut] += args.gamma * agent.get_value(final_obs)
                 rewards[step] = reward
-                dones[step] = torch.as_tensor(terminated | truncated, dtype=torch.float32)
-                next_obs = torch.as_tensor(next_obs_np)
+                dones[step] = (terminated | truncated).float()
 
-                if "episode" in infos:  # added by RecordEpisodeStatistics when an env finishes
-                    for ret in infos["episode"]["r"][infos["_episode"]]:
+                # A finished env's own RecordEpisodeStatistics put "episode" in its final info.
+                final_info = infos.get("final_info", {})
+                if "episode" in final_info:
+                    for ret in final_info["episode"]["r"][final_info["_episode"]]:
                         episode_returns.append(float(ret))
                         episodes += 1
 
