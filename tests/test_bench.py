@@ -204,3 +204,25 @@ def test_cli_rejects_an_unknown_runner(capsys):
         main(["--backends", "gym-sync,no-such-runner"])
     assert excinfo.value.code == 2
     assert "no-such-runner" in capsys.readouterr().err
+
+
+def test_cli_quick_every_gymvec_runner_strict(tmp_path):
+    """The README's main job in its short form: gymvec's runners beside gymnasium's, --strict
+    (any runner error fails the run), on the image case too."""
+    json_path = tmp_path / "bench.json"
+    backends = "gym-sync,gymvec-serial,gymvec-parallel,gymvec-td"
+    cmd = [sys.executable, "-m", "gymvec.bench", "--quick", "--strict", "--no-progress"]
+    cmd += ["--case", "cartpole-8", "--case", "image-32", "--backends", backends]
+    cmd += ["--json", str(json_path)]
+    out = subprocess.run(
+        cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=240, env=_env()
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = _table_rows(out.stdout)
+    assert [row[1] for row in rows] == backends.split(",") * 2
+    for row in rows:
+        assert len(row) == 5, row
+        assert all(float(cell) > 0 for cell in row[2:])
+    document = json.loads(json_path.read_text())
+    for case in document["cases"]:
+        assert all(result["error"] is None for result in case["results"])

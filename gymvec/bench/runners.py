@@ -206,12 +206,16 @@ def _gymvec_parallel(env_id: str, num_envs: int, options: RunnerOptions) -> Runn
 
 @register_runner("gymvec-td")
 def _gymvec_td(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
-    from gymvec import GymEnv, ParallelEnv
+    from gymvec import ParallelEnv
+    from gymvec.facade.dropin import default_local_worker
 
     num_workers, envs_per_worker = worker_layout(num_envs, options)
+    # Factories of gymnasium envs: workers then never import torch (GymEnv wraps them in the
+    # parent). The layout is the one ParallelVectorEnv picks by default.
     env = ParallelEnv(
         num_workers=num_workers,
-        create_env_fn=functools.partial(GymEnv, importable_id(env_id)),
+        create_env_fn=functools.partial(gym.make, importable_id(env_id)),
         envs_per_worker=envs_per_worker,
+        local_worker=default_local_worker(num_workers),
     )
     return TensorDictRunner(env)
