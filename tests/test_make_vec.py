@@ -123,6 +123,7 @@ def test_gymnasium_make_vec_passes_gymvec_options():
 
 def test_register_vector_ids_covers_later_ids_and_touches_nothing_else():
     env_id = "GymvecRuntime/Late-v0"
+    gymvec.register_vector_ids()  # ids other tests registered since gymvec's import
     gym.register(env_id, entry_point=fe.RichInfoEnv, max_episode_steps=2)
     snapshot = {
         key: copy.deepcopy(spec)

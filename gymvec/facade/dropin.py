@@ -128,8 +128,11 @@ class AsyncState(enum.Enum):
 class ParallelVectorEnv(GymnasiumVectorEnv):
     """gymnasium's ``AsyncVectorEnv``, on gymvec's ``ParallelEnv``.
 
-    Sub-envs are spread over ``num_workers`` processes (default: the usable cores, at most one
-    per sub-env), several per process; data goes through shared memory.
+    Sub-envs are spread evenly over ``num_workers`` processes (default: as many as the usable
+    cores allow while dividing the number of sub-envs), several per process; data goes
+    through shared memory. With ``local_worker`` (the default when the workers fill the
+    cores), this process steps one share itself, inside ``step_wait``: a ``timeout`` then
+    counts only once that share is done.
 
     Args (gymnasium's): env_fns, shared_memory (always on; accepted for compatibility), copy,
         context (start method, default: multiprocessing's), daemon, worker (not supported:
