@@ -260,39 +260,84 @@ class TensorDictDriver:
 
 
 class BatchStep:
-    """The common case, fast: every sub-env of a group steps, array observations and actions.
+    """Runs a command on a group of gymnasium sub-envs with array observations and actions.
 
-    Same results as each GymDriver stepping in turn, with one vectorised write per field
-    instead of a few numpy item writes per sub-env.
+    Same results as each GymDriver carrying out its mode byte in turn, but the steps go in one
+    pass and their results land with one vectorised write per field (a few numpy item writes
+    per sub-env otherwise cost more than a cheap env's own step); copies of "next" to the root
+    are vectorised too. Resets, rarer, go through the drivers.
     """
 
     def __init__(self, drivers: list[GymDriver], buffers: Buffers, start: int, stop: int):
         self.drivers = drivers
+        self.start = start
         self.steps = [driver.gym.step for driver in drivers]
         rows = slice(start, stop)
         self.actions = buffers.action[drivers[0].action_leaves[0].key][rows]
-        slot = buffers.next
+        self.root, self.next = buffers.root, buffers.next
         self.obs = drivers[0].next_obs[0][rows]
+        slot = buffers.next
         self.reward, self.done = slot.reward[rows], slot.done[rows]
         self.terminated, self.truncated = slot.terminated[rows], slot.truncated[rows]
         self.with_fields = bool(buffers.layout.info_fields)
 
-    def __call__(self) -> dict[int, dict]:
-        results = [step(action) for step, action in zip(self.steps, self.actions)]
-        observations, rewards, terminations, truncations, infos = zip(*results)
-        self.obs[...] = observations
-        self.reward[...] = rewards
-        self.terminated[...] = terminations
-        self.truncated[...] = truncations
-        np.logical_or(self.terminated, self.truncated, out=self.done)
+    def run(self, modes: list[int], seeds: np.ndarray, options: dict | None) -> dict[int, dict]:
+        n = len(modes)
+        uniform = modes[0] if modes.count(modes[0]) == n else None
+        if uniform is not None:
+            stepping = range(n) if uniform & _STEP else ()
+        else:
+            stepping = [k for k, mode in enumerate(modes) if mode & _STEP]
+        done: list[bool] = []
+        if stepping:
+            done = self._step(stepping, len(stepping) == n)
+        root_written = [False] * n
+        for k, finished in zip(stepping, done):
+            if finished and modes[k] & _AUTORESET:
+                self.drivers[k].reset(self.root, None, None)
+                root_written[k] = True
+        for k, mode in enumerate(modes):
+            if mode & _RESET:
+                into_next = mode & _RESET_INTO_NEXT
+                seed = int(seeds[k]) if mode & _SEED else None
+                self.drivers[k].reset(self.next if into_next else self.root, seed, options)
+                root_written[k] = not into_next
+        sync = [
+            self.start + k
+            for k, mode in enumerate(modes)
+            if mode & _SYNC_ROOT and not root_written[k]
+        ]
+        if sync:
+            self.root.copy_rows(
+                self.next, sync if len(sync) < n else slice(self.start, self.start + n)
+            )
         extras = {}
-        for driver, info in zip(self.drivers, infos):
-            if info or self.with_fields:
-                driver._write_info(driver.next, "next", info)
-                if driver.extras:
-                    extras[driver.index] = driver.extras
-                    driver.extras = {}
+        for driver in self.drivers:
+            if driver.extras:
+                extras[driver.index] = driver.extras
+                driver.extras = {}
         return extras
+
+    def _step(self, stepping: Sequence[int], everyone: bool) -> list[bool]:
+        if everyone:
+            results = [step(action) for step, action in zip(self.steps, self.actions)]
+            rows: Any = slice(None)
+        else:
+            steps, actions = self.steps, self.actions
+            results = [steps[k](actions[k]) for k in stepping]
+            rows = list(stepping)
+        observations, rewards, terminations, truncations, infos = zip(*results)
+        self.obs[rows] = observations
+        self.reward[rows] = rewards
+        self.terminated[rows] = terminations
+        self.truncated[rows] = truncations
+        done = [te or tr for te, tr in zip(terminations, truncations)]
+        self.done[rows] = done
+        for k, info in zip(stepping, infos):
+            if info or self.with_fields:
+                driver = self.drivers[k]
+                driver._write_info(driver.next, "next", info)
+        return done
 
 
 def make_driver(env: Any, index: int, buffers: Buffers):
@@ -337,9 +382,9 @@ class SubEnvGroup:
     def run(self, options: dict | None) -> dict[int, dict]:
         """Carry out the mode bytes of this group's rows; returns the extras by sub-env index."""
         modes = self.control.mode[self.start : self.stop].tolist()
-        if self.batch_step is not None and modes.count(_STEP) == len(modes):
-            return self.batch_step()
         seeds = self.control.seed[self.start : self.stop]
+        if self.batch_step is not None:
+            return self.batch_step.run(modes, seeds, options)
         extras = {}
         for k, (driver, mode) in enumerate(zip(self.drivers, modes)):
             if not mode:
