@@ -408,8 +408,13 @@ class BatchedEnvBase(EnvBase):
         self._write_actions(td)
         self.last_extras = self.run(np.uint8(Mode.STEP | Mode.AUTORESET | Mode.SYNC_ROOT))
         self._root_stale[:] = False
-        td.set("next", self._next_output())
-        return td, self._root_output()
+        next_out = self._next_output()
+        td.set("next", next_out)
+        if self.buffers.next.done.any():
+            return td, self._root_output()
+        # Nobody was reset: the next root holds the same values as "next", so it may share
+        # its tensors (as step_mdp would), which saves copying every observation twice.
+        return td, next_out.exclude("reward")
 
     def _root_output(self) -> TensorDictBase:
         """A copy of the root (observations, infos, flags) on ``self.device``."""
