@@ -538,8 +538,11 @@ def expand_seeds(seed: int | Sequence[int | None] | None, n: int) -> list[int | 
     if isinstance(seed, int | np.integer):
         return [int(seed) + i for i in range(n)]
     seeds = list(seed)
-    if len(seeds) != n:
-        raise ValueError(f"seed: expected an int or a list of {n} seeds, got {len(seeds)} seeds")
+    if len(seeds) != n:  # gymnasium's own words, which its users (and tests) match
+        raise ValueError(
+            f"If seeds are passed as a list the length must match num_envs={n} "
+            f"but got length={len(seeds)}."
+        )
     return [None if s is None else int(s) for s in seeds]
 
 

@@ -11,7 +11,7 @@ from gymnasium import spaces
 from tensordict import TensorDict, TensorDictBase
 
 from gymvec.envs.base import EnvBase
-from gymvec.envs.infos import InfoField, infer_info_fields, info_field, split_info
+from gymvec.envs.infos import InfoField, declared_fields, infer_info_fields, split_info
 from gymvec.envs.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.spaces import spec_from_space
 from gymvec.specs import Composite, Unbounded, numpy_to_torch_dtype
@@ -139,14 +139,7 @@ class GymEnv(EnvBase):
             _, reset_info = self.env.reset()
             step_info = self.env.step(self.env.action_space.sample())[-1]
             fields.update(infer_info_fields(reset_info, step_info))
-        for name, example in (given or {}).items():
-            field = example if isinstance(example, InfoField) else info_field(name, example)
-            if field is None:
-                raise ValueError(
-                    f"info_fields[{name!r}]: expected an example number, bool or numeric array, "
-                    f"got {type(example).__name__}"
-                )
-            fields[name] = field
+        fields.update(declared_fields(given))
         return fields
 
     def __getattr__(self, name: str) -> Any:

@@ -66,6 +66,20 @@ def infer_info_fields(*infos: dict) -> dict[str, InfoField]:
     return {name: field for name, field in fields.items() if name not in conflicting}
 
 
+def declared_fields(examples: dict[str, Any] | None) -> dict[str, InfoField]:
+    """Fields declared by the user: an ``InfoField`` or an example value per name."""
+    fields = {}
+    for name, example in (examples or {}).items():
+        field = example if isinstance(example, InfoField) else info_field(name, example)
+        if field is None:
+            raise ValueError(
+                f"info_fields[{name!r}]: expected an example number, bool or numeric array, "
+                f"got {type(example).__name__}"
+            )
+        fields[name] = field
+    return fields
+
+
 def split_info(info: dict, fields: dict[str, InfoField]) -> tuple[dict, dict]:
     """``info`` as (values of declared fields, extras)."""
     declared, extras = {}, {}

@@ -14,7 +14,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from tensordict import TensorDict, TensorDictBase
 
 from gymvec.envs.base import EnvBase, make_reward_spec
-from gymvec.envs.infos import InfoField, info_field
+from gymvec.envs.infos import InfoField, declared_fields
 from gymvec.envs.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.spaces import spec_from_space
 from gymvec.specs import Composite, Unbounded, numpy_to_torch_dtype
@@ -129,16 +129,8 @@ class GymVectorEnvWrapper(EnvBase):
         self.action_spec = spec_from_space(action_space, "single_action_space").expand(num_envs)
         self.reward_spec = make_reward_spec(self.batch_size, reward_dtype)
 
-        self.info_fields: dict[str, InfoField] = {}
         self._fields_known = info_fields is not None
-        for name, example in (info_fields or {}).items():
-            field = example if isinstance(example, InfoField) else info_field(name, example)
-            if field is None:
-                raise ValueError(
-                    f"info_fields[{name!r}]: expected an example number, bool or numeric array, "
-                    f"got {type(example).__name__}"
-                )
-            self.info_fields[name] = field
+        self.info_fields: dict[str, InfoField] = declared_fields(info_fields)
         self._update_info_spec()
 
         self.last_reset_info: dict = {}

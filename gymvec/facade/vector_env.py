@@ -37,6 +37,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
+from gymvec.batched.base import expand_seeds
 from gymvec.batched.buffers import Slot
 from gymvec.batched.driver import Mode
 from gymvec.envs.structure import Leaf, build_value, observation_leaves, space_leaves
@@ -147,7 +148,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         return self.finish(self.env.recv())
 
     def reset_send(self, *, seed=None, options: dict | None = None) -> None:
-        seeds = _seed_list(seed, self.num_envs)
+        seeds = expand_seeds(seed, self.num_envs)
         options = dict(options) if options is not None else None  # never mutate the caller's
         mask = None
         if options is not None and "reset_mask" in options:
@@ -351,20 +352,6 @@ def sub_env_spaces(env: Any) -> tuple[list[spaces.Space], list[spaces.Space]]:
         obs_space = space_from_spec(obs_spec, "observation_spec")
     action_space = space_from_spec(env.action_spec.unbatch(1), "action_spec")
     return [obs_space] * env.num_envs, [action_space] * env.num_envs
-
-
-def _seed_list(seed: Any, n: int) -> list[int | None] | None:
-    if seed is None:
-        return None
-    if isinstance(seed, int | np.integer):
-        return [int(seed) + i for i in range(n)]
-    seeds = list(seed)
-    if len(seeds) != n:
-        raise ValueError(
-            f"If seeds are passed as a list the length must match num_envs={n} "
-            f"but got length={len(seeds)}."
-        )
-    return seeds
 
 
 def _check_reset_mask(mask: Any, n: int) -> np.ndarray:
