@@ -327,7 +327,10 @@ class BatchStep:
             results = [steps[k](actions[k]) for k in stepping]
             rows = list(stepping)
         observations, rewards, terminations, truncations, infos = zip(*results)
-        self.obs[rows] = observations
+        if everyone:  # straight into the buffer: no temporary array of the whole batch
+            np.stack(observations, out=self.obs, casting="unsafe")
+        else:
+            self.obs[rows] = observations
         self.reward[rows] = rewards
         self.terminated[rows] = terminations
         self.truncated[rows] = truncations
