@@ -280,37 +280,46 @@ class BatchStep:
         self.reward, self.done = slot.reward[rows], slot.done[rows]
         self.terminated, self.truncated = slot.terminated[rows], slot.truncated[rows]
         self.with_fields = bool(buffers.layout.info_fields)
+        self.done_rows: list[int] = []
+        # np.stack into the buffer pays for large observations; a plain assignment is quicker
+        # for small ones (np.stack's own overhead is several microseconds).
+        self.stack_obs = self.obs[0].nbytes >= 1024
 
     def run(self, modes: list[int], seeds: np.ndarray, options: dict | None) -> dict[int, dict]:
         n = len(modes)
         uniform = modes[0] if modes.count(modes[0]) == n else None
+        if uniform == _STEP:  # the hottest case: nothing but steps
+            if self._step(range(n), everyone=True):
+                return self._take_extras()
+            return {}
         if uniform is not None:
             stepping = range(n) if uniform & _STEP else ()
         else:
             stepping = [k for k, mode in enumerate(modes) if mode & _STEP]
-        done: list[bool] = []
+        self.done_rows = []
         if stepping:
-            done = self._step(stepping, len(stepping) == n)
+            self._step(stepping, len(stepping) == n)
         root_written = [False] * n
-        for k, finished in zip(stepping, done):
-            if finished and modes[k] & _AUTORESET:
+        for k in self.done_rows:
+            if modes[k] & _AUTORESET:
                 self.drivers[k].reset(self.root, None, None)
                 root_written[k] = True
-        for k, mode in enumerate(modes):
-            if mode & _RESET:
-                into_next = mode & _RESET_INTO_NEXT
-                seed = int(seeds[k]) if mode & _SEED else None
-                self.drivers[k].reset(self.next if into_next else self.root, seed, options)
-                root_written[k] = not into_next
-        sync = [
-            self.start + k
-            for k, mode in enumerate(modes)
-            if mode & _SYNC_ROOT and not root_written[k]
-        ]
-        if sync:
-            self.root.copy_rows(
-                self.next, sync if len(sync) < n else slice(self.start, self.start + n)
-            )
+        if uniform is None or uniform & _RESET:
+            for k, mode in enumerate(modes):
+                if mode & _RESET:
+                    into_next = mode & _RESET_INTO_NEXT
+                    seed = int(seeds[k]) if mode & _SEED else None
+                    self.drivers[k].reset(self.next if into_next else self.root, seed, options)
+                    root_written[k] = not into_next
+        if uniform is None or uniform & _SYNC_ROOT:
+            sync = [k for k, mode in enumerate(modes) if mode & _SYNC_ROOT and not root_written[k]]
+            if len(sync) == n:
+                self.root.copy_rows(self.next, slice(self.start, self.start + n))
+            elif sync:
+                self.root.copy_rows(self.next, [self.start + k for k in sync])
+        return self._take_extras()
+
+    def _take_extras(self) -> dict[int, dict]:
         extras = {}
         for driver in self.drivers:
             if driver.extras:
@@ -318,7 +327,11 @@ class BatchStep:
                 driver.extras = {}
         return extras
 
-    def _step(self, stepping: Sequence[int], everyone: bool) -> list[bool]:
+    def _step(self, stepping: Sequence[int], everyone: bool) -> bool:
+        """Step the sub-envs at ``stepping``; their finished ones go to ``self.done_rows``.
+
+        Returns whether some sub-env left info extras behind.
+        """
         if everyone:
             results = [step(action) for step, action in zip(self.steps, self.actions)]
             rows: Any = slice(None)
@@ -327,7 +340,7 @@ class BatchStep:
             results = [steps[k](actions[k]) for k in stepping]
             rows = list(stepping)
         observations, rewards, terminations, truncations, infos = zip(*results)
-        if everyone:  # straight into the buffer: no temporary array of the whole batch
+        if everyone and self.stack_obs:  # straight into the buffer, no temporary batch array
             np.stack(observations, out=self.obs, casting="unsafe")
         else:
             self.obs[rows] = observations
@@ -336,11 +349,15 @@ class BatchStep:
         self.truncated[rows] = truncations
         done = [te or tr for te, tr in zip(terminations, truncations)]
         self.done[rows] = done
-        for k, info in zip(stepping, infos):
-            if info or self.with_fields:
+        if True in done:
+            self.done_rows = [k for k, finished in zip(stepping, done) if finished]
+        extras = False
+        if self.with_fields or any(infos):
+            for k, info in zip(stepping, infos):
                 driver = self.drivers[k]
                 driver._write_info(driver.next, "next", info)
-        return done
+                extras = extras or bool(driver.extras)
+        return extras
 
 
 def make_driver(env: Any, index: int, buffers: Buffers):

@@ -100,6 +100,9 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self.render_mode = env.render_mode
         self._set_spaces()
         self.buffers = env.buffers
+        self._discrete_bounds = discrete_bounds(
+            self.single_action_space, self._action_leaves, self.buffers.action
+        )
         self.fields = list(env.layout.info_fields.items())
         self.field_names = set(env.layout.info_fields)
         # The slot that holds what the caller sees: SAME_STEP's reset observations sit in the
@@ -177,7 +180,8 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     def step_send(self, actions: Any) -> None:
         self._write_actions(actions)
         if self.autoreset_mode == AutoresetMode.NEXT_STEP:
-            modes = np.where(self._needs_reset, _RESET_INTO_NEXT, _STEP)
+            needs_reset = self._needs_reset
+            modes = np.where(needs_reset, _RESET_INTO_NEXT, _STEP) if needs_reset.any() else _STEP
         else:
             if self.autoreset_mode == AutoresetMode.DISABLED and self._needs_reset.any():
                 finished = np.flatnonzero(self._needs_reset).tolist()
@@ -245,7 +249,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                     f"{self.action_space}, got shape {array.shape}"
                 )
             target[...] = array
-        _check_discrete(self.single_action_space, self._action_leaves, self.buffers.action)
+        _check_discrete(self._discrete_bounds)
 
     def _observations(self) -> Any:
         arrays = [self._slot.obs[leaf.key] for leaf in self._obs_leaves]
@@ -398,8 +402,9 @@ def _path_str(path: tuple) -> str:
     return "".join(f"[{part!r}]" for part in path)
 
 
-def _check_discrete(space: spaces.Space, leaves: list[Leaf], arrays: dict) -> None:
-    """Discrete actions outside their range: a named error here, not an assert in a worker."""
+def discrete_bounds(space: spaces.Space, leaves: list[Leaf], arrays: dict) -> list[tuple]:
+    """(leaf path, sub-space, action array, low, high) of each Discrete/MultiDiscrete leaf."""
+    bounds = []
     for leaf in leaves:
         sub = _sub_space(space, leaf.path)
         if isinstance(sub, spaces.Discrete):
@@ -408,9 +413,20 @@ def _check_discrete(space: spaces.Space, leaves: list[Leaf], arrays: dict) -> No
             low, high = sub.start, sub.start + sub.nvec - 1
         else:
             continue
-        values = arrays[leaf.key]
-        if np.any(values < low) or np.any(values > high):
+        bounds.append((leaf.path, sub, arrays[leaf.key], low, high))
+    return bounds
+
+
+def _check_discrete(bounds: list[tuple]) -> None:
+    """Discrete actions outside their range: a named error here, not an assert in a worker."""
+    for path, sub, values, low, high in bounds:
+        scalar = isinstance(low, int)
+        if (
+            (values.min() < low or values.max() > high)
+            if scalar
+            else ((values < low).any() or (values > high).any())
+        ):
             raise ValueError(
-                f"actions{_path_str(leaf.path)}: expected values in {sub}, got "
+                f"actions{_path_str(path)}: expected values in {sub}, got "
                 f"min {values.min()} max {values.max()}"
             )
