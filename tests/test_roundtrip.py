@@ -1,5 +1,5 @@
 """gymnasium vector env -> GymVectorEnvWrapper -> GymnasiumVectorEnv steps exactly like the
-original (same_step and disabled autoreset; see the adapter's docstring for next_step)."""
+original, in each autoreset mode, for Sync and for a native vector env."""
 
 import gymnasium as gym
 import numpy as np
@@ -15,7 +15,7 @@ def _make(env_id):
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
-@pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.DISABLED])
+@pytest.mark.parametrize("mode", list(AutoresetMode))
 def test_round_trip_steps_like_the_original(env_id, mode):
     fns = [_make(env_id)] * 3
     original = SyncVectorEnv(fns, autoreset_mode=mode)
@@ -45,6 +45,31 @@ def test_round_trip_steps_like_the_original(env_id, mode):
                 obs_b, _ = face.reset(options={"reset_mask": finished.copy()})
                 np.testing.assert_array_equal(obs_a, obs_b)
             ends += finished.sum()
+        assert ends >= 3
+    finally:
+        original.close()
+        face.close()
+
+
+def test_round_trip_of_a_native_next_step_vector_env():
+    # CartPoleVectorEnv: one generator for all sub-envs, no reset_mask, NEXT_STEP autoreset
+    def native():
+        return gym.make_vec("CartPole-v1", 3, vectorization_mode="vector_entry_point")
+
+    original = native()
+    face = GymnasiumVectorEnv(GymVectorEnvWrapper(native(), reward_dtype=torch.float64))
+    try:
+        obs_a, _ = original.reset(seed=1)
+        obs_b, _ = face.reset(seed=1)
+        np.testing.assert_array_equal(obs_a, obs_b)
+        ends = 0
+        for _ in range(250):
+            actions = original.action_space.sample()
+            a = original.step(actions)
+            b = face.step(actions)
+            for x, y in zip(a[:4], b[:4]):
+                np.testing.assert_array_equal(x, y)
+            ends += (a[2] | a[3]).sum()
         assert ends >= 3
     finally:
         original.close()

@@ -222,6 +222,25 @@ class GymVectorEnvWrapper(EnvBase):
                 f"sub-envs {np.flatnonzero(self._finished).tolist()} finished and were not reset: "
                 'reset them (a "_reset" mask) before stepping'
             )
+        return self._vector_step(td)
+
+    def autoreset_step(self, td: TensorDictBase) -> TensorDictBase:
+        """One step of a NEXT_STEP vector env in its own semantics: the sub-envs that finished
+        last step are reset by it (their actions ignored; in ``td["next"]``: the reset
+        observation, reward 0, flags False) while the others step. This is gymnasium's
+        NEXT_STEP step, which the gymnasium face asks for over this wrapper."""
+        self._check_open()
+        if self.autoreset_mode != AutoresetMode.NEXT_STEP:
+            raise NotImplementedError(
+                f"autoreset_step needs a NEXT_STEP vector env, this one is {self.autoreset_mode}"
+            )
+        if self._root is None:
+            raise RuntimeError("GymVectorEnvWrapper: call reset() before step()")
+        self._check_action(td)
+        td.set("next", self._vector_step(td))
+        return td
+
+    def _vector_step(self, td: TensorDictBase) -> TensorDictBase:
         obs, reward, terminated, truncated, info = self.vector_env.step(self._gym_action(td))
         self.last_step_info = info
         terminated = np.asarray(terminated, dtype=bool).reshape(self.num_envs)

@@ -7,8 +7,9 @@ same commands out with ``reset``/``step``/``step_and_maybe_reset`` and copies th
 private buffers of the same layout, so the face has one code path.
 
 A command that steps some sub-envs and resets others (NEXT_STEP autoreset) needs an env that
-can skip sub-envs in a step: envs that cannot are refused under NEXT_STEP (use "same_step"
-or "disabled").
+can do both in one step: a ``GymVectorEnvWrapper`` of a NEXT_STEP vector env can (its vector
+env's own step resets the finished sub-envs); other envs are refused under NEXT_STEP (use
+"same_step" or "disabled").
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from gymnasium.vector import AutoresetMode
 from tensordict import TensorDict
 
 from gymvec.batched.base import spec_leaves
@@ -71,6 +73,8 @@ class CommandAdapter:
         self._in_flight = False
         stepping = (modes & _STEP).astype(bool)
         resetting = (modes & _RESET).astype(bool)
+        if stepping.any() and resetting.any() and self._autoreset_step(resetting):
+            return {}
         if stepping.any() and resetting.any():
             raise NotImplementedError(
                 f"{type(self.env).__name__} cannot step some sub-envs while resetting others "
@@ -84,9 +88,31 @@ class CommandAdapter:
             self._step(autoreset=bool((modes & _AUTORESET).any()))
         return {}
 
+    def _autoreset_step(self, resetting: np.ndarray) -> bool:
+        """NEXT_STEP over an env that resets finished sub-envs in its own step (a
+        GymVectorEnvWrapper of a NEXT_STEP vector env): one step does the whole command."""
+        autoreset_step = getattr(self.env, "autoreset_step", None)
+        finished = getattr(self.env, "_finished", None)
+        if autoreset_step is None or finished is None or not np.array_equal(finished, resetting):
+            return False
+        if getattr(self.env, "autoreset_mode", None) != AutoresetMode.NEXT_STEP:
+            return False
+        td = TensorDict(
+            {key: self._views.get(key).clone() for key in self._action_keys}, [self.num_envs]
+        )
+        td = autoreset_step(td)
+        _copy_rows(self._views.get("next"), td.get("next"), np.ones(self.num_envs, dtype=bool))
+        self.buffers.next.info_present[:] = True
+        return True
+
     def _reset(self, mask: np.ndarray, seeds, into_next: bool) -> None:
         if seeds is not None:
-            self.env.set_seed([s if m else None for s, m in zip(seeds, mask)])
+            first = seeds[0]
+            if mask.all() and first is not None and seeds == [first + i for i in range(len(seeds))]:
+                # an int seed: vector envs with a single generator (native ones) take only that
+                self.env.set_seed(first)
+            else:
+                self.env.set_seed([s if m else None for s, m in zip(seeds, mask)])
         td = TensorDict({"_reset": torch.from_numpy(mask.copy()).unsqueeze(-1)}, [self.num_envs])
         out = self.env.reset(td if not mask.all() else None)
         target = self._views.get("next") if into_next else self._views
