@@ -153,6 +153,10 @@ class BatchedEnvBase(EnvBase):
         self.num_workers = num_workers
         self.envs_per_worker = envs_per_worker
         self.num_envs = num_workers * envs_per_worker
+        # the rows of each worker's sub-envs
+        self.worker_bounds = [
+            (w * envs_per_worker, (w + 1) * envs_per_worker) for w in range(num_workers)
+        ]
         super().__init__(batch_size=(self.num_envs,), device=device)
         self._create_env_fns = _per_sub_env(create_env_fn, num_workers, envs_per_worker)
         self._create_env_kwargs = _per_sub_env(
@@ -285,8 +289,8 @@ class BatchedEnvBase(EnvBase):
         return functools.partial(fn, **kwargs) if kwargs else fn
 
     def _worker_env_fns(self, worker: int) -> list[Callable[[], Any]]:
-        start = worker * self.envs_per_worker
-        return [self._sub_env_fn(i) for i in range(start, start + self.envs_per_worker)]
+        start, stop = self.worker_bounds[worker]
+        return [self._sub_env_fn(i) for i in range(start, stop)]
 
     # ---- to implement by SerialEnv / ParallelEnv ----------------------------------------------
     def _new_memory(self, nbytes: int) -> Any:

@@ -130,7 +130,7 @@ class ProcessExecutor:
         # a forked worker inherits the registry; others get ids registered at run time here
         env_specs = None if ctx.get_start_method() == "fork" else env_specs_payload()
         for k, w in enumerate(range(first_process, env.num_workers)):
-            start, stop = w * env.envs_per_worker, (w + 1) * env.envs_per_worker
+            start, stop = env.worker_bounds[w]
             parent_conn, child_conn = ctx.Pipe()
             wake, done = ctx.Semaphore(0), ctx.Semaphore(0)
             process = ctx.Process(

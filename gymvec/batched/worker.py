@@ -17,6 +17,7 @@ buffer slot ("extras"); the ``REPLY`` word says whether such a message follows a
 from __future__ import annotations
 
 import enum
+import gc
 import os
 import sys
 import time
@@ -237,6 +238,9 @@ def worker_main(
     torch = sys.modules.get("torch")
     if torch is not None and num_threads is not None:  # the sub-envs use torch
         torch.set_num_threads(num_threads)
+    # Everything built so far lives as long as the worker: keep the cyclic garbage collector
+    # from walking it again and again (a forked worker inherits the parent's whole heap).
+    gc.freeze()
     conn.send_bytes(ready)
     try:
         Worker(group, words, conn, wake, done, spin_s).loop()
