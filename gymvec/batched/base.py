@@ -166,18 +166,20 @@ class BatchedEnvBase(EnvBase):
         self._pending_seeds: list[int | None] | None = None
         self._in_flight = False
         self.heterogeneous = False  # multi-task with different keys: see _set_specs
-        if self._one_factory_per_worker():
-            # Multi-task: the tasks may differ in their keys, which the buffers must hold all
-            # of; describe each task here, before the buffers are laid out.
+        self._multi_task = self._one_factory_per_worker()
+        if self._multi_task:
+            # The tasks may differ in their keys, which the buffers must hold all of: describe
+            # each task here, before the buffers are laid out.
             descriptions = self._describe_each_factory()
-            self._allocate(descriptions[0], descriptions)
+            first = descriptions[0]
+            self._allocate(first, descriptions)
         else:
             first = self._describe_first()
             self._allocate(first, [first])
         try:
             if self._single_factory():
                 descriptions = [first] * self.num_envs
-            elif not self._one_factory_per_worker():
+            elif not self._multi_task:
                 # one factory per sub-env (the drop-ins): ask the sub-envs themselves
                 descriptions = [
                     SubEnvDescription.from_summary(summary, first.info_fields)
@@ -234,7 +236,7 @@ class BatchedEnvBase(EnvBase):
             ):
                 if spec_leaves(a) == spec_leaves(b):
                     continue
-                if not self._one_factory_per_worker():
+                if not self._multi_task:
                     raise SpaceMismatchError(
                         f"sub-env {i}: {name} leaves {spec_leaves(b)} differ from sub-env 0's "
                         f"{spec_leaves(a)}; a batch needs the same keys, shapes and dtypes"
@@ -422,21 +424,21 @@ class BatchedEnvBase(EnvBase):
 
     def _root_output(self) -> TensorDictBase:
         """A copy of the root (observations, infos, flags) on ``self.device``."""
-        return self._per_task(self._copy(self._root_view), "obs")
+        return self._per_task(self._copy(self._root_view))
 
     def _next_output(self) -> TensorDictBase:
         """A copy of ``"next"``, the reward cast to the reward spec's dtype."""
         out = self._copy(self._next_view)
         out.set("reward", self._reward_view.to(self.device, self.reward_spec.dtype, copy=True))
-        return self._per_task(out, "obs")
+        return self._per_task(out)
 
-    def _per_task(self, out: TensorDictBase, kind: str) -> TensorDictBase:
+    def _per_task(self, out: TensorDictBase) -> TensorDictBase:
         """In a heterogeneous batch, a lazy stack where each sub-env keeps only its keys."""
         if not self.heterogeneous:
             return out
         rows = []
         for i, keys in enumerate(self._sub_env_keys):
-            unused = [key for key in self.layout.obs_keys if key not in keys[kind]]
+            unused = [key for key in self.layout.obs_keys if key not in keys["obs"]]
             rows.append(out[i].exclude(*unused) if unused else out[i])
         return LazyStackedTensorDict(*rows, stack_dim=0)
 

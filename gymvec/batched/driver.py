@@ -148,13 +148,9 @@ class GymDriver:
         return build_value(self.action_space, self.action_leaves, arrays)
 
     def step(self) -> bool:
-        # The hot path: a few numpy item writes around the env's own step.
         i, slot = self.index, self.next
         obs, reward, terminated, truncated, info = self.gym.step(self.read_action())
-        if self.plain_obs:
-            self.next_obs[0][i] = obs
-        else:
-            self._write_obs(self.next_obs, obs)
+        self._write_obs(self.next_obs, obs)
         done = terminated or truncated
         slot.reward[i] = reward
         slot.terminated[i] = terminated
@@ -320,12 +316,7 @@ class BatchStep:
         return self._take_extras()
 
     def _take_extras(self) -> dict[int, dict]:
-        extras = {}
-        for driver in self.drivers:
-            if driver.extras:
-                extras[driver.index] = driver.extras
-                driver.extras = {}
-        return extras
+        return take_extras(self.drivers)
 
     def _step(self, stepping: Sequence[int], everyone: bool) -> bool:
         """Step the sub-envs at ``stepping``; their finished ones go to ``self.done_rows``.
@@ -358,6 +349,16 @@ class BatchStep:
                 driver._write_info(driver.next, "next", info)
                 extras = extras or bool(driver.extras)
         return extras
+
+
+def take_extras(drivers: Sequence[Any]) -> dict[int, dict]:
+    """The extras the drivers collected in a command, by sub-env index; clears them."""
+    extras = {}
+    for driver in drivers:
+        if driver.extras:
+            extras[driver.index] = driver.extras
+            driver.extras = {}
+    return extras
 
 
 def make_driver(env: Any, index: int, buffers: Buffers):
@@ -405,16 +406,10 @@ class SubEnvGroup:
         seeds = self.control.seed[self.start : self.stop]
         if self.batch_step is not None:
             return self.batch_step.run(modes, seeds, options)
-        extras = {}
         for k, (driver, mode) in enumerate(zip(self.drivers, modes)):
-            if not mode:
-                continue
-            seed = int(seeds[k]) if mode & _SEED else None
-            driver.run(mode, seed, options)
-            if driver.extras:
-                extras[driver.index] = driver.extras
-                driver.extras = {}
-        return extras
+            if mode:
+                driver.run(mode, int(seeds[k]) if mode & _SEED else None, options)
+        return take_extras(self.drivers)
 
     # ---- slow-path requests: each takes global sub-env indices and returns a list ------------
     def _targets(self, indices: Sequence[int], gym_level: bool) -> list[Any]:

@@ -224,6 +224,12 @@ class GymVectorEnvWrapper(EnvBase):
             )
         return self._vector_step(td)
 
+    def can_autoreset_step(self, resetting: np.ndarray) -> bool:
+        """Whether ``autoreset_step`` resets exactly the sub-envs of ``resetting``."""
+        return self.autoreset_mode == AutoresetMode.NEXT_STEP and np.array_equal(
+            self._finished, resetting
+        )
+
     def autoreset_step(self, td: TensorDictBase) -> TensorDictBase:
         """One step of a NEXT_STEP vector env in its own semantics: the sub-envs that finished
         last step are reset by it (their actions ignored; in ``td["next"]``: the reset

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from gymnasium.vector import AutoresetMode
 from tensordict import TensorDict
 
 from gymvec.batched.base import spec_leaves
@@ -91,18 +90,10 @@ class CommandAdapter:
     def _autoreset_step(self, resetting: np.ndarray) -> bool:
         """NEXT_STEP over an env that resets finished sub-envs in its own step (a
         GymVectorEnvWrapper of a NEXT_STEP vector env): one step does the whole command."""
-        autoreset_step = getattr(self.env, "autoreset_step", None)
-        finished = getattr(self.env, "_finished", None)
-        if autoreset_step is None or finished is None or not np.array_equal(finished, resetting):
+        can_autoreset_step = getattr(self.env, "can_autoreset_step", None)
+        if can_autoreset_step is None or not can_autoreset_step(resetting):
             return False
-        if getattr(self.env, "autoreset_mode", None) != AutoresetMode.NEXT_STEP:
-            return False
-        td = TensorDict(
-            {key: self._views.get(key).clone() for key in self._action_keys}, [self.num_envs]
-        )
-        td = autoreset_step(td)
-        _copy_rows(self._views.get("next"), td.get("next"), np.ones(self.num_envs, dtype=bool))
-        self.buffers.next.info_present[:] = True
+        self._write_next(self.env.autoreset_step(self._action_td()).get("next"))
         return True
 
     def _reset(self, mask: np.ndarray, seeds, into_next: bool) -> None:
@@ -123,17 +114,22 @@ class CommandAdapter:
             slot.reward[mask] = 0.0
 
     def _step(self, autoreset: bool) -> None:
-        td = TensorDict(
-            {key: self._views.get(key).clone() for key in self._action_keys}, [self.num_envs]
-        )
-        everything = np.ones(self.num_envs, dtype=bool)
+        td = self._action_td()
         if autoreset:
             td, root = self.env.step_and_maybe_reset(td)
-            _copy_rows(self._views, root, everything)
+            _copy_rows(self._views, root, np.ones(self.num_envs, dtype=bool))
             self.buffers.root.info_present[:] = True
         else:
             td = self.env.step(td)
-        _copy_rows(self._views.get("next"), td.get("next"), everything)
+        self._write_next(td.get("next"))
+
+    def _action_td(self) -> TensorDict:
+        """The actions the face wrote into the buffers, as the env's input."""
+        actions = {key: self._views.get(key).clone() for key in self._action_keys}
+        return TensorDict(actions, [self.num_envs])
+
+    def _write_next(self, next_td: TensorDict) -> None:
+        _copy_rows(self._views.get("next"), next_td, np.ones(self.num_envs, dtype=bool))
         self.buffers.next.info_present[:] = True
 
     def request(self, name: str, indices, *args: Any, values=None) -> list:

@@ -40,7 +40,7 @@ from gymnasium.vector.utils import batch_differing_spaces, batch_space
 from gymvec.batched.base import expand_seeds
 from gymvec.batched.buffers import Slot
 from gymvec.batched.driver import Mode
-from gymvec.envs.structure import Leaf, build_value, observation_leaves, space_leaves
+from gymvec.envs.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
 
 _STEP = np.uint8(Mode.STEP)
 _RESET_INTO_NEXT = np.uint8(Mode.RESET | Mode.RESET_INTO_NEXT)
@@ -137,7 +137,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self._obs_leaves: list[Leaf] = observation_leaves(self.single_observation_space)
         self._obs_leaf_discrete = [
-            isinstance(_sub_space(self.single_observation_space, leaf.path), spaces.Discrete)
+            isinstance(get_leaf(self.single_observation_space, leaf.path), spaces.Discrete)
             for leaf in self._obs_leaves
         ]
         self._action_leaves: list[Leaf] = space_leaves(self.single_action_space, ("action",))
@@ -239,7 +239,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         if self._action_leaves[0].path == ():
             arrays = [_as_numpy(actions)]
         else:
-            leaf_values = [_get_path(actions, leaf.path) for leaf in self._action_leaves]
+            leaf_values = [get_leaf(actions, leaf.path) for leaf in self._action_leaves]
             arrays = [_as_numpy(value) for value in leaf_values]
         for leaf, array in zip(self._action_leaves, arrays):
             target = self.buffers.action[leaf.key]
@@ -386,18 +386,6 @@ def _as_numpy(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
-def _get_path(value: Any, path: tuple) -> Any:
-    for part in path:
-        value = value[part]
-    return value
-
-
-def _sub_space(space: spaces.Space, path: tuple) -> spaces.Space:
-    for part in path:
-        space = space[part]
-    return space
-
-
 def _path_str(path: tuple) -> str:
     return "".join(f"[{part!r}]" for part in path)
 
@@ -406,7 +394,7 @@ def discrete_bounds(space: spaces.Space, leaves: list[Leaf], arrays: dict) -> li
     """(leaf path, sub-space, action array, low, high) of each Discrete/MultiDiscrete leaf."""
     bounds = []
     for leaf in leaves:
-        sub = _sub_space(space, leaf.path)
+        sub = get_leaf(space, leaf.path)
         if isinstance(sub, spaces.Discrete):
             low, high = int(sub.start), int(sub.start + sub.n - 1)
         elif isinstance(sub, spaces.MultiDiscrete):
