@@ -473,7 +473,16 @@ class Categorical(TensorSpec):
     def _values_in(self, value: torch.Tensor) -> bool:
         if value.numel() == 0:
             return True
-        low, high = torch.aminmax(_wide(value))  # one pass: this runs on every step
+        if (
+            self.start == 0
+            and value.dtype == torch.int64
+            and value.is_cpu
+            and not value.requires_grad
+        ):
+            # This runs on every step: negatives wrap to huge unsigned values, so one numpy
+            # reduction checks both ends (torch ops cost several microseconds each).
+            return int(np.maximum.reduce(value.numpy().view(np.uint64), axis=None)) < self.n
+        low, high = torch.aminmax(_wide(value))
         return self.start <= int(low) and int(high) <= self.start + self.n - 1
 
     def __repr__(self) -> str:

@@ -123,6 +123,18 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             else _STEP
         )
         self._needs_reset = np.zeros(self.num_envs, dtype=bool)  # finished sub-envs
+        # Precomputed for the hot path of the usual case: one array of observations and one
+        # array of actions (no dicts or tuples), numpy output, no info fields.
+        self._plain_action = (
+            self.buffers.action[self._action_leaves[0].key]
+            if self._action_leaves[0].path == ()
+            else None
+        )
+        self._plain_obs = (
+            self._slot.obs[self._obs_leaves[0].key]
+            if [leaf.path for leaf in self._obs_leaves] == [()] and output == "numpy"
+            else None
+        )
         self._pending: Callable[[dict], Any] | None = None  # finishes the call in flight
         self._torch_device = getattr(env, "device", None)
 
@@ -181,9 +193,9 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self._write_actions(actions)
         if self.autoreset_mode == AutoresetMode.NEXT_STEP:
             needs_reset = self._needs_reset
-            modes = np.where(needs_reset, _RESET_INTO_NEXT, _STEP) if needs_reset.any() else _STEP
+            modes = np.where(needs_reset, _RESET_INTO_NEXT, _STEP) if _any(needs_reset) else _STEP
         else:
-            if self.autoreset_mode == AutoresetMode.DISABLED and self._needs_reset.any():
+            if self.autoreset_mode == AutoresetMode.DISABLED and _any(self._needs_reset):
                 finished = np.flatnonzero(self._needs_reset).tolist()
                 raise ValueError(
                     f"sub-envs {finished} finished and autoreset_mode is DISABLED: reset them "
@@ -201,6 +213,8 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         finished = terminations | truncations
         if self.autoreset_mode == AutoresetMode.SAME_STEP:
             infos = self._same_step_infos(finished, extras)
+        elif not extras and not self.fields:
+            infos = {}
         else:
             infos = self._infos(step_slot, None, {i: e.get("next") for i, e in extras.items()})
         self._needs_reset = finished
@@ -236,6 +250,11 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     # ---- buffers -> gymnasium values ----------------------------------------------------------
     def _write_actions(self, actions: Any) -> None:
+        target = self._plain_action
+        if target is not None and type(actions) is np.ndarray and actions.shape == target.shape:
+            target[...] = actions
+            _check_discrete(self._discrete_bounds)
+            return
         if self._action_leaves[0].path == ():
             arrays = [_as_numpy(actions)]
         else:
@@ -252,6 +271,8 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         _check_discrete(self._discrete_bounds)
 
     def _observations(self) -> Any:
+        if self._plain_obs is not None:
+            return self._plain_obs.copy() if self.copy else self._plain_obs
         arrays = [self._slot.obs[leaf.key] for leaf in self._obs_leaves]
         if self.output == "torch":
             import torch
@@ -380,6 +401,11 @@ def _field_value(field: Any, stored: np.ndarray) -> Any:
     return field.kind(stored)
 
 
+def _any(flags: np.ndarray) -> bool:
+    """``flags.any()`` for a bool array, without the microseconds of a numpy reduction."""
+    return b"\x01" in flags.tobytes()
+
+
 def _as_numpy(value: Any) -> np.ndarray:
     if hasattr(value, "detach"):  # a torch tensor
         return value.detach().cpu().numpy()
@@ -408,12 +434,15 @@ def discrete_bounds(space: spaces.Space, leaves: list[Leaf], arrays: dict) -> li
 def _check_discrete(bounds: list[tuple]) -> None:
     """Discrete actions outside their range: a named error here, not an assert in a worker."""
     for path, sub, values, low, high in bounds:
-        scalar = isinstance(low, int)
-        if (
-            (values.min() < low or values.max() > high)
-            if scalar
-            else ((values < low).any() or (values > high).any())
-        ):
+        if isinstance(low, int):
+            if low == 0 and values.dtype == np.int64:
+                # negatives wrap to huge unsigned values: one reduction checks both ends
+                bad = np.maximum.reduce(values.view(np.uint64).ravel()) > high
+            else:
+                bad = values.min() < low or values.max() > high
+        else:
+            bad = (values < low).any() or (values > high).any()
+        if bad:
             raise ValueError(
                 f"actions{_path_str(path)}: expected values in {sub}, got "
                 f"min {values.min()} max {values.max()}"
