@@ -44,7 +44,7 @@ from gymvec.specs import (
 _INT64 = np.iinfo(np.int64)
 _CPU = torch.device("cpu")
 _STEP = np.uint8(Mode.STEP)
-_STEP_AND_RESET = np.uint8(Mode.STEP | Mode.AUTORESET | Mode.SYNC_ROOT)
+_STEP_AND_RESET = np.uint8(Mode.STEP | Mode.AUTORESET)
 
 
 @dataclass
@@ -420,12 +420,17 @@ class BatchedEnvBase(EnvBase):
         self._check_open()
         self._check_action(td)
         self._write_actions(td)
+        # No SYNC_ROOT: the root output is built here from "next" and the reset rows, which
+        # spares the sub-envs a copy of every observation into the root buffer.
         self.last_extras = self.run(_STEP_AND_RESET)
-        self._root_stale[:] = False
+        done = self.buffers.next.done
+        np.logical_not(done, out=self._root_stale)
         next_out = self._next_output()
         td.set("next", next_out)
-        if b"\x01" in self.buffers.next.done.tobytes():  # any() without a numpy reduction
-            return td, self._root_output()
+        if b"\x01" in done.tobytes():  # any() without a numpy reduction
+            rows = np.flatnonzero(done)
+            root = _merged_copy(self._next_arrays, self._root_arrays, rows, self.batch_size)
+            return td, self._per_task(root if self.device.type == "cpu" else root.to(self.device))
         # Nobody was reset: the next root holds the same values as "next", so it may share
         # its tensors (as step_mdp would), which saves copying every observation twice.
         if self.heterogeneous or self.device.type != "cpu":
@@ -545,6 +550,22 @@ def _numpy_tree(td: TensorDictBase) -> dict:
         key: _numpy_tree(value) if isinstance(value, TensorDictBase) else value.numpy()
         for key, value in td.items()
     }
+
+
+def _merged_copy(
+    next_arrays: dict, root_arrays: dict, rows: np.ndarray, batch_size: torch.Size
+) -> TensorDict:
+    """A CPU TensorDict of copies of ``next_arrays`` whose ``rows`` come from ``root_arrays``
+    (the root after an autoreset: the reset sub-envs' rows, "next" for the others)."""
+    entries = {}
+    for key, value in next_arrays.items():
+        if type(value) is dict:
+            entries[key] = _merged_copy(value, root_arrays[key], rows, batch_size)
+        else:
+            merged = value.copy()
+            merged[rows] = root_arrays[key][rows]
+            entries[key] = torch.from_numpy(merged)
+    return TensorDict._new_unsafe(entries, batch_size=batch_size, device=_CPU)
 
 
 def _copy_tree(arrays: dict, batch_size: torch.Size, **extra: torch.Tensor) -> TensorDict:
