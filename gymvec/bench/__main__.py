@@ -136,8 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     cap = "" if settings.max_seconds is None else f" or {settings.max_seconds:g} s"
     print(
         f"env-steps/s: median of {settings.repeats} interleaved timed run(s) of "
-        f"{settings.steps} vector steps{cap}; x sync: against gym-sync; "
-        "x best gym: against the faster of gym-sync/gym-async"
+        f"{settings.steps} vector steps{cap}; x sync: against gym-sync, x best gym: against "
+        "the faster of gym-sync/gym-async (medians of the ratios within each round of runs)"
     )
     print(format_table(case_results))
     if args.json:

@@ -175,17 +175,28 @@ def run_case(case: Case, settings: Settings, progress: Progress) -> CaseResult:
 
 
 def add_ratios(case_result: CaseResult) -> None:
-    """Each runner's median against gym-sync and against the faster gymnasium runner."""
-    rates = {r.runner: r.steps_per_s for r in case_result.results if r.steps_per_s}
-    sync = rates.get(GYM_SYNC)
-    gym_rates = [rates[name] for name in GYM_RUNNERS if name in rates]
-    best_gym = max(gym_rates) if gym_rates else None
-    for result in case_result.results:
-        rate = result.steps_per_s
-        if rate is None:
-            continue
-        result.ratio_sync = rate / sync if sync else None
-        result.ratio_best_gym = rate / best_gym if best_gym else None
+    """Each runner against gym-sync and against the faster gymnasium runner.
+
+    Runners are timed in turn, round after round, so one round sees one phase of a noisy
+    machine: a ratio is the median of the ratios within each round (paired), or the ratio of
+    the medians when some runner missed rounds.
+    """
+    timed = {r.runner: r for r in case_result.results if r.samples}
+    sync = timed.get(GYM_SYNC)
+    gyms = [timed[name] for name in GYM_RUNNERS if name in timed]
+    for result in timed.values():
+        result.ratio_sync = paired_ratio(result, [sync]) if sync else None
+        result.ratio_best_gym = paired_ratio(result, gyms) if gyms else None
+
+
+def paired_ratio(result: RunnerResult, references: Sequence[RunnerResult]) -> float:
+    """``result`` against the fastest of ``references`` (see ``add_ratios``)."""
+    rounds = len(result.samples)
+    if all(len(ref.samples) == rounds for ref in references):
+        return statistics.median(
+            result.samples[i] / max(ref.samples[i] for ref in references) for i in range(rounds)
+        )
+    return result.steps_per_s / max(ref.steps_per_s for ref in references)
 
 
 def run_cases(
