@@ -65,7 +65,7 @@ class WorkerHandle:
 
     def post(self, command: Command, payload: Any = None) -> None:
         self.seq += 1
-        self.words[CMD] = command
+        self.words[CMD] = int(command)  # an IntEnum costs numpy a few dunder lookups
         self.words[CMD_SEQ] = self.seq
         self.wake.release()
         if payload is not None:  # after the wake-up: the worker reads while we write

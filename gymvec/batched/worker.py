@@ -122,10 +122,10 @@ class Worker:
                 break  # the parent is gone: nothing left to serve
             reply, status = None, Status.OK
             try:
-                reply = self.handlers[Command(int(self.words[CMD]))]()
+                reply = self.handlers[int(self.words[CMD])]()  # IntEnum keys hash as ints
             except BaseException:
                 reply, status = traceback.format_exc(), Status.ERROR
-            self.words[STATUS] = status
+            self.words[STATUS] = int(status)
             self.words[REPLY] = reply is not None
             self.words[DONE_SEQ] = seq
             self.done.release()

@@ -123,6 +123,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             else _STEP
         )
         self._needs_reset = np.zeros(self.num_envs, dtype=bool)  # finished sub-envs
+        self._next_step = self.autoreset_mode == AutoresetMode.NEXT_STEP
         # Precomputed for the hot path of the usual case: one array of observations and one
         # array of actions (no dicts or tuples), numpy output, no info fields.
         self._plain_action = (
@@ -191,7 +192,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     def step_send(self, actions: Any) -> None:
         self._write_actions(actions)
-        if self.autoreset_mode == AutoresetMode.NEXT_STEP:
+        if self._next_step:
             needs_reset = self._needs_reset
             modes = np.where(needs_reset, _RESET_INTO_NEXT, _STEP) if _any(needs_reset) else _STEP
         else:
