@@ -33,6 +33,7 @@ from gymvec.batched.worker import (
     SYNC_WORDS,
     Command,
     PeerDied,
+    Spin,
     Status,
     env_specs_payload,
     wait_for,
@@ -71,10 +72,10 @@ class WorkerHandle:
         if payload is not None:  # after the wake-up: the worker reads while we write
             self.conn.send_bytes(payload)
 
-    def wait(self, spin_s: float, timeout: float | None) -> Any:
+    def wait(self, spin: Spin, timeout: float | None) -> Any:
         """Wait for the answer to the last command; returns the reply (None if none)."""
         try:
-            wait_for(self.words, DONE_SEQ, self.seq, self.done, spin_s, self.alive, timeout)
+            wait_for(self.words, DONE_SEQ, self.seq, self.done, spin, self.alive, timeout)
         except PeerDied:
             raise self.died() from None
         reply = None
@@ -113,7 +114,7 @@ class ProcessExecutor:
         self.local: LocalExecutor | None = None
         self._extras: dict | None = None  # answers collected so far by a wait
         self.worker_spin_s = env.worker_spin_s
-        self.parent_spin_s = env.parent_spin_s
+        self.parent_spin = Spin(env.parent_spin_s)
         self.sync_memory = None
         try:
             self._start(env)
@@ -218,7 +219,7 @@ class ProcessExecutor:
                 continue
             left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             try:
-                reply = handle.wait(self.parent_spin_s, left)
+                reply = handle.wait(self.parent_spin, left)
             except WorkerError as exc:  # answer every worker first: no reply left unread
                 error = error or exc
                 continue
@@ -250,7 +251,7 @@ class ProcessExecutor:
         error = None
         for handle, positions in asked:
             try:
-                reply = handle.wait(self.parent_spin_s, None)
+                reply = handle.wait(self.parent_spin, None)
             except WorkerError as exc:
                 error = error or exc
                 continue

@@ -54,16 +54,49 @@ class PeerDied(Exception):
     """The process on the other side of the sync words is gone."""
 
 
+class Spin:
+    """How long a waiter spins before it blocks, backing off while spinning keeps failing.
+
+    A spin that ends without its answer (the other side was slower, or was descheduled because
+    something else holds a core) burns a core another process may need. After repeated
+    failures the waiter blocks at once for ``BACKOFF_WAITS`` waits, then tries spinning again.
+    """
+
+    BACKOFF_WAITS = 256
+    FAILURES = 16  # about this many more failures than successes start a back-off
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self._debt = 0
+        self._paused = 0
+
+    def budget(self) -> float:
+        """Seconds to spin in the next wait."""
+        if self._paused:
+            self._paused -= 1
+            return 0.0
+        return self.seconds
+
+    def record(self, caught: bool) -> None:
+        """The outcome of a wait that spun: whether the spin caught the answer."""
+        if caught:
+            self._debt = max(self._debt - 1, 0)
+            return
+        self._debt += 2
+        if self._debt >= 2 * self.FAILURES:
+            self._debt, self._paused = 0, self.BACKOFF_WAITS
+
+
 def wait_for(
     words: np.ndarray,
     slot: int,
     value: int,
     sem: Any,
-    spin_s: float,
+    spin: Spin,
     is_alive: Callable[[], bool],
     timeout: float | None = None,
 ) -> None:
-    """Wait until ``words[slot] >= value``: spin up to ``spin_s``, then block on ``sem``.
+    """Wait until ``words[slot] >= value``: spin (see :class:`Spin`), then block on ``sem``.
 
     Raises :class:`PeerDied` when ``is_alive()`` turns false and ``TimeoutError`` after
     ``timeout`` seconds.
@@ -71,12 +104,15 @@ def wait_for(
     if words[slot] >= value:
         sem.acquire(False)  # consume the post that came with it, if it is there yet
         return
+    spin_s = spin.budget()
     if spin_s > 0:
         end = time.perf_counter() + spin_s
         while time.perf_counter() < end:
             if words[slot] >= value:
                 sem.acquire(False)
+                spin.record(True)
                 return
+        spin.record(False)
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         poll = LIVENESS_POLL_S
@@ -99,7 +135,7 @@ class Worker:
         self.words = words
         self.conn = conn
         self.wake, self.done = wake, done
-        self.spin_s = spin_s
+        self.spin = Spin(spin_s)
         self.parent_pid = os.getppid()
         self.handlers = {
             Command.RUN: self.run,
@@ -117,7 +153,7 @@ class Worker:
         while self.open:
             seq += 1
             try:
-                wait_for(self.words, CMD_SEQ, seq, self.wake, self.spin_s, self.parent_alive)
+                wait_for(self.words, CMD_SEQ, seq, self.wake, self.spin, self.parent_alive)
             except PeerDied:
                 break  # the parent is gone: nothing left to serve
             reply, status = None, Status.OK

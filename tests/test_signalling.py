@@ -1,0 +1,70 @@
+"""The wait between parent and workers: spin, then block; spinning backs off while it fails."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+
+import numpy as np
+import pytest
+
+from gymvec.batched.worker import SYNC_WORDS, PeerDied, Spin, wait_for
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def fail(spin: Spin, times: int) -> None:
+    for _ in range(times):
+        assert spin.budget() > 0
+        spin.record(False)
+
+
+def test_spin_backs_off_after_repeated_failures_then_tries_again():
+    spin = Spin(1e-4)
+    fail(spin, Spin.FAILURES - 1)
+    assert spin.budget() == 1e-4  # not yet
+    spin.record(False)
+    for _ in range(Spin.BACKOFF_WAITS):
+        assert spin.budget() == 0.0  # blocks at once
+    assert spin.budget() == 1e-4  # and spins again afterwards
+
+
+def test_spin_keeps_spinning_when_most_spins_succeed():
+    spin = Spin(1e-4)
+    for _ in range(10 * Spin.BACKOFF_WAITS):
+        assert spin.budget() == 1e-4
+        spin.record(True)
+        spin.record(True)
+        spin.record(False)  # one failure in three
+    assert spin.budget() == 1e-4
+
+
+def test_zero_spin_never_spins():
+    spin = Spin(0.0)
+    assert spin.budget() == 0.0
+
+
+def make_words() -> np.ndarray:
+    return np.zeros(SYNC_WORDS, dtype=np.int64)
+
+
+def test_wait_for_returns_when_the_word_is_posted_while_blocked():
+    words, sem = make_words(), mp.Semaphore(0)
+
+    def post() -> None:
+        words[0] = 1
+        sem.release()
+
+    timer = threading.Timer(0.05, post)
+    timer.start()
+    wait_for(words, 0, 1, sem, Spin(1e-5), lambda: True, timeout=5.0)  # spins, fails, blocks
+    timer.join()
+    assert words[0] == 1
+
+
+def test_wait_for_raises_timeout_and_peer_died():
+    words, sem = make_words(), mp.Semaphore(0)
+    with pytest.raises(TimeoutError):
+        wait_for(words, 0, 1, sem, Spin(0.0), lambda: True, timeout=0.1)
+    with pytest.raises(PeerDied):
+        wait_for(words, 0, 1, sem, Spin(0.0), lambda: False, timeout=5.0)
