@@ -58,6 +58,7 @@ def main() -> int:
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env import VecMonitor
 
     import gymvec
@@ -94,6 +95,8 @@ def main() -> int:
             device="cpu",
             verbose=0,
         )
+        # A silent logger: SB3's default one makes a folder in the temp dir on every learn()
+        model.set_logger(Logger(folder=None, output_formats=[]))
         start = time.perf_counter()
         model.learn(total_timesteps=args.timesteps)
         train_s = time.perf_counter() - start

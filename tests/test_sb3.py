@@ -19,6 +19,7 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorWrapper
 from stable_baselines3 import PPO
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import (
     DummyVecEnv,
@@ -586,6 +587,7 @@ def test_ppo_learns_without_error():
         seed=0,
         device="cpu",
     )
+    model.set_logger(Logger(folder=None, output_formats=[]))  # SB3 would make a dir in /tmp
     model.learn(total_timesteps=256)
     assert model.num_timesteps == 256
     assert len(model.ep_info_buffer) > 0
