@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from gymvec.arrays import all_below
+
 __all__ = [
     "Binary",
     "Bounded",
@@ -479,9 +481,8 @@ class Categorical(TensorSpec):
             and value.is_cpu
             and not value.requires_grad
         ):
-            # This runs on every step: negatives wrap to huge unsigned values, so one numpy
-            # reduction checks both ends (torch ops cost several microseconds each).
-            return int(np.maximum.reduce(value.numpy().view(np.uint64), axis=None)) < self.n
+            # This runs on every step, where torch ops cost several microseconds each.
+            return all_below(value.numpy(), self.n)
         low, high = torch.aminmax(_wide(value))
         return self.start <= int(low) and int(high) <= self.start + self.n - 1
 

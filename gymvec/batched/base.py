@@ -26,6 +26,7 @@ import torch
 from gymnasium import spaces
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
+from gymvec.arrays import any_set
 from gymvec.batched.buffers import BufferLayout, Buffers, LeafSpec
 from gymvec.batched.driver import Control, Mode, describe_sub_env
 from gymvec.envs.base import EnvBase, make_done_spec, make_reward_spec
@@ -257,7 +258,6 @@ class BatchedEnvBase(EnvBase):
             self.observation_spec = _batch_spec([d.observation_spec for d in descriptions], n)
             self.full_action_spec = _batch_spec([d.full_action_spec for d in descriptions], n)
         self.reward_spec = make_reward_spec(self.batch_size, first.reward_dtype)
-        self._reward_numpy_dtype = torch_to_numpy_dtype(first.reward_dtype)
         self.done_spec = make_done_spec(self.batch_size)
         self.info_spec = Composite(_info_specs(self.info_fields)).expand(n)
         self.metadata = first.metadata
@@ -427,20 +427,24 @@ class BatchedEnvBase(EnvBase):
         np.logical_not(done, out=self._root_stale)
         next_out = self._next_output()
         td.set("next", next_out)
-        if b"\x01" in done.tobytes():  # any() without a numpy reduction
+        if any_set(done):
             rows = np.flatnonzero(done)
             root = _merged_copy(self._next_arrays, self._root_arrays, rows, self.batch_size)
             return td, self._per_task(root if self.device.type == "cpu" else root.to(self.device))
         # Nobody was reset: the next root holds the same values as "next", so it may share
         # its tensors (as step_mdp would), which saves copying every observation twice.
-        if self.heterogeneous or self.device.type != "cpu":
+        if self.heterogeneous:  # a lazy stack
             return td, next_out.exclude("reward")
         entries = {key: value for key, value in next_out.items() if key != "reward"}
-        return td, TensorDict._new_unsafe(entries, batch_size=self.batch_size, device=_CPU)
+        root = TensorDict._new_unsafe(entries, batch_size=self.batch_size, device=next_out.device)
+        return td, root
 
     def _root_output(self) -> TensorDictBase:
         """A copy of the root (observations, infos, flags) on ``self.device``."""
-        return self._per_task(self._copy(self._root_view, self._root_arrays))
+        # Outputs never alias the buffers, which the next command overwrites.
+        if self.device.type != "cpu":
+            return self._per_task(self._root_view.to(self.device))
+        return self._per_task(_copy_tree(self._root_arrays, self.batch_size))
 
     def _next_output(self) -> TensorDictBase:
         """A copy of ``"next"``, the reward cast to the reward spec's dtype."""
@@ -449,7 +453,7 @@ class BatchedEnvBase(EnvBase):
             out = self._next_view.to(self.device)
             out.set("reward", self._reward_view.to(self.device, reward_dtype, copy=True))
             return self._per_task(out)
-        reward = torch.from_numpy(self._reward_array.astype(self._reward_numpy_dtype))
+        reward = torch.from_numpy(self._reward_array.astype(torch_to_numpy_dtype(reward_dtype)))
         return self._per_task(_copy_tree(self._next_arrays, self.batch_size, reward=reward))
 
     def _per_task(self, out: TensorDictBase) -> TensorDictBase:
@@ -461,12 +465,6 @@ class BatchedEnvBase(EnvBase):
             unused = [key for key in self.layout.obs_keys if key not in keys["obs"]]
             rows.append(out[i].exclude(*unused) if unused else out[i])
         return LazyStackedTensorDict(*rows, stack_dim=0)
-
-    def _copy(self, view: TensorDictBase, arrays: dict) -> TensorDictBase:
-        # Outputs never alias the buffers, which the next command overwrites.
-        if self.device.type != "cpu":
-            return view.to(self.device)
-        return _copy_tree(arrays, self.batch_size)
 
     def to(self, device) -> BatchedEnvBase:
         """Move where outputs live (sub-envs and buffers stay on the CPU)."""

@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from gymvec.arrays import any_set
 from gymvec.batched.buffers import Buffers, Slot, as_buffer
 from gymvec.envs.infos import InfoField
 from gymvec.envs.structure import build_value, get_leaf, observation_leaves, space_leaves
@@ -353,7 +354,7 @@ class BatchStep:
             np.logical_or(self.terminated, self.truncated, out=done)
         else:
             done[rows] = self.terminated[rows] | self.truncated[rows]
-        if b"\x01" in done.tobytes():  # any() without a numpy reduction
+        if any_set(done):
             self.done_rows = [k for k in stepping if done[k]]
         extras = False
         if self.with_fields or any(infos):

@@ -37,6 +37,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
+from gymvec.arrays import all_below, any_set
 from gymvec.batched.base import expand_seeds
 from gymvec.batched.buffers import Slot
 from gymvec.batched.driver import Mode
@@ -123,14 +124,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             else _STEP
         )
         self._needs_reset = np.zeros(self.num_envs, dtype=bool)  # finished sub-envs
-        self._next_step = self.autoreset_mode == AutoresetMode.NEXT_STEP
-        # Precomputed for the hot path of the usual case: one array of observations and one
-        # array of actions (no dicts or tuples), numpy output, no info fields.
-        self._plain_action = (
-            self.buffers.action[self._action_leaves[0].key]
-            if self._action_leaves[0].path == ()
-            else None
-        )
+        # The usual case, one array of observations and numpy output, skips build_value.
         self._plain_obs = (
             self._slot.obs[self._obs_leaves[0].key]
             if [leaf.path for leaf in self._obs_leaves] == [()] and output == "numpy"
@@ -192,11 +186,13 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     def step_send(self, actions: Any) -> None:
         self._write_actions(actions)
-        if self._next_step:
+        if self.autoreset_mode == AutoresetMode.NEXT_STEP:
             needs_reset = self._needs_reset
-            modes = np.where(needs_reset, _RESET_INTO_NEXT, _STEP) if _any(needs_reset) else _STEP
+            modes = _STEP
+            if any_set(needs_reset):
+                modes = np.where(needs_reset, _RESET_INTO_NEXT, _STEP)
         else:
-            if self.autoreset_mode == AutoresetMode.DISABLED and _any(self._needs_reset):
+            if self.autoreset_mode == AutoresetMode.DISABLED and any_set(self._needs_reset):
                 finished = np.flatnonzero(self._needs_reset).tolist()
                 raise ValueError(
                     f"sub-envs {finished} finished and autoreset_mode is DISABLED: reset them "
@@ -251,11 +247,6 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     # ---- buffers -> gymnasium values ----------------------------------------------------------
     def _write_actions(self, actions: Any) -> None:
-        target = self._plain_action
-        if target is not None and type(actions) is np.ndarray and actions.shape == target.shape:
-            target[...] = actions
-            _check_discrete(self._discrete_bounds)
-            return
         if self._action_leaves[0].path == ():
             arrays = [_as_numpy(actions)]
         else:
@@ -402,12 +393,9 @@ def _field_value(field: Any, stored: np.ndarray) -> Any:
     return field.kind(stored)
 
 
-def _any(flags: np.ndarray) -> bool:
-    """``flags.any()`` for a bool array, without the microseconds of a numpy reduction."""
-    return b"\x01" in flags.tobytes()
-
-
 def _as_numpy(value: Any) -> np.ndarray:
+    if type(value) is np.ndarray:  # the usual case, first: this runs on every step
+        return value
     if hasattr(value, "detach"):  # a torch tensor
         return value.detach().cpu().numpy()
     return np.asarray(value)
@@ -437,8 +425,7 @@ def _check_discrete(bounds: list[tuple]) -> None:
     for path, sub, values, low, high in bounds:
         if isinstance(low, int):
             if low == 0 and values.dtype == np.int64:
-                # negatives wrap to huge unsigned values: one reduction checks both ends
-                bad = np.maximum.reduce(values.view(np.uint64).ravel()) > high
+                bad = not all_below(values, high + 1)
             else:
                 bad = values.min() < low or values.max() > high
         else:
