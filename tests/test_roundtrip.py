@@ -14,6 +14,26 @@ def _make(env_id):
     return lambda: gym.make(env_id, max_episode_steps=25)
 
 
+def step_both(original, face, seed: int, steps: int, after_step=None) -> int:
+    """Reset both with ``seed``, step both with the same actions and assert equal observations,
+    rewards and flags; ``after_step(a, b, finished)`` checks more. Returns the episode ends."""
+    obs_a, _ = original.reset(seed=seed)
+    obs_b, _ = face.reset(seed=seed)
+    np.testing.assert_array_equal(obs_a, obs_b)
+    ends = 0
+    for _ in range(steps):
+        actions = original.action_space.sample()
+        a = original.step(actions)
+        b = face.step(actions)
+        for x, y in zip(a[:4], b[:4]):
+            np.testing.assert_array_equal(x, y)
+        finished = a[2] | a[3]
+        if after_step is not None:
+            after_step(a, b, finished)
+        ends += finished.sum()
+    return ends
+
+
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 @pytest.mark.parametrize("mode", list(AutoresetMode))
 def test_round_trip_steps_like_the_original(env_id, mode):
@@ -22,30 +42,22 @@ def test_round_trip_steps_like_the_original(env_id, mode):
     inner = SyncVectorEnv(fns, autoreset_mode=mode)
     wrapper = GymVectorEnvWrapper(inner, reward_dtype=torch.float64)
     face = GymnasiumVectorEnv(wrapper, autoreset_mode=mode)
+
+    def after_step(a, b, finished):
+        for x, y in zip(a[:4], b[:4]):
+            assert x.dtype == y.dtype
+        if mode == AutoresetMode.SAME_STEP and finished.any():
+            for i in np.flatnonzero(finished):
+                np.testing.assert_array_equal(a[4]["final_obs"][i], b[4]["final_obs"][i])
+        if mode == AutoresetMode.DISABLED and finished.any():
+            obs_a, _ = original.reset(options={"reset_mask": finished})
+            obs_b, _ = face.reset(options={"reset_mask": finished.copy()})
+            np.testing.assert_array_equal(obs_a, obs_b)
+
     try:
         assert face.single_observation_space == original.single_observation_space
         assert face.action_space == original.action_space
-        obs_a, _ = original.reset(seed=7)
-        obs_b, _ = face.reset(seed=7)
-        np.testing.assert_array_equal(obs_a, obs_b)
-        ends = 0
-        for _ in range(80):
-            actions = original.action_space.sample()
-            a = original.step(actions)
-            b = face.step(actions)
-            for x, y in zip(a[:4], b[:4]):
-                np.testing.assert_array_equal(x, y)
-                assert x.dtype == y.dtype
-            finished = a[2] | a[3]
-            if mode == AutoresetMode.SAME_STEP and finished.any():
-                for i in np.flatnonzero(finished):
-                    np.testing.assert_array_equal(a[4]["final_obs"][i], b[4]["final_obs"][i])
-            if mode == AutoresetMode.DISABLED and finished.any():
-                obs_a, _ = original.reset(options={"reset_mask": finished})
-                obs_b, _ = face.reset(options={"reset_mask": finished.copy()})
-                np.testing.assert_array_equal(obs_a, obs_b)
-            ends += finished.sum()
-        assert ends >= 3
+        assert step_both(original, face, seed=7, steps=80, after_step=after_step) >= 3
     finally:
         original.close()
         face.close()
@@ -59,18 +71,7 @@ def test_round_trip_of_a_native_next_step_vector_env():
     original = native()
     face = GymnasiumVectorEnv(GymVectorEnvWrapper(native(), reward_dtype=torch.float64))
     try:
-        obs_a, _ = original.reset(seed=1)
-        obs_b, _ = face.reset(seed=1)
-        np.testing.assert_array_equal(obs_a, obs_b)
-        ends = 0
-        for _ in range(250):
-            actions = original.action_space.sample()
-            a = original.step(actions)
-            b = face.step(actions)
-            for x, y in zip(a[:4], b[:4]):
-                np.testing.assert_array_equal(x, y)
-            ends += (a[2] | a[3]).sum()
-        assert ends >= 3
+        assert step_both(original, face, seed=1, steps=250) >= 3
     finally:
         original.close()
         face.close()
