@@ -339,7 +339,7 @@ class BatchedEnvBase(EnvBase):
                     if not _INT64.min <= seed <= _INT64.max:
                         raise ValueError(f"seed[{i}]: expected an int64, got {seed}")
                     self.control.seed[i] = seed
-                    self.control.mode[i] |= Mode.SEED
+                    self.control.mode[i] |= int(Mode.SEED)
         executor.send(options)
         self._in_flight = True
 

@@ -85,7 +85,8 @@ class WorkerHandle:
             except (EOFError, OSError):
                 raise self.died() from None
         self.answered = self.seq
-        if self.words[STATUS] == Status.ERROR:
+        # int() first: numpy compares an IntEnum through slow generic paths (~5-20 us)
+        if int(self.words[STATUS]) == Status.ERROR:
             raise WorkerError(
                 f"worker {self.index} raised", worker_index=self.index, worker_traceback=reply
             )
