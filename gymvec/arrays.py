@@ -1,12 +1,18 @@
 """Numpy checks for the per-step hot paths (torch-free: worker processes import it).
 
-A numpy reduction called from Python costs microseconds on small arrays; these do the same
-with cheaper operations.
+A numpy reduction called from Python costs microseconds on small arrays, and several more
+once a step of the sub-envs has evicted numpy's code from the caches; these do the same with
+cheaper operations.
 """
 
 from __future__ import annotations
 
+import functools
+import sys
+
 import numpy as np
+
+_BIG_INT_LIMIT = 4096  # values; beyond, one numpy reduction costs less than a huge Python int
 
 
 def any_set(flags: np.ndarray) -> bool:
@@ -14,7 +20,31 @@ def any_set(flags: np.ndarray) -> bool:
     return b"\x01" in flags.tobytes()
 
 
+@functools.lru_cache(maxsize=64)
+def _word_masks(n: int, count: int) -> tuple[int, int]:
+    """(bits k..63 of every word, 2**k - n in every word) for ``count`` int64 words, where
+    ``2**k`` is the smallest power of two >= n; as Python ints laid out like the words."""
+    k = max(n - 1, 1).bit_length()
+    high = np.full(count, ~np.uint64((1 << k) - 1), dtype=np.uint64)
+    offset = np.full(count, (1 << k) - n, dtype=np.uint64)
+    return (
+        int.from_bytes(high.tobytes(), sys.byteorder),
+        int.from_bytes(offset.tobytes(), sys.byteorder),
+    )
+
+
 def all_below(values: np.ndarray, n: int) -> bool:
-    """Whether every int64 value lies in ``[0, n)``, with one reduction: seen as unsigned,
-    negative values wrap to huge ones, so the maximum alone checks both ends."""
-    return int(np.maximum.reduce(values.view(np.uint64), axis=None)) < n
+    """Whether every int64 value lies in ``[0, n)``.
+
+    The values are read as one Python int in which each value is a 64-bit field: a value
+    outside ``[0, 2**k)`` has a bit at or above k set (negative ones all the high bits), and
+    adding ``2**k - n`` to a value below ``2**k`` sets such a bit exactly when it is >= n,
+    without carrying into the next field. Two big-int operations cost less than one numpy
+    reduction on the small arrays of a step.
+    """
+    if values.size > _BIG_INT_LIMIT or n > 1 << 62:
+        return int(np.maximum.reduce(values.view(np.uint64), axis=None)) < n
+    data = values.tobytes()
+    high, offset = _word_masks(n, len(data) // 8)
+    x = int.from_bytes(data, sys.byteorder)
+    return not (x & high or (x + offset) & high)

@@ -280,6 +280,7 @@ class BatchedEnvBase(EnvBase):
         self._control_memory = self._new_memory(Control.nbytes(self.num_envs))
         self.buffers = Buffers(self.layout, self._memory)
         self.control = Control(self.num_envs, self._control_memory)
+        self._uniform_mode: int | None = None  # the mode every byte holds, when known
         self._shared_td = self.buffers.tensordict()
         # Views the outputs are copied from, split once here: each step only clones them.
         self._root_view = self._shared_td.exclude("next", "action")
@@ -332,7 +333,11 @@ class BatchedEnvBase(EnvBase):
         executor = self.executor
         if self._in_flight:
             raise RuntimeError("a command is already in flight: call recv() first")
-        self.control.mode[:] = modes
+        # Step after step the same mode goes to every sub-env: the bytes already hold it.
+        uniform = int(modes) if isinstance(modes, int | np.integer) else None
+        if uniform is None or uniform != self._uniform_mode:
+            self.control.mode[:] = modes
+        self._uniform_mode = uniform
         if seeds is not None:
             for i, seed in enumerate(seeds):
                 if seed is not None:
@@ -340,6 +345,7 @@ class BatchedEnvBase(EnvBase):
                         raise ValueError(f"seed[{i}]: expected an int64, got {seed}")
                     self.control.seed[i] = seed
                     self.control.mode[i] |= int(Mode.SEED)
+                    self._uniform_mode = None
         executor.send(options)
         self._in_flight = True
 

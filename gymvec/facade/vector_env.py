@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -123,7 +124,14 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             if self.autoreset_mode == AutoresetMode.SAME_STEP
             else _STEP
         )
+        self._same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
+        self._disabled = self.autoreset_mode == AutoresetMode.DISABLED
         self._needs_reset = np.zeros(self.num_envs, dtype=bool)  # finished sub-envs
+        self._any_needs_reset = False
+        # (leaf, action buffer) pairs, looked up once: every step writes them
+        actions = self.buffers.action
+        self._action_targets = [(leaf, actions[leaf.key]) for leaf in self._action_leaves]
+        self._plain_action = [leaf.path for leaf in self._action_leaves] == [()]
         # The usual case, one array of observations and numpy output, skips build_value.
         self._plain_obs = (
             self._slot.obs[self._obs_leaves[0].key]
@@ -174,6 +182,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     def _reset_result(self, extras: dict, mask: np.ndarray | None) -> tuple[Any, dict]:
         rows = np.ones(self.num_envs, dtype=bool) if mask is None else mask
         self._needs_reset[rows] = False
+        self._any_needs_reset = any_set(self._needs_reset)
         slot_name = "root" if self._slot is self.buffers.root else "next"
         infos = self._infos(self._slot, rows, {i: e.get(slot_name) for i, e in extras.items()})
         return self._observations(), infos
@@ -186,19 +195,15 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     def step_send(self, actions: Any) -> None:
         self._write_actions(actions)
-        if self.autoreset_mode == AutoresetMode.NEXT_STEP:
-            needs_reset = self._needs_reset
-            modes = _STEP
-            if any_set(needs_reset):
-                modes = np.where(needs_reset, _RESET_INTO_NEXT, _STEP)
-        else:
-            if self.autoreset_mode == AutoresetMode.DISABLED and any_set(self._needs_reset):
+        modes = self._step_mode
+        if self._any_needs_reset and not self._same_step:
+            if self._disabled:
                 finished = np.flatnonzero(self._needs_reset).tolist()
                 raise ValueError(
                     f"sub-envs {finished} finished and autoreset_mode is DISABLED: reset them "
                     "with reset(options={'reset_mask': mask}) before stepping"
                 )
-            modes = self._step_mode
+            modes = np.where(self._needs_reset, _RESET_INTO_NEXT, _STEP)  # NEXT_STEP's resets
         self.env.send(modes)
         self._pending = self._step_result
 
@@ -208,13 +213,14 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         truncations = step_slot.truncated.copy()
         rewards = step_slot.reward.copy()
         finished = terminations | truncations
-        if self.autoreset_mode == AutoresetMode.SAME_STEP:
+        if self._same_step:
             infos = self._same_step_infos(finished, extras)
         elif not extras and not self.fields:
             infos = {}
         else:
             infos = self._infos(step_slot, None, {i: e.get("next") for i, e in extras.items()})
         self._needs_reset = finished
+        self._any_needs_reset = any_set(finished)
         obs = self._observations()
         if self.output == "torch":
             import torch
@@ -247,13 +253,8 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     # ---- buffers -> gymnasium values ----------------------------------------------------------
     def _write_actions(self, actions: Any) -> None:
-        if self._action_leaves[0].path == ():
-            arrays = [_as_numpy(actions)]
-        else:
-            leaf_values = [get_leaf(actions, leaf.path) for leaf in self._action_leaves]
-            arrays = [_as_numpy(value) for value in leaf_values]
-        for leaf, array in zip(self._action_leaves, arrays):
-            target = self.buffers.action[leaf.key]
+        for leaf, target in self._action_targets:
+            array = _as_numpy(actions if self._plain_action else get_leaf(actions, leaf.path))
             if array.shape != target.shape:
                 raise ValueError(
                     f"actions{_path_str(leaf.path)}: expected shape {target.shape} for "
@@ -406,31 +407,38 @@ def _path_str(path: tuple) -> str:
 
 
 def discrete_bounds(space: spaces.Space, leaves: list[Leaf], arrays: dict) -> list[tuple]:
-    """(leaf path, sub-space, action array, low, high) of each Discrete/MultiDiscrete leaf."""
+    """(leaf path, sub-space, action array, range check) of each Discrete/MultiDiscrete leaf;
+    the check takes the array and says whether its values are in the sub-space's range."""
     bounds = []
     for leaf in leaves:
         sub = get_leaf(space, leaf.path)
+        array = arrays[leaf.key]
         if isinstance(sub, spaces.Discrete):
             low, high = int(sub.start), int(sub.start + sub.n - 1)
+            if low == 0 and array.dtype == np.int64:
+                check = functools.partial(all_below, n=high + 1)
+            else:
+                check = functools.partial(_scalar_range, low=low, high=high)
         elif isinstance(sub, spaces.MultiDiscrete):
-            low, high = sub.start, sub.start + sub.nvec - 1
+            check = functools.partial(_array_range, low=sub.start, high=sub.start + sub.nvec - 1)
         else:
             continue
-        bounds.append((leaf.path, sub, arrays[leaf.key], low, high))
+        bounds.append((leaf.path, sub, array, check))
     return bounds
+
+
+def _scalar_range(values: np.ndarray, low: int, high: int) -> bool:
+    return values.min() >= low and values.max() <= high
+
+
+def _array_range(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> bool:
+    return bool((values >= low).all() and (values <= high).all())
 
 
 def _check_discrete(bounds: list[tuple]) -> None:
     """Discrete actions outside their range: a named error here, not an assert in a worker."""
-    for path, sub, values, low, high in bounds:
-        if isinstance(low, int):
-            if low == 0 and values.dtype == np.int64:
-                bad = not all_below(values, high + 1)
-            else:
-                bad = values.min() < low or values.max() > high
-        else:
-            bad = (values < low).any() or (values > high).any()
-        if bad:
+    for path, sub, values, in_range in bounds:
+        if not in_range(values):
             raise ValueError(
                 f"actions{_path_str(path)}: expected values in {sub}, got "
                 f"min {values.min()} max {values.max()}"

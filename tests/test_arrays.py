@@ -1,0 +1,44 @@
+"""The hot-path checks of gymvec.arrays agree with plain numpy on every kind of input."""
+
+import numpy as np
+import pytest
+
+from gymvec.arrays import all_below, any_set
+
+INT64 = np.iinfo(np.int64)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 8, 9, 255, 256, 1000, 2**40 + 3, 2**62])
+def test_all_below_matches_numpy(n):
+    rng = np.random.default_rng(n % 1000)
+    for _ in range(300):
+        size = int(rng.integers(0, 40))
+        if n < 2**40:
+            values = rng.integers(-3, n + 3, size)
+        else:
+            values = rng.integers(-(2**62), 2**62, size)
+        if rng.random() < 0.3:  # mostly valid batches, as a policy sends
+            values = rng.integers(0, n, size)
+        if size and rng.random() < 0.2:  # the extremes of int64
+            values[rng.integers(size)] = rng.choice([INT64.min, INT64.max, -1, n, n - 1])
+        values = values.astype(np.int64)
+        expected = bool(((values >= 0) & (values < n)).all())
+        assert all_below(values, n) == expected, (n, values)
+
+
+def test_all_below_large_and_strided_arrays():
+    values = np.zeros(10_000, dtype=np.int64)  # past the big-int limit: numpy's reduction
+    assert all_below(values, 1)
+    values[-1] = 1
+    assert not all_below(values, 1)
+    grid = np.arange(12, dtype=np.int64).reshape(3, 4)
+    assert all_below(grid[:, 1], 10)  # a strided view: 1, 5, 9
+    assert not all_below(grid[:, 3], 11)  # 3, 7, 11
+
+
+def test_any_set():
+    flags = np.zeros(37, dtype=bool)
+    assert not any_set(flags)
+    flags[36] = True
+    assert any_set(flags)
+    assert not any_set(np.zeros(0, dtype=bool))
