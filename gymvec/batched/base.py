@@ -46,6 +46,7 @@ _INT64 = np.iinfo(np.int64)
 _CPU = torch.device("cpu")
 _STEP = np.uint8(Mode.STEP)
 _STEP_AND_RESET = np.uint8(Mode.STEP | Mode.AUTORESET)
+_FLAG_KEYS = ("done", "terminated", "truncated")
 
 
 @dataclass
@@ -292,6 +293,7 @@ class BatchedEnvBase(EnvBase):
         self._next_arrays = _numpy_tree(self._next_view)
         self._reward_array = self._reward_view.numpy()
         self._action_keys = [("action", *key[1:]) for key in self.layout.action_keys]
+        self._action_arrays = [view.numpy() for view in self._action_views]
         # rows whose root is older than "next" (they stepped since their last reset)
         self._root_stale = np.zeros(self.num_envs, dtype=bool)
 
@@ -402,8 +404,12 @@ class BatchedEnvBase(EnvBase):
                     if key in keys["action"]:
                         view[i].copy_(row.get(key))
             return
-        for key, view in zip(self._action_keys, self._action_views):
-            view.copy_(td.get(key))
+        for key, view, array in zip(self._action_keys, self._action_views, self._action_arrays):
+            action = td.get(key)
+            if action.is_cpu and not action.requires_grad:  # numpy's copy costs less than copy_
+                array[...] = action.numpy()
+            else:
+                view.copy_(action)
 
     def _check_action(self, td: TensorDictBase) -> None:
         if not self.heterogeneous:
@@ -559,17 +565,32 @@ def _numpy_tree(td: TensorDictBase) -> dict:
 def _merged_copy(
     next_arrays: dict, root_arrays: dict, rows: np.ndarray, batch_size: torch.Size
 ) -> TensorDict:
-    """A CPU TensorDict of copies of ``next_arrays`` whose ``rows`` come from ``root_arrays``
-    (the root after an autoreset: the reset sub-envs' rows, "next" for the others)."""
+    """The root after an autoreset, as a CPU TensorDict of fresh tensors: ``next_arrays``
+    whose ``rows`` (the reset sub-envs) come from ``root_arrays``.
+
+    Its done flags are all False (a sub-env either was reset or did not finish), so they are
+    made, not copied.
+    """
     entries = {}
+    flags = np.zeros((len(_FLAG_KEYS), *next_arrays["done"].shape), dtype=bool)
     for key, value in next_arrays.items():
-        if type(value) is dict:
-            entries[key] = _merged_copy(value, root_arrays[key], rows, batch_size)
+        if key in _FLAG_KEYS:
+            entries[key] = torch.from_numpy(flags[_FLAG_KEYS.index(key)])
         else:
-            merged = value.copy()
-            merged[rows] = root_arrays[key][rows]
-            entries[key] = torch.from_numpy(merged)
+            entries[key] = _merged_leaf(value, root_arrays[key], rows, batch_size)
     return TensorDict._new_unsafe(entries, batch_size=batch_size, device=_CPU)
+
+
+def _merged_leaf(next_value: Any, root_value: Any, rows: np.ndarray, batch_size: torch.Size):
+    if type(next_value) is dict:
+        entries = {
+            key: _merged_leaf(value, root_value[key], rows, batch_size)
+            for key, value in next_value.items()
+        }
+        return TensorDict._new_unsafe(entries, batch_size=batch_size, device=_CPU)
+    merged = next_value.copy()
+    merged[rows] = root_value[rows]
+    return torch.from_numpy(merged)
 
 
 def _copy_tree(arrays: dict, batch_size: torch.Size, **extra: torch.Tensor) -> TensorDict:

@@ -184,9 +184,10 @@ class EnvBase:
 
     # ---- checks -------------------------------------------------------------------------------
     def _check_action(self, td: TensorDictBase) -> None:
-        if "action" not in td.keys():
+        action = td.get("action", None)
+        if action is None:
             raise KeyError(f"step() needs an 'action' entry; the tensordict has {list(td.keys())}")
-        self.action_spec.validate(td.get("action"), "action")
+        self.action_spec.validate(action, "action")
 
     def _check_reset_mask(self, mask: torch.Tensor) -> None:
         expected = (*self.batch_size, 1)
