@@ -305,9 +305,10 @@ class BatchStep:
             self._write(results, range(n))
             return self._take_extras()
         uniform = modes[0] if modes.count(modes[0]) == n else None
-        stepping = range(n) if uniform is not None and uniform & _STEP else ()
         if uniform is None:
-            stepping = [k for k, mode in enumerate(modes) if mode & _STEP]
+            stepping: Sequence[int] = [k for k, mode in enumerate(modes) if mode & _STEP]
+        else:
+            stepping = range(n) if uniform & _STEP else ()
         self.done_rows = []
         if stepping:
             steps, actions = self.steps, self.actions
@@ -368,8 +369,7 @@ class BatchStep:
             np.logical_or(self.terminated, self.truncated, out=done)
         else:
             done[rows] = self.terminated[rows] | self.truncated[rows]
-        if any_set(done):
-            self.done_rows = [k for k in stepping if done[k]]
+        self.done_rows = [k for k in stepping if done[k]] if any_set(done) else []
         extras = False
         if self.with_fields or any(infos):
             for k, info in zip(stepping, infos):
