@@ -28,6 +28,7 @@ from gymvec import (
     SerialVectorEnv,
     WorkerError,
 )
+from gymvec.bench.envs import IMAGE_OBS_ID
 
 MODES = list(AutoresetMode)
 NUM_ENVS = 4
@@ -357,6 +358,30 @@ def test_copy_false_returns_views_copy_true_does_not(backend, mode):
         second, *_ = env.step(np.zeros(4, dtype=np.int64))
         assert np.shares_memory(first, second) is shared
         np.testing.assert_array_equal(first, second if shared else saved)
+        env.close()
+
+
+@pytest.mark.parametrize("mode", MODES, ids=[m.value for m in MODES])
+def test_large_observations_copied_early_equal_sync(mode):
+    """Observations of EARLY_COPY_BYTES or more: this process copies the rows it stepped while
+    the worker finishes; results still equal SyncVectorEnv's, also across partial resets."""
+    fns = fe.env_fns(IMAGE_OBS_ID, NUM_ENVS, LENGTHS)
+    ends = fe.run_against_sync(BACKENDS["parallel-local"], fns, mode, steps=24, partial_every=5)
+    assert (ends >= 1).all() and ends.sum() >= 8, f"too few episodes ended: {ends}"
+
+
+def test_large_observations_copied_early_are_fresh_arrays():
+    env = BACKENDS["parallel-local"](fe.env_fns(IMAGE_OBS_ID, NUM_ENVS, LENGTHS))
+    try:
+        assert env._early_copy is not None  # 4 x 4x84x84 bytes: the early copy is on
+        first, _ = env.reset(seed=0)
+        saved = first.copy()
+        for _ in range(3):
+            obs, *_ = env.step(np.zeros(NUM_ENVS, dtype=np.int64))
+            assert not np.shares_memory(obs, first)
+            assert not np.shares_memory(obs, env.buffers.next.obs[env._obs_leaves[0].key])
+        np.testing.assert_array_equal(first, saved)  # later steps left it alone
+    finally:
         env.close()
 
 

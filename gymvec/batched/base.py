@@ -351,17 +351,23 @@ class BatchedEnvBase(EnvBase):
         executor.send(options)
         self._in_flight = True
 
-    def recv(self, timeout: float | None = None) -> dict[int, dict]:
+    def recv(
+        self, timeout: float | None = None, on_local_done: Callable[[int], None] | None = None
+    ) -> dict[int, dict]:
         """Wait for the command sent last; returns the extras by sub-env index.
 
         Extras are the info entries without a buffer slot: ``{i: {"root": info, "next": info}}``
         for the sub-envs that had any (``"root"``: the reset info of a reset into the root,
         ``"next"``: a step info, or a reset info written into ``"next"``).
+
+        ``on_local_done(k)``, when given, runs as soon as the sub-envs stepped in this process
+        (rows ``[0, k)``, ``ParallelEnv(local_worker=True)``) are done and worker processes
+        still run: their rows of the buffers are final, so a caller can start reading them.
         """
         if not self._in_flight:
             raise RuntimeError("no command in flight: call send() first")
         try:
-            extras = self.executor.wait(timeout)
+            extras = self.executor.wait(timeout, on_local_done)
         except WorkerError:
             self._in_flight = False  # every worker has answered or died: the command is over
             raise

@@ -15,7 +15,7 @@ import platform
 import signal
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cloudpickle
@@ -209,10 +209,18 @@ class ProcessExecutor:
         if self.local is not None:
             self.local.send(options)
 
-    def wait(self, timeout: float | None = None) -> dict[int, dict]:
-        """Collect every worker's answer. After a TimeoutError, calling again resumes."""
+    def wait(
+        self, timeout: float | None = None, on_local_done: Callable[[int], None] | None = None
+    ) -> dict[int, dict]:
+        """Collect every worker's answer. After a TimeoutError, calling again resumes.
+
+        ``on_local_done(k)`` runs once this process has stepped its own share, rows ``[0, k)``,
+        before waiting for the worker processes.
+        """
         if self._extras is None:  # the local share runs once, even if the wait is resumed
             self._extras = self.local.wait() if self.local is not None else {}
+            if on_local_done is not None and self.local is not None:
+                on_local_done(self.local.bounds[-1][1])
         deadline = None if timeout is None else time.monotonic() + timeout
         error = None
         for handle in self.handles:

@@ -38,7 +38,7 @@ class LocalExecutor:
     def send(self, options: dict | None) -> None:
         self._options = options
 
-    def wait(self, timeout: float | None = None) -> dict[int, dict]:
+    def wait(self, timeout: float | None = None, on_local_done=None) -> dict[int, dict]:
         extras: dict[int, dict] = {}
         for group in self.groups:
             extras.update(group.run(self._options))

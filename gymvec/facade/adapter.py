@@ -67,7 +67,7 @@ class CommandAdapter:
         self._command = (np.broadcast_to(np.asarray(modes), (self.num_envs,)).copy(), seeds)
         self._in_flight = True
 
-    def recv(self, timeout: float | None = None) -> dict[int, dict]:
+    def recv(self, timeout: float | None = None, on_local_done=None) -> dict[int, dict]:
         modes, seeds = self._command
         self._in_flight = False
         stepping = (modes & _STEP).astype(bool)

@@ -213,7 +213,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
                 f"Calling `{call}_wait` without any prior call to `{call}_async`.", state.value
             )
         try:
-            extras = self.env.recv(timeout)
+            extras = self.recv(timeout)
         except TimeoutError:
             raise multiprocessing.TimeoutError(
                 f"The call to `{call}_wait` has timed out after {timeout} second(s)."

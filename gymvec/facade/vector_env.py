@@ -44,6 +44,9 @@ from gymvec.batched.buffers import Slot
 from gymvec.batched.driver import Mode
 from gymvec.envs.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
 
+# Observations of at least this size are partly copied while worker processes finish.
+EARLY_COPY_BYTES = 64 * 1024
+
 _STEP = np.uint8(Mode.STEP)
 _RESET_INTO_NEXT = np.uint8(Mode.RESET | Mode.RESET_INTO_NEXT)
 
@@ -138,6 +141,9 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             if [leaf.path for leaf in self._obs_leaves] == [()] and output == "numpy"
             else None
         )
+        self._early_obs: tuple[np.ndarray, int] | None = None  # see _copy_local_rows
+        early = self._plain_obs is not None and copy and self._plain_obs.nbytes >= EARLY_COPY_BYTES
+        self._early_copy = self._copy_local_rows if early else None
         self._pending: Callable[[dict], Any] | None = None  # finishes the call in flight
         self._torch_device = getattr(env, "device", None)
 
@@ -163,9 +169,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     ) -> tuple[Any, dict]:
         """Reset all sub-envs, or those of ``options["reset_mask"]``; see gymnasium."""
         self.reset_send(seed=seed, options=options)
-        return self.finish(self.env.recv())
+        return self.finish(self.recv())
 
     def reset_send(self, *, seed=None, options: dict | None = None) -> None:
+        self._early_obs = None  # left by a call that raised
         seeds = expand_seeds(seed, self.num_envs)
         options = dict(options) if options is not None else None  # never mutate the caller's
         mask = None
@@ -191,9 +198,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict]:
         """Step every sub-env (or reset it, under NEXT_STEP, if it finished last step)."""
         self.step_send(actions)
-        return self.finish(self.env.recv())
+        return self.finish(self.recv())
 
     def step_send(self, actions: Any) -> None:
+        self._early_obs = None  # left by a call that raised
         self._write_actions(actions)
         modes = self._step_mode
         if self._any_needs_reset and not self._same_step:
@@ -246,6 +254,17 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             infos["_final_info"] = finished.copy()
         return infos
 
+    def recv(self, timeout: float | None = None) -> dict:
+        """Wait for the call in flight; returns its extras (see ``BatchedEnvBase.recv``)."""
+        return self.env.recv(timeout, on_local_done=self._early_copy)
+
+    def _copy_local_rows(self, stop: int) -> None:
+        # Large observations: the rows stepped in this process are copied while the worker
+        # processes finish theirs, which takes that copy off the critical path.
+        out = np.empty_like(self._plain_obs)
+        out[:stop] = self._plain_obs[:stop]
+        self._early_obs = (out, stop)
+
     def finish(self, extras: dict) -> Any:
         """Assemble the result of the call in flight from the buffers and the extras."""
         pending, self._pending = self._pending, None
@@ -265,6 +284,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     def _observations(self) -> Any:
         if self._plain_obs is not None:
+            if self._early_obs is not None:
+                (out, stop), self._early_obs = self._early_obs, None
+                out[stop:] = self._plain_obs[stop:]
+                return out
             return self._plain_obs.copy() if self.copy else self._plain_obs
         arrays = [self._slot.obs[leaf.key] for leaf in self._obs_leaves]
         if self.output == "torch":
