@@ -577,38 +577,38 @@ def _merged_copy(
     Its done flags are all False (a sub-env either was reset or did not finish), so they are
     made, not copied.
     """
-    entries = {}
     flags = np.zeros((len(_FLAG_KEYS), *next_arrays["done"].shape), dtype=bool)
-    for key, value in next_arrays.items():
-        if key in _FLAG_KEYS:
-            entries[key] = torch.from_numpy(flags[_FLAG_KEYS.index(key)])
+    made = {key: torch.from_numpy(flags[k]) for k, key in enumerate(_FLAG_KEYS)}
+    return _copy_tree(next_arrays, batch_size, rows, root_arrays, **made)
+
+
+def _copy_tree(
+    arrays: dict,
+    batch_size: torch.Size,
+    rows: np.ndarray | None = None,
+    source: dict | None = None,
+    **given: torch.Tensor,
+) -> TensorDict:
+    """A CPU TensorDict of fresh copies of ``arrays`` (see ``_numpy_tree``), built without
+    the generic machinery of ``clone()`` (tens of microseconds per step).
+
+    With ``rows``, those rows of every array come from ``source`` (nested like ``arrays``).
+    Tensors in ``given`` are taken as they are: in place of the array of the same key, or
+    after the others.
+    """
+    entries = {}
+    for key, value in arrays.items():
+        if key in given:
+            entries[key] = given.pop(key)
+        elif type(value) is dict:
+            sub_source = None if source is None else source[key]
+            entries[key] = _copy_tree(value, batch_size, rows, sub_source)
         else:
-            entries[key] = _merged_leaf(value, root_arrays[key], rows, batch_size)
-    return TensorDict._new_unsafe(entries, batch_size=batch_size, device=_CPU)
-
-
-def _merged_leaf(next_value: Any, root_value: Any, rows: np.ndarray, batch_size: torch.Size):
-    if type(next_value) is dict:
-        entries = {
-            key: _merged_leaf(value, root_value[key], rows, batch_size)
-            for key, value in next_value.items()
-        }
-        return TensorDict._new_unsafe(entries, batch_size=batch_size, device=_CPU)
-    merged = next_value.copy()
-    merged[rows] = root_value[rows]
-    return torch.from_numpy(merged)
-
-
-def _copy_tree(arrays: dict, batch_size: torch.Size, **extra: torch.Tensor) -> TensorDict:
-    """A CPU TensorDict of fresh copies of ``arrays`` (see ``_numpy_tree``) and ``extra``,
-    built without the generic machinery of ``clone()`` (tens of microseconds per step)."""
-    entries = {
-        key: _copy_tree(value, batch_size)
-        if type(value) is dict
-        else torch.from_numpy(value.copy())
-        for key, value in arrays.items()
-    }
-    entries.update(extra)
+            copy = value.copy()
+            if rows is not None:
+                copy[rows] = source[key][rows]
+            entries[key] = torch.from_numpy(copy)
+    entries.update(given)
     return TensorDict._new_unsafe(entries, batch_size=batch_size, device=_CPU)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gymvec.batched.base import BatchedEnvBase, group_indices
@@ -38,7 +38,10 @@ class LocalExecutor:
     def send(self, options: dict | None) -> None:
         self._options = options
 
-    def wait(self, timeout: float | None = None, on_local_done=None) -> dict[int, dict]:
+    def wait(
+        self, timeout: float | None = None, on_local_done: Callable[[int], None] | None = None
+    ) -> dict[int, dict]:
+        # Everything runs in this process: ``on_local_done`` has no workers to overlap with.
         extras: dict[int, dict] = {}
         for group in self.groups:
             extras.update(group.run(self._options))

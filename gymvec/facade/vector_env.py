@@ -110,25 +110,15 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         )
         self.fields = list(env.layout.info_fields.items())
         self.field_names = set(env.layout.info_fields)
-        # The slot that holds what the caller sees: SAME_STEP's reset observations sit in the
-        # root; the other modes write resets into "next" so that one slot is always current.
-        self._slot: Slot = (
-            self.buffers.root
-            if self.autoreset_mode == AutoresetMode.SAME_STEP
-            else self.buffers.next
-        )
-        self._reset_mode = (
-            np.uint8(Mode.RESET)
-            if self.autoreset_mode == AutoresetMode.SAME_STEP
-            else _RESET_INTO_NEXT
-        )
-        self._step_mode = (
-            np.uint8(Mode.STEP | Mode.AUTORESET | Mode.SYNC_ROOT)
-            if self.autoreset_mode == AutoresetMode.SAME_STEP
-            else _STEP
-        )
         self._same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
         self._disabled = self.autoreset_mode == AutoresetMode.DISABLED
+        # The slot that holds what the caller sees: SAME_STEP's reset observations sit in the
+        # root; the other modes write resets into "next" so that one slot is always current.
+        self._slot: Slot = self.buffers.root if self._same_step else self.buffers.next
+        self._reset_mode = np.uint8(Mode.RESET) if self._same_step else _RESET_INTO_NEXT
+        self._step_mode = (
+            np.uint8(Mode.STEP | Mode.AUTORESET | Mode.SYNC_ROOT) if self._same_step else _STEP
+        )
         self._needs_reset = np.zeros(self.num_envs, dtype=bool)  # finished sub-envs
         self._any_needs_reset = False
         # (leaf, action buffer) pairs, looked up once: every step writes them
