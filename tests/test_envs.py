@@ -85,6 +85,31 @@ def test_step_keys_shapes_and_dtypes():
     assert torch.equal(root.get("position"), nxt.get("position"))
 
 
+@pytest.mark.parametrize("cls", [GymEnv, SerialEnv])
+def test_step_sets_next_into_any_kind_of_tensordict(cls):
+    """The fast set of "next" (same batch size and device) and td.set's other cases agree."""
+    env = GymEnv("CartPole-v1") if cls is GymEnv else SerialEnv(2, lambda: GymEnv("CartPole-v1"))
+    root = env.reset()
+    kinds = {
+        "same": root.clone(),
+        "no device": TensorDict(root.to_dict(), batch_size=root.batch_size),
+        "no batch": TensorDict(root.to_dict(), batch_size=[]),
+    }
+    for kind, td in kinds.items():
+        td.set("action", env.action_spec.zero())
+        out = env.step(td)
+        assert out is td, kind
+        nxt = td.get("next")
+        assert nxt.batch_size == env.batch_size and nxt.device == torch.device("cpu"), kind
+        assert set(nxt.keys()) >= {"observation", "reward", "done"}, kind
+    locked = root.clone()
+    locked.set("action", env.action_spec.zero())
+    locked.lock_()
+    with pytest.raises(RuntimeError, match="locked"):
+        env.step(locked)
+    env.close()
+
+
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_set_seed_then_reset_equals_gymnasium_reset_seed(env_id):
     env = GymEnv(env_id)

@@ -29,7 +29,7 @@ from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 from gymvec.arrays import any_set
 from gymvec.batched.buffers import BufferLayout, Buffers, LeafSpec
 from gymvec.batched.driver import Control, Mode, describe_sub_env
-from gymvec.envs.base import EnvBase, make_done_spec, make_reward_spec
+from gymvec.envs.base import EnvBase, make_done_spec, make_reward_spec, set_next
 from gymvec.envs.gym_env import GymEnv, observation_spec_from_space
 from gymvec.envs.infos import InfoField
 from gymvec.errors import SpaceMismatchError, WorkerError
@@ -444,7 +444,7 @@ class BatchedEnvBase(EnvBase):
         done = self.buffers.next.done
         np.logical_not(done, out=self._root_stale)
         next_out = self._next_output()
-        td.set("next", next_out)
+        set_next(td, next_out)
         if any_set(done):
             rows = np.flatnonzero(done)
             root = _merged_copy(self._next_arrays, self._root_arrays, rows, self.batch_size)
