@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from gymvec.errors import ClosedEnvError, WorkerError
+from gymvec.errors import ClosedEnvError, SpaceMismatchError, WorkerError
 
 _EXPORTS = {
     "EnvBase": "gymvec.envs.base",
@@ -39,7 +39,7 @@ _EXPORTS = {
     "Composite": "gymvec.specs",
 }
 
-__all__ = ["ClosedEnvError", "WorkerError", *_EXPORTS]
+__all__ = ["ClosedEnvError", "SpaceMismatchError", "WorkerError", *_EXPORTS]
 __version__ = "0.1.0"
 
 

@@ -31,7 +31,7 @@ from gymnasium.spaces import (
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_differing_spaces
 
-from gymvec import ParallelVectorEnv, SerialVectorEnv
+from gymvec import ParallelVectorEnv, SerialVectorEnv, SpaceMismatchError
 
 CLASSES = {
     "serial": SerialVectorEnv,
@@ -198,8 +198,9 @@ def test_mismatched_shapes_or_space_types_raise_runtime_error(vector_cls, mode):
 
 def test_mismatched_action_spaces_raise_runtime_error(vector_cls):
     fns = [functools.partial(fe.make_spaces_env, Discrete(3), Discrete(n)) for n in (2, 3)]
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError) as info:
         vector_cls(fns)
+    assert isinstance(info.value, SpaceMismatchError)
 
 
 # ---- metadata and autoreset modes ---------------------------------------------------------

@@ -22,7 +22,7 @@ from _envs import (
 )
 from conftest import child_pids, open_fds
 
-from gymvec import ClosedEnvError, Mode, ParallelEnv, SerialEnv, WorkerError
+from gymvec import ClosedEnvError, Mode, ParallelEnv, SerialEnv, SpaceMismatchError, WorkerError
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -107,8 +107,9 @@ def test_factory_failing_in_a_worker_of_a_multi_task_env(no_leaks):
 def test_mismatched_multi_task_specs_leave_no_worker(no_leaks):
     # the tasks' observations cannot share the buffers: refused before any worker starts
     fns = [make_gym_cartpole, functools.partial(make_gym_env, "Pendulum-v1")]
-    with pytest.raises(ValueError, match="observation_spec: key"):
+    with pytest.raises(SpaceMismatchError, match="observation_spec: key") as info:
         ParallelEnv(2, fns, mp_start_method="fork")
+    assert isinstance(info.value, ValueError)
 
 
 @pytest.mark.parametrize("start", ["fork", "spawn"])

@@ -323,6 +323,8 @@ class ParallelEnv(BatchedEnvBase):
         local_worker: step worker 0's sub-envs in this process while the others run.
         daemon: whether worker processes are daemonic (daemonic ones cannot start processes).
         startup_timeout: seconds a worker may take to build its sub-envs.
+        spin: whether waits spin briefly before blocking (None: when every busy process has
+            a core of its own, on x86).
         device: where outputs live.
 
     A worker that raises or dies surfaces as :class:`gymvec.WorkerError` (with the worker's
