@@ -11,6 +11,7 @@ import functools
 import glob
 import os
 import tempfile
+import traceback
 
 import gymnasium as gym
 import numpy as np
@@ -378,6 +379,15 @@ def test_dispatch_attributes_and_methods(kind):
             assert pids == [os.getpid()] * 2
         else:
             assert os.getpid() not in pids and len(set(pids)) == 2
+
+
+def test_method_raising_in_a_worker_keeps_its_type_and_traceback():
+    with ParallelEnv(2, make_counter, {"limit": 5}, **FORK) as env:
+        with pytest.raises(AttributeError) as info:
+            env.no_such_method()
+        shown = "".join(traceback.format_exception(info.value))
+        assert "raised in worker" in shown and "no_such_method" in shown
+        assert env.limit == [5, 5]  # still usable
 
 
 def test_dispatch_to_tensordict_sub_envs():

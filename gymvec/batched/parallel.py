@@ -266,7 +266,7 @@ class ProcessExecutor:
                 continue
             if reply[0] == "raise" and error is None:
                 error = reply[1]
-                error.add_note(f"raised in worker {handle.index}:\n{reply[2]}")
+                _attach_worker_traceback(error, f"raised in worker {handle.index}:\n{reply[2]}")
             elif reply[0] == "ok":
                 for p, answer in zip(positions, reply[1]):
                     results[p] = answer
@@ -303,6 +303,21 @@ def _stop_process(process, timeout: float) -> None:
     if process.exitcode is None:
         process.kill()
         process.join()
+
+
+class RemoteTraceback(Exception):
+    """The traceback text of an exception raised in a worker (shown as its cause)."""
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def _attach_worker_traceback(error: BaseException, text: str) -> None:
+    """Keep the worker's traceback on the exception re-raised here, whatever its type."""
+    if hasattr(error, "add_note"):  # Python >= 3.11
+        error.add_note(text)
+    else:
+        error.__cause__ = RemoteTraceback(text)
 
 
 class ParallelEnv(BatchedEnvBase):
