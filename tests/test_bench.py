@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from gymvec.bench.__main__ import main
+from gymvec.bench.cases import SB3_BACKENDS
 from gymvec.bench.envs import BUSY_STEP_ID, IMAGE_OBS_ID, importable_id, register_bench_envs
 from gymvec.bench.runners import RunnerOptions, usable_cores, worker_layout
 
@@ -233,3 +234,18 @@ def test_cli_quick_every_gymvec_runner_strict(tmp_path):
     document = json.loads(json_path.read_text())
     for case in document["cases"]:
         assert all(result["error"] is None for result in case["results"])
+
+
+def test_cli_quick_sb3_case_strict():
+    """SB3's VecEnv API: SB3's DummyVecEnv and SubprocVecEnv beside gymvec's SB3VecEnv."""
+    cmd = [sys.executable, "-m", "gymvec.bench", "--quick", "--strict", "--no-progress"]
+    cmd += ["--case", "sb3-32"]
+    out = subprocess.run(
+        cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=240, env=_env()
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = _table_rows(out.stdout)
+    assert [row[1] for row in rows] == list(SB3_BACKENDS)
+    for row in rows:
+        assert len(row) == 5, row
+        assert all(float(cell) > 0 for cell in row[2:])

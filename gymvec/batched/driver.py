@@ -313,6 +313,12 @@ class BatchStep:
         if stepping:
             steps, actions = self.steps, self.actions
             self._write([steps[k](actions[k]) for k in stepping], stepping)
+        rows = slice(self.start, self.start + n)
+        # Every row's root follows "next" but those an autoreset overwrites just below
+        # (SAME_STEP's step): one copy of the whole range costs less than an indexed one.
+        synced = uniform is not None and uniform & _SYNC_ROOT and not uniform & _RESET
+        if synced:
+            self.root.copy_rows(self.next, rows)
         root_written = [False] * n
         for k in self.done_rows:
             if modes[k] & _AUTORESET:
@@ -325,10 +331,10 @@ class BatchStep:
                     seed = int(seeds[k]) if mode & _SEED else None
                     self.drivers[k].reset(self.next if into_next else self.root, seed, options)
                     root_written[k] = not into_next
-        if uniform is None or uniform & _SYNC_ROOT:
+        if not synced and (uniform is None or uniform & _SYNC_ROOT):
             sync = [k for k, mode in enumerate(modes) if mode & _SYNC_ROOT and not root_written[k]]
             if len(sync) == n:
-                self.root.copy_rows(self.next, slice(self.start, self.start + n))
+                self.root.copy_rows(self.next, rows)
             elif sync:
                 self.root.copy_rows(self.next, [self.start + k for k in sync])
         return self._take_extras()

@@ -16,6 +16,9 @@ def default_backends() -> tuple[str, ...]:
     return gym_runners + sb3 + gymvec_runners
 
 
+SB3_BACKENDS = ("gym-sync", "gym-async", "sb3-dummy", "sb3-subproc", "gymvec-sb3")
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -38,6 +41,8 @@ CASES: dict[str, Case] = {
         Case("busy-8", BUSY_STEP_ID, 8, num_workers=2),
         Case("image-32", IMAGE_OBS_ID, 32, num_workers=2),
         Case("cartpole-8-serial", "CartPole-v1", 8, backends=("gym-sync", "gymvec-serial")),
+        # Stable-Baselines3's VecEnv API: SB3's own vectorizers against gymvec's adapter.
+        Case("sb3-32", "CartPole-v1", 32, num_workers=2, backends=SB3_BACKENDS),
     )
 }
 

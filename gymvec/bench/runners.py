@@ -187,6 +187,27 @@ def _sb3_subproc(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
     return SB3Runner(SubprocVecEnv(make_env_fns(env_id, num_envs), start_method=start_method))
 
 
+@register_runner("sb3-dummy")
+def _sb3_dummy(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    try:
+        from stable_baselines3.common.vec_env import DummyVecEnv
+    except ImportError as e:
+        raise ImportError("sb3-dummy needs stable-baselines3: pip install gymvec[sb3]") from e
+    return SB3Runner(DummyVecEnv(make_env_fns(env_id, num_envs)))
+
+
+@register_runner("gymvec-sb3")
+def _gymvec_sb3(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    """SB3's VecEnv API over gymvec's parallel drop-in (same-step autoreset, as SB3 wants)."""
+    from gymvec import ParallelVectorEnv
+    from gymvec.sb3 import SB3VecEnv
+
+    env = ParallelVectorEnv(
+        make_env_fns(env_id, num_envs), num_workers=options.num_workers, autoreset_mode="same_step"
+    )
+    return SB3Runner(SB3VecEnv(env))
+
+
 @register_runner("gymvec-serial")
 def _gymvec_serial(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
     from gymvec import SerialVectorEnv

@@ -153,17 +153,23 @@ def _as_same_step_vector_env(env: Any) -> VectorEnv:
     return env
 
 
-def _unpack_info(vector_info: Mapping, index: int, skip: frozenset = frozenset()) -> dict:
-    """The info of sub-env ``index`` from gymnasium's layout: arrays with ``_key`` masks."""
-    info = {}
+def _unpack_infos(vector_info: Mapping, n: int, skip: frozenset = frozenset()) -> list[dict]:
+    """The info of each of the ``n`` sub-envs from gymnasium's layout (arrays with ``_key``
+    masks), leaving out the keys in ``skip``."""
+    infos: list[dict] = [{} for _ in range(n)]
     for key, value in vector_info.items():
-        if key in skip or _is_mask_key(vector_info, key) or not _has_entry(vector_info, key, index):
+        if key in skip or _is_mask_key(vector_info, key):
             continue
+        mask = vector_info.get(f"_{key}")
+        indices = range(n) if mask is None else np.flatnonzero(mask).tolist()
         if isinstance(value, Mapping):
-            info[key] = _unpack_info(value, index)
+            nested = _unpack_infos(value, n)
+            for i in indices:
+                infos[i][key] = nested[i]
         else:
-            info[key] = value[index]
-    return info
+            for i in indices:
+                infos[i][key] = value[i]
+    return infos
 
 
 def _is_mask_key(vector_info: Mapping, key: Any) -> bool:
@@ -225,7 +231,7 @@ class SB3VecEnv(VecEnv):
 
     def reset(self) -> VecEnvObs:
         obs, infos = self.vector_env.reset(seed=self._next_seed(), options=self._next_options())
-        self.reset_infos = [_unpack_info(infos, i) for i in range(self.num_envs)]
+        self.reset_infos = _unpack_infos(infos, self.num_envs)
         self._reset_seeds()
         self._reset_options()
         return _copy_obs(self.observation_space, obs)
@@ -270,30 +276,35 @@ class SB3VecEnv(VecEnv):
         terminations = np.asarray(terminations, dtype=bool)
         truncations = np.asarray(truncations, dtype=bool)
         dones = terminations | truncations
-        step_infos = []
-        for i in range(self.num_envs):
-            if dones[i]:
-                info = self._final_info(infos, i)
-                self.reset_infos[i] = _unpack_info(infos, i, skip=_FINAL_KEYS)
-            else:
-                info = _unpack_info(infos, i, skip=_FINAL_KEYS)
-            info["TimeLimit.truncated"] = bool(truncations[i] and not terminations[i])
-            step_infos.append(info)
+        step_infos = _unpack_infos(infos, self.num_envs, skip=_FINAL_KEYS)
+        finished = np.flatnonzero(dones).tolist()
+        if finished:
+            final_infos = self._final_infos(infos, finished)
+            for i in finished:  # the step info is the episode's last; the other, its reset's
+                self.reset_infos[i], step_infos[i] = step_infos[i], final_infos[i]
+        time_limit = (truncations & ~terminations).tolist()
+        for info, truncated in zip(step_infos, time_limit):
+            info["TimeLimit.truncated"] = truncated
         rewards = np.array(rewards, dtype=np.float32)
         return _copy_obs(self.observation_space, obs), rewards, dones, step_infos
 
-    @staticmethod
-    def _final_info(infos: Mapping, index: int) -> dict:
-        if not _has_entry(infos, "final_obs", index):
+    def _final_infos(self, infos: Mapping, finished: list[int]) -> dict[int, dict]:
+        """The last step's info of each finished sub-env, with ``terminal_observation``."""
+        missing = [i for i in finished if not _has_entry(infos, "final_obs", i)]
+        if missing:
             raise RuntimeError(
-                f"sub-env {index} finished but the vector env's infos have no 'final_obs' for it; "
-                "SB3VecEnv needs same-step autoreset infos"
+                f"sub-envs {missing} finished but the vector env's infos have no 'final_obs' for "
+                "them; SB3VecEnv needs same-step autoreset infos"
             )
-        info = {}
-        if _has_entry(infos, "final_info", index):
-            info = _unpack_info(infos["final_info"], index)
-        info["terminal_observation"] = copy.deepcopy(infos["final_obs"][index])
-        return info
+        unpacked = [{}] * self.num_envs
+        if "final_info" in infos:
+            unpacked = _unpack_infos(infos["final_info"], self.num_envs)
+        final_infos = {}
+        for i in finished:
+            info = dict(unpacked[i]) if _has_entry(infos, "final_info", i) else {}
+            info["terminal_observation"] = copy.deepcopy(infos["final_obs"][i])
+            final_infos[i] = info
+        return final_infos
 
     def close(self) -> None:
         self.vector_env.close()
