@@ -211,14 +211,12 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         truncations = step_slot.truncated.copy()
         rewards = step_slot.reward.copy()
         finished = terminations | truncations
-        if self._same_step:
-            infos = self._same_step_infos(finished, extras)
-        elif not extras and not self.fields:
-            infos = {}
-        else:
-            infos = self._infos(step_slot, None, {i: e.get("next") for i, e in extras.items()})
         self._needs_reset = finished
         self._any_needs_reset = any_set(finished)
+        if self._same_step:
+            infos = self._same_step_infos(finished, self._any_needs_reset, extras)
+        else:
+            infos = self._infos(step_slot, None, {i: e.get("next") for i, e in extras.items()})
         obs = self._observations()
         if self.output == "torch":
             import torch
@@ -228,13 +226,13 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             return obs, as_tensor(rewards), as_tensor(terminations), as_tensor(truncations), infos
         return obs, rewards, terminations, truncations, infos
 
-    def _same_step_infos(self, finished: np.ndarray, extras: dict) -> dict:
+    def _same_step_infos(self, finished: np.ndarray, any_finished: bool, extras: dict) -> dict:
         # gymnasium adds, per finished sub-env, {"final_obs", "final_info"} and then its reset
         # info; the other sub-envs add their step info. The root slot holds the reset info of
         # finished sub-envs and (copied by SYNC_ROOT) the step info of the others.
         top_extras = {i: e.get("root") if finished[i] else e.get("next") for i, e in extras.items()}
         infos = self._infos(self.buffers.root, None, top_extras)
-        if finished.any():
+        if any_finished:
             final_extras = {i: e.get("next") for i, e in extras.items() if finished[i]}
             final_obs = np.full(self.num_envs, None, dtype=object)
             for i in np.flatnonzero(finished):
@@ -298,8 +296,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     def _infos(self, slot: Slot, rows: np.ndarray | None, extras: dict[int, dict | None]) -> dict:
         """gymnasium's vector infos from the info fields of ``slot`` and the extras."""
-        infos: dict = {}
         extras = {i: e for i, e in extras.items() if e and (rows is None or rows[i])}
+        if not extras and not self.fields:
+            return {}
+        infos: dict = {}
         # A field that is also an extra somewhere changed type: gymnasium types the array after
         # the first sub-env that reports the key, so such fields go sub-env by sub-env.
         mixed = {name for e in extras.values() for name in e} & self.field_names

@@ -302,7 +302,11 @@ class SB3VecEnv(VecEnv):
         final_infos = {}
         for i in finished:
             info = dict(unpacked[i]) if _has_entry(infos, "final_info", i) else {}
-            info["terminal_observation"] = copy.deepcopy(infos["final_obs"][i])
+            last = infos["final_obs"][i]
+            # an array, the usual case, copies faster than deepcopy copies it
+            info["terminal_observation"] = (
+                last.copy() if type(last) is np.ndarray else copy.deepcopy(last)
+            )
             final_infos[i] = info
         return final_infos
 
