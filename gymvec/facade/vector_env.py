@@ -49,6 +49,8 @@ EARLY_COPY_BYTES = 64 * 1024
 
 _STEP = np.uint8(Mode.STEP)
 _RESET_INTO_NEXT = np.uint8(Mode.RESET | Mode.RESET_INTO_NEXT)
+# NEXT_STEP's modes from the bytes of the finished flags: False -> step, True -> reset
+_STEP_OR_RESET = bytes([_STEP, _RESET_INTO_NEXT]) + bytes(254)
 
 
 def parse_autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
@@ -201,7 +203,8 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                     f"sub-envs {finished} finished and autoreset_mode is DISABLED: reset them "
                     "with reset(options={'reset_mask': mask}) before stepping"
                 )
-            modes = np.where(self._needs_reset, _RESET_INTO_NEXT, _STEP)  # NEXT_STEP's resets
+            # NEXT_STEP's resets; a byte translation costs a third of np.where
+            modes = np.frombuffer(self._needs_reset.tobytes().translate(_STEP_OR_RESET), np.uint8)
         self.env.send(modes)
         self._pending = self._step_result
 
