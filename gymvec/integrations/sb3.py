@@ -296,12 +296,13 @@ class SB3VecEnv(VecEnv):
                 f"sub-envs {missing} finished but the vector env's infos have no 'final_obs' for "
                 "them; SB3VecEnv needs same-step autoreset infos"
             )
-        unpacked = [{}] * self.num_envs
+        unpacked = None
         if "final_info" in infos:
             unpacked = _unpack_infos(infos["final_info"], self.num_envs)
         final_infos = {}
         for i in finished:
-            info = dict(unpacked[i]) if _has_entry(infos, "final_info", i) else {}
+            has_info = unpacked is not None and _has_entry(infos, "final_info", i)
+            info = unpacked[i] if has_info else {}
             last = infos["final_obs"][i]
             # an array, the usual case, copies faster than deepcopy copies it
             info["terminal_observation"] = (
