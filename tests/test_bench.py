@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from gymvec.bench.__main__ import main
-from gymvec.bench.cases import SB3_BACKENDS
+from gymvec.bench.cases import SB3_BACKENDS, default_backends
 from gymvec.bench.envs import BUSY_STEP_ID, IMAGE_OBS_ID, importable_id, register_bench_envs
-from gymvec.bench.runners import RunnerOptions, usable_cores, worker_layout
+from gymvec.bench.runners import RUNNERS, RunnerOptions, usable_cores, worker_layout
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -249,3 +249,22 @@ def test_cli_quick_sb3_case_strict():
     for row in rows:
         assert len(row) == 5, row
         assert all(float(cell) > 0 for cell in row[2:])
+
+
+def test_optional_runners_without_their_package_say_how_to_install(monkeypatch):
+    # None in sys.modules makes the import fail, whether or not the package is installed.
+    monkeypatch.setitem(sys.modules, "torchrl", None)
+    monkeypatch.setitem(sys.modules, "torchrl.envs", None)
+    with pytest.raises(ImportError, match="pip install torchrl"):
+        RUNNERS["torchrl-parallel"]("CartPole-v1", 4, RunnerOptions(num_workers=2))
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *args: None)
+    gymvec_runners = ("gymvec-serial", "gymvec-parallel", "gymvec-td")
+    assert default_backends() == ("gym-sync", "gym-async", *gymvec_runners)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *args: name)  # all installed
+    assert default_backends() == (
+        "gym-sync",
+        "gym-async",
+        "sb3-subproc",
+        "torchrl-parallel",
+        *gymvec_runners,
+    )

@@ -9,11 +9,12 @@ from gymvec.bench.envs import BUSY_STEP_ID, IMAGE_OBS_ID
 
 
 def default_backends() -> tuple[str, ...]:
-    """Every runner that can be built here (SB3's only when it is installed)."""
+    """Every runner that can be built here (SB3's and torchrl's only when installed)."""
     gym_runners = ("gym-sync", "gym-async")
     sb3 = ("sb3-subproc",) if importlib.util.find_spec("stable_baselines3") else ()
+    torchrl = ("torchrl-parallel",) if importlib.util.find_spec("torchrl") else ()
     gymvec_runners = ("gymvec-serial", "gymvec-parallel", "gymvec-td")
-    return gym_runners + sb3 + gymvec_runners
+    return gym_runners + sb3 + torchrl + gymvec_runners
 
 
 SB3_BACKENDS = ("gym-sync", "gym-async", "sb3-dummy", "sb3-subproc", "gymvec-sb3")

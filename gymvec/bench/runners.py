@@ -208,6 +208,24 @@ def _gymvec_sb3(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
     return SB3Runner(SB3VecEnv(env))
 
 
+@register_runner("torchrl-parallel")
+def _torchrl_parallel(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    """torchrl's ParallelEnv (optional, ``pip install torchrl``) in gymvec's layout: each worker
+    process a torchrl SerialEnv of ``envs_per_worker`` GymEnvs (faster there than one process
+    per sub-env), driven through ``step_and_maybe_reset`` like gymvec-td."""
+    try:
+        from torchrl.envs import GymEnv, ParallelEnv, SerialEnv
+    except ImportError as e:
+        raise ImportError("torchrl-parallel needs torchrl: pip install torchrl") from e
+    num_workers, envs_per_worker = worker_layout(num_envs, options)
+    make_sub_env = functools.partial(
+        GymEnv, importable_id(env_id), categorical_action_encoding=True
+    )
+    make_worker_env = functools.partial(SerialEnv, envs_per_worker, make_sub_env)
+    start_method = "fork" if "fork" in mp.get_all_start_methods() else None
+    return TensorDictRunner(ParallelEnv(num_workers, make_worker_env, mp_start_method=start_method))
+
+
 @register_runner("gymvec-serial")
 def _gymvec_serial(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
     from gymvec import SerialVectorEnv
