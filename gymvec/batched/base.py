@@ -29,7 +29,7 @@ from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 from gymvec.arrays import any_set
 from gymvec.batched.buffers import BufferLayout, Buffers, LeafSpec
 from gymvec.batched.driver import Control, Mode, describe_sub_env
-from gymvec.envs.base import EnvBase, make_done_spec, make_reward_spec, set_next
+from gymvec.envs.base import DONE_KEYS, EnvBase, make_done_spec, make_reward_spec, set_next
 from gymvec.envs.gym_env import GymEnv, observation_spec_from_space
 from gymvec.envs.infos import InfoField
 from gymvec.errors import SpaceMismatchError, WorkerError
@@ -46,7 +46,6 @@ _INT64 = np.iinfo(np.int64)
 _CPU = torch.device("cpu")
 _STEP = np.uint8(Mode.STEP)
 _STEP_AND_RESET = np.uint8(Mode.STEP | Mode.AUTORESET)
-_FLAG_KEYS = ("done", "terminated", "truncated")
 
 
 @dataclass
@@ -577,8 +576,8 @@ def _merged_copy(
     Its done flags are all False (a sub-env either was reset or did not finish), so they are
     made, not copied.
     """
-    flags = np.zeros((len(_FLAG_KEYS), *next_arrays["done"].shape), dtype=bool)
-    made = {key: torch.from_numpy(flags[k]) for k, key in enumerate(_FLAG_KEYS)}
+    flags = np.zeros((len(DONE_KEYS), *next_arrays["done"].shape), dtype=bool)
+    made = {key: torch.from_numpy(flags[k]) for k, key in enumerate(DONE_KEYS)}
     return _copy_tree(next_arrays, batch_size, rows, root_arrays, **made)
 
 

@@ -308,9 +308,6 @@ def _stop_process(process, timeout: float) -> None:
 class RemoteTraceback(Exception):
     """The traceback text of an exception raised in a worker (shown as its cause)."""
 
-    def __str__(self) -> str:
-        return self.args[0]
-
 
 def _attach_worker_traceback(error: BaseException, text: str) -> None:
     """Keep the worker's traceback on the exception re-raised here, whatever its type."""

@@ -10,7 +10,7 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict, TensorDictBase
 
-from gymvec.envs.base import EnvBase
+from gymvec.envs.base import DONE_KEYS, EnvBase
 from gymvec.envs.infos import InfoField, declared_fields, infer_info_fields, split_info
 from gymvec.envs.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.spaces import spec_from_space
@@ -91,7 +91,7 @@ class GymEnv(EnvBase):
         self.last_reset_info = info
         out = self._observation_td(obs, info)
         false = torch.zeros(1, dtype=torch.bool)
-        for key in ("done", "terminated", "truncated"):
+        for key in DONE_KEYS:
             out.set(key, false.clone())
         return out
 

@@ -13,13 +13,12 @@ from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from tensordict import TensorDict, TensorDictBase
 
-from gymvec.envs.base import EnvBase, make_reward_spec
+from gymvec.envs.base import DONE_KEYS, EnvBase, make_reward_spec
 from gymvec.envs.infos import InfoField, declared_fields
 from gymvec.envs.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.spaces import spec_from_space
 from gymvec.specs import Composite, Unbounded, numpy_to_torch_dtype
 
-FLAG_KEYS = ("done", "terminated", "truncated")
 PENDING_KEY = "reset_pending"
 
 
@@ -205,7 +204,7 @@ class GymVectorEnvWrapper(EnvBase):
             self._pending[:] = False
         else:
             self._pending &= ~real
-        for key in FLAG_KEYS:
+        for key in DONE_KEYS:
             root.get(key)[torch.from_numpy(mask)] = False
         if self.deferred_resets:
             root.set(PENDING_KEY, torch.from_numpy(self._pending.copy()).unsqueeze(-1))
@@ -354,7 +353,7 @@ class GymVectorEnvWrapper(EnvBase):
 
     def _empty_root(self) -> TensorDict:
         root = self.observation_spec.zero()
-        for key in FLAG_KEYS:
+        for key in DONE_KEYS:
             root.set(key, torch.zeros(self.num_envs, 1, dtype=torch.bool))
         for name, field in self.info_fields.items():
             shape = (self.num_envs, *field.shape)

@@ -14,6 +14,7 @@ env's own step resets the finished sub-envs); other envs are refused under NEXT_
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -67,7 +68,11 @@ class CommandAdapter:
         self._command = (np.broadcast_to(np.asarray(modes), (self.num_envs,)).copy(), seeds)
         self._in_flight = True
 
-    def recv(self, timeout: float | None = None, on_local_done=None) -> dict[int, dict]:
+    def recv(
+        self, timeout: float | None = None, on_local_done: Callable[[int], None] | None = None
+    ) -> dict[int, dict]:
+        # The wrapped env carries out the whole command here: ``on_local_done`` has nothing to
+        # overlap with.
         modes, seeds = self._command
         self._in_flight = False
         stepping = (modes & _STEP).astype(bool)
