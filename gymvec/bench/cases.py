@@ -9,14 +9,18 @@ from gymvec.bench.envs import BUSY_STEP_ID, IMAGE_OBS_ID
 
 
 def default_backends() -> tuple[str, ...]:
-    """Every runner that can be built here (SB3's and torchrl's only when installed)."""
+    """Every runner that can be built here (SB3's and torchrl's only when installed), then the
+    bare references."""
     gym_runners = ("gym-sync", "gym-async")
     sb3 = ("sb3-subproc",) if importlib.util.find_spec("stable_baselines3") else ()
     torchrl = ("torchrl-parallel",) if importlib.util.find_spec("torchrl") else ()
     gymvec_runners = ("gymvec-serial", "gymvec-parallel", "gymvec-td")
-    return gym_runners + sb3 + torchrl + gymvec_runners
+    return gym_runners + sb3 + torchrl + gymvec_runners + BARE_RUNNERS
 
 
+# Framework-free references (bench.bare): what one core, and gymvec's parallel layout with
+# nothing else in it, reach in the same run.
+BARE_RUNNERS = ("bare-loop", "bare-parallel")
 SB3_BACKENDS = ("gym-sync", "gym-async", "sb3-dummy", "sb3-subproc", "gymvec-sb3")
 
 
@@ -41,7 +45,12 @@ CASES: dict[str, Case] = {
         Case("cartpole-32", "CartPole-v1", 32, num_workers=2),
         Case("busy-8", BUSY_STEP_ID, 8, num_workers=2),
         Case("image-32", IMAGE_OBS_ID, 32, num_workers=2),
-        Case("cartpole-8-serial", "CartPole-v1", 8, backends=("gym-sync", "gymvec-serial")),
+        Case(
+            "cartpole-8-serial",
+            "CartPole-v1",
+            8,
+            backends=("gym-sync", "gymvec-serial", "bare-loop"),
+        ),
         # Stable-Baselines3's VecEnv API: SB3's own vectorizers against gymvec's adapter.
         Case("sb3-32", "CartPole-v1", 32, num_workers=2, backends=SB3_BACKENDS),
     )

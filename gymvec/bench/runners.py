@@ -139,6 +139,22 @@ class SB3Runner(Runner):
         self.venv.close()
 
 
+class BareRunner(Runner):
+    """A framework-free reference loop of ``bench.bare`` (it resets finished sub-envs itself)."""
+
+    def __init__(self, loop: Any) -> None:
+        self.loop = loop
+
+    def reset(self, seed: int) -> None:
+        self.loop.reset(seed)
+
+    def step(self, actions: Any) -> None:
+        self.loop.step(actions)
+
+    def close(self) -> None:
+        self.loop.close()
+
+
 class TensorDictRunner(Runner):
     """A batched gymvec ``EnvBase`` driven through ``step_and_maybe_reset``."""
 
@@ -224,6 +240,23 @@ def _torchrl_parallel(env_id: str, num_envs: int, options: RunnerOptions) -> Run
     make_worker_env = functools.partial(SerialEnv, envs_per_worker, make_sub_env)
     start_method = "fork" if "fork" in mp.get_all_start_methods() else None
     return TensorDictRunner(ParallelEnv(num_workers, make_worker_env, mp_start_method=start_method))
+
+
+@register_runner("bare-loop")
+def _bare_loop(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    """The one-core reference: every sub-env stepped in a plain loop (see ``bench.bare``)."""
+    from gymvec.bench.bare import BareLoop
+
+    return BareRunner(BareLoop(make_env_fns(env_id, num_envs)))
+
+
+@register_runner("bare-parallel")
+def _bare_parallel(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    """The reference for gymvec's parallel layout with nothing else in it (see ``bench.bare``)."""
+    from gymvec.bench.bare import BareParallel
+
+    num_workers, _ = worker_layout(num_envs, options)
+    return BareRunner(BareParallel(make_env_fns(env_id, num_envs), num_workers))
 
 
 @register_runner("gymvec-serial")

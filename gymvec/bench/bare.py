@@ -1,0 +1,263 @@
+"""Framework-free references: how fast this machine steps the sub-envs with nothing between.
+
+* ``bare-loop``: the calling process steps every sub-env in a Python loop and batches the
+  results, the way a vectorizer must.
+* ``bare-parallel``: the layout of ``notes/fast-vectorization.md``'s probe, which gymvec's
+  parallel envs follow: the calling process steps the first share of the sub-envs, one process
+  per other worker steps the rest; numpy views of one ``RawArray``, a semaphore pair per
+  worker, and waits that spin briefly before they block.
+
+Both reset a finished sub-env within the step (same-step autoreset), ignore infos, check
+nothing and hand out fresh copies of the batch. They are ceilings to read gymvec's figures
+against in the same run, not vectorizers: no spaces beyond arrays, no errors beyond not hanging
+when a worker dies.
+
+>>> from gymvec.bench.bare import BareLoop
+>>> from gymvec.bench.runners import make_env_fns
+>>> loop = BareLoop(make_env_fns("CartPole-v1", 4))
+>>> loop.reset(seed=0)
+>>> obs, rewards, terminated, truncated = loop.step(np.array([0, 1, 0, 1]))
+>>> obs.shape, rewards.tolist()
+((4, 4), [1.0, 1.0, 1.0, 1.0])
+>>> loop.close()
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector.utils import batch_space
+
+WORKER_SPIN_S = 200e-6  # the probe's figures: an idle worker spins this long, then blocks
+PARENT_SPIN_S = 100e-6
+# A worker's words: the last command posted and its argument, the last one finished.
+POSTED, COMMAND, SEED, FINISHED = range(4)
+STEP, RESET, CLOSE = range(3)
+_BLOCK_POLL_S = 1.0  # how often a blocked wait checks that the other side is alive
+
+
+class BatchArrays:
+    """Named numpy views of one buffer: the batch of observations, actions, rewards and flags,
+    and ``num_workers`` rows of int64 words."""
+
+    def __init__(self, obs: np.ndarray, action: np.ndarray, num_workers: int, buffer: Any = None):
+        n = len(obs)
+        fields = [
+            ("words", np.dtype(np.int64), (num_workers, 4)),
+            ("obs", obs.dtype, obs.shape),
+            ("actions", action.dtype, action.shape),
+            ("rewards", np.dtype(np.float64), (n,)),
+            ("terminated", np.dtype(np.bool_), (n,)),
+            ("truncated", np.dtype(np.bool_), (n,)),
+        ]
+        # Each field starts on an 8-byte boundary, so the int64 and float64 views are aligned.
+        offsets, nbytes = [], 0
+        for _, dtype, shape in fields:
+            offsets.append(nbytes)
+            nbytes += -(-dtype.itemsize * int(np.prod(shape)) // 8) * 8
+        self.nbytes = nbytes
+        self.buffer = bytearray(nbytes) if buffer is None else buffer
+        for (name, dtype, shape), offset in zip(fields, offsets):
+            count = int(np.prod(shape))
+            view = np.frombuffer(self.buffer, dtype, count, offset).reshape(shape)
+            setattr(self, name, view)
+
+    def batch(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Fresh copies of the last step's observations, rewards and flags."""
+        return self.obs.copy(), self.rewards.copy(), self.terminated.copy(), self.truncated.copy()
+
+
+class Share:
+    """Sub-envs stepping rows ``[start, start + len(envs))`` of the arrays."""
+
+    def __init__(self, envs: Sequence[gym.Env], arrays: BatchArrays, start: int) -> None:
+        self.envs = list(envs)
+        self.start = start
+        self.steps = [env.step for env in envs]
+        rows = slice(start, start + len(envs))
+        self.actions, self.obs = arrays.actions[rows], arrays.obs[rows]
+        self.rewards = arrays.rewards[rows]
+        self.terminated, self.truncated = arrays.terminated[rows], arrays.truncated[rows]
+        # One np.concatenate into the rows seen as [n * d0, d1, ...] is the quickest way to
+        # batch observations of one or more dims.
+        self.flat_obs = self.obs.reshape(-1, *self.obs.shape[2:]) if self.obs.ndim > 1 else None
+
+    def reset(self, seed: int) -> None:
+        for k, env in enumerate(self.envs):
+            self.obs[k], _ = env.reset(seed=seed + self.start + k)
+
+    def step(self) -> None:
+        results = [step(action) for step, action in zip(self.steps, self.actions)]
+        observations, rewards, terminated, truncated, _ = zip(*results)
+        if self.flat_obs is not None:
+            np.concatenate(observations, out=self.flat_obs, casting="unsafe")
+        else:
+            self.obs[:] = observations
+        self.rewards[:] = rewards
+        self.terminated[:] = terminated
+        self.truncated[:] = truncated
+        for k in np.flatnonzero(self.terminated | self.truncated):
+            self.obs[k], _ = self.envs[k].reset()
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def _templates(env_fn: Callable[[], gym.Env], num_envs: int) -> tuple[np.ndarray, np.ndarray]:
+    """Arrays shaped like a batch of observations and of actions."""
+    env = env_fn()
+    try:
+        obs_space, action_space = env.observation_space, env.action_space
+    finally:
+        env.close()
+    templates = []
+    for name, space in (("observation", obs_space), ("action", action_space)):
+        sample = batch_space(space, num_envs).sample()
+        if not isinstance(sample, np.ndarray):
+            raise ValueError(
+                f"bare runners need array {name}s: expected a Box, Discrete, MultiDiscrete or "
+                f"MultiBinary {name} space, got {space}"
+            )
+        templates.append(sample)
+    return templates[0], templates[1]
+
+
+def wait_for(
+    words: np.ndarray, slot: int, seq: int, semaphore: Any, spin_s: float, alive: Callable
+) -> None:
+    """Spin until ``words[slot]`` reaches ``seq`` (at most ``spin_s``), then take the semaphore
+    the other side released with it; raise RuntimeError when ``alive()`` turns False."""
+    end = time.perf_counter() + spin_s
+    while words[slot] < seq and time.perf_counter() < end:
+        pass
+    # One acquire per release, spun or not, keeps the count matched to the commands.
+    while not semaphore.acquire(timeout=_BLOCK_POLL_S):
+        if not alive():
+            raise RuntimeError("the other process of a bare-parallel runner is gone")
+
+
+def _worker(
+    env_fns: list[Callable[[], gym.Env]],
+    templates: tuple[np.ndarray, np.ndarray],
+    num_workers: int,
+    buffer: Any,
+    index: int,
+    start: int,
+    wake: Any,
+    done: Any,
+    parent: int,
+) -> None:
+    arrays = BatchArrays(*templates, num_workers, buffer)
+    share = Share([fn() for fn in env_fns], arrays, start)
+    words = arrays.words[index]
+    seq = 0
+    while True:
+        seq += 1
+        wait_for(words, POSTED, seq, wake, WORKER_SPIN_S, lambda: os.getppid() == parent)
+        command = words[COMMAND]
+        if command == CLOSE:
+            break
+        if command == RESET:
+            share.reset(int(words[SEED]))
+        else:
+            share.step()
+        words[FINISHED] = seq
+        done.release()
+    share.close()
+
+
+class BareLoop:
+    """Every sub-env stepped in one Python loop in the calling process."""
+
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]]) -> None:
+        self.arrays = BatchArrays(*_templates(env_fns[0], len(env_fns)), num_workers=0)
+        self.share = Share([fn() for fn in env_fns], self.arrays, 0)
+
+    def reset(self, seed: int) -> None:
+        self.share.reset(seed)
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        self.arrays.actions[...] = actions
+        self.share.step()
+        return self.arrays.batch()
+
+    def close(self) -> None:
+        self.share.close()
+
+
+class BareParallel:
+    """The calling process steps the first ``len(env_fns) // num_workers`` sub-envs, each of
+    ``num_workers - 1`` processes the next as many."""
+
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], num_workers: int) -> None:
+        n = len(env_fns)
+        if num_workers < 1 or n % num_workers:
+            raise ValueError(
+                f"num_workers: expected a divisor of the {n} sub-envs, got {num_workers}"
+            )
+        per_worker = n // num_workers
+        templates = _templates(env_fns[0], n)
+        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+        probe = BatchArrays(*templates, num_workers)
+        self.arrays = BatchArrays(*templates, num_workers, ctx.RawArray("b", probe.nbytes))
+        self.seq = 0
+        self.workers: list[tuple[Any, Any, Any]] = []  # (process, wake, done)
+        try:
+            for w in range(1, num_workers):
+                wake, done = ctx.Semaphore(0), ctx.Semaphore(0)
+                start = w * per_worker
+                args = (list(env_fns[start : start + per_worker]), templates, num_workers)
+                args += (self.arrays.buffer, w, start, wake, done, os.getpid())
+                process = ctx.Process(target=_worker, args=args, daemon=True)
+                process.start()
+                self.workers.append((process, wake, done))
+            self.share = Share([fn() for fn in env_fns[:per_worker]], self.arrays, 0)
+        except BaseException:
+            self._stop_workers()
+            raise
+
+    def _post(self, command: int, seed: int = 0) -> None:
+        self.seq += 1
+        for w, (_, wake, _) in enumerate(self.workers, start=1):
+            words = self.arrays.words[w]
+            words[COMMAND], words[SEED], words[POSTED] = command, seed, self.seq
+            wake.release()
+
+    def _wait(self) -> None:
+        for w, (process, _, done) in enumerate(self.workers, start=1):
+            words = self.arrays.words[w]
+            wait_for(words, FINISHED, self.seq, done, PARENT_SPIN_S, process.is_alive)
+
+    def reset(self, seed: int) -> None:
+        self._post(RESET, seed)
+        self.share.reset(seed)
+        self._wait()
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        self.arrays.actions[...] = actions
+        self._post(STEP)
+        self.share.step()
+        self._wait()
+        return self.arrays.batch()
+
+    def _stop_workers(self) -> None:
+        if any(process.is_alive() for process, _, _ in self.workers):
+            self._post(CLOSE)
+        for process, _, _ in self.workers:
+            process.join(timeout=2.0)
+            if process.is_alive():
+                process.kill()
+                process.join()
+        self.workers = []
+
+    def close(self) -> None:
+        self._stop_workers()
+        if hasattr(self, "share"):
+            self.share.close()

@@ -1,0 +1,90 @@
+"""The bench's framework-free references: they must do the same work as a vectorizer, so their
+figures bound gymvec's; and like everything here, they must not hang when a worker dies."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from gymvec.bench.bare import BareLoop, BareParallel
+from gymvec.bench.envs import IMAGE_OBS_ID
+from gymvec.bench.runners import make_env_fns
+
+
+def _rollout(env, steps: int, num_envs: int, num_actions: int = 2) -> list[tuple]:
+    rng = np.random.default_rng(1)
+    out = []
+    for _ in range(steps):
+        obs, rewards, terminated, truncated, *_ = env.step(rng.integers(0, num_actions, num_envs))
+        out.append((obs.copy(), np.asarray(rewards, np.float64), terminated, truncated))
+    return out
+
+
+@pytest.mark.parametrize("make_bare", [BareLoop, lambda fns: BareParallel(fns, 2)])
+def test_bare_runners_step_like_sync_vector_env_with_same_step_autoreset(make_bare, no_leaks):
+    # CartPole with random actions ends an episode every ~20 steps: 60 steps cover many ends.
+    env_fns = make_env_fns("CartPole-v1", 6)
+    reference = SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    bare = make_bare(env_fns)
+    try:
+        reference.reset(seed=3)
+        bare.reset(3)
+        expected, got = _rollout(reference, 60, 6), _rollout(bare, 60, 6)
+        assert sum(int(step[2].sum()) for step in expected) > 5  # episodes did end
+        for (e_obs, e_rew, e_term, e_trunc), (obs, rew, term, trunc) in zip(expected, got):
+            np.testing.assert_array_equal(obs, e_obs)
+            np.testing.assert_array_equal(rew, e_rew)
+            np.testing.assert_array_equal(term, e_term)
+            np.testing.assert_array_equal(trunc, e_trunc)
+    finally:
+        bare.close()
+        reference.close()
+
+
+def test_bare_parallel_hands_out_fresh_image_batches(no_leaks):
+    bare = BareParallel(make_env_fns(IMAGE_OBS_ID, 4), 2)
+    try:
+        bare.reset(0)
+        first, *_ = bare.step(np.zeros(4, dtype=np.int64))
+        kept = first.copy()
+        second, *_ = bare.step(np.zeros(4, dtype=np.int64))
+        assert first.shape == (4, 4, 84, 84) and first.dtype == np.uint8
+        np.testing.assert_array_equal(first, kept)  # the next step did not overwrite it
+        assert not np.array_equal(first, second)
+    finally:
+        bare.close()
+
+
+def test_bare_parallel_raises_instead_of_hanging_when_its_worker_dies(no_leaks):
+    bare = BareParallel(make_env_fns("CartPole-v1", 4), 2)
+    try:
+        bare.reset(0)
+        ((process, _, _),) = bare.workers
+        os.kill(process.pid, signal.SIGKILL)
+        process.join(5)
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match="bare-parallel"):
+            bare.step(np.zeros(4, dtype=np.int64))
+        assert time.monotonic() - start < 10
+    finally:
+        bare.close()
+    assert bare.workers == []
+
+
+def test_bare_runners_reject_what_they_cannot_batch():
+    with pytest.raises(ValueError, match="num_workers: expected a divisor of the 4 sub-envs"):
+        BareParallel(make_env_fns("CartPole-v1", 4), 3)
+
+    def make_dict_env() -> gym.Env:
+        env = gym.make("CartPole-v1")
+        space = gym.spaces.Dict({"state": env.observation_space})
+        return gym.wrappers.TransformObservation(env, lambda obs: {"state": obs}, space)
+
+    with pytest.raises(ValueError, match="array observations.*got Dict"):
+        BareLoop([make_dict_env] * 2)
