@@ -8,7 +8,8 @@ dims: `expand(*batch)` prepends batch dims and `unbatch(n)` strips them again.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping, Sequence
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -248,6 +249,14 @@ class TensorSpec:
     def _values_in(self, value: torch.Tensor) -> bool:
         return True
 
+    def array_check(self) -> Callable[[np.ndarray], bool] | None:
+        """The value check of `is_in` for values in a CPU numpy array of this spec's shape and
+        dtype (per-step paths that hold the array skip wrapping it); None when every value of
+        the dtype is in the spec."""
+        if type(self)._values_in is TensorSpec._values_in:
+            return None
+        return lambda array: self._values_in(torch.from_numpy(array))
+
     def is_in(self, value: Any) -> bool:
         """Whether `value` is a tensor of exactly this shape and dtype, with values in range."""
         return (
@@ -485,6 +494,11 @@ class Categorical(TensorSpec):
             return all_below(value.numpy(), self.n)
         low, high = torch.aminmax(_wide(value))
         return self.start <= int(low) and int(high) <= self.start + self.n - 1
+
+    def array_check(self) -> Callable[[np.ndarray], bool] | None:
+        if self.start == 0 and self.dtype == torch.int64:
+            return functools.partial(all_below, n=self.n)
+        return super().array_check()
 
     def __repr__(self) -> str:
         start = f", start={self.start}" if self.start else ""

@@ -33,7 +33,7 @@ from _td_envs import CounterEnv, make_counter
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from tensordict import TensorDict
 
-from gymvec import ParallelEnv, SerialEnv, step_mdp
+from gymvec import Categorical, ParallelEnv, SerialEnv, step_mdp
 
 FORK = {"mp_start_method": "fork"}
 SPAWN = {"mp_start_method": "spawn"}
@@ -258,6 +258,39 @@ def test_bad_action_in_a_batched_env_raises_and_the_env_still_works():
             env.step_and_maybe_reset(td)
         td, _ = env.step_and_maybe_reset(env.rand_action(root.clone()))
         assert td.get(("next", "reward")).shape == (2, 1)
+
+
+@pytest.mark.parametrize("kind", ["serial", "fork"])
+def test_bad_discrete_action_steps_no_sub_env(kind):
+    """The actions are checked as they are written to the shared buffer, before anything runs:
+    after a refused step the sub-envs continue exactly as if it had never been tried."""
+    refs = [gym.make("CartPole-v1") for _ in range(4)]
+    with make_batched(kind, 2, make_cartpole, envs_per_worker=2) as env:
+        env.set_seed(5)
+        root = env.reset()
+        for i, ref in enumerate(refs):
+            ref.reset(seed=5 + i)
+        for bad, match in (
+            (torch.tensor([0, 1, 2, 0]), r'"action": values outside Categorical.*max 2'),
+            (torch.tensor([0, -1, 1, 0]), "min -1"),
+            (torch.tensor([0, 1, 1, 0], dtype=torch.int32), "dtype int32"),
+            (torch.tensor([[0], [1], [1], [0]]), r"shape \(4, 1\)"),
+        ):
+            td = root.clone()
+            td.set("action", bad)
+            with pytest.raises(ValueError, match=match):
+                env.step_and_maybe_reset(td)
+            with pytest.raises(ValueError, match=match):
+                env.step(td)
+        actions = torch.tensor([1, 0, 1, 1])
+        td, _ = env.step_and_maybe_reset(root.set("action", actions))
+        for i, ref in enumerate(refs):
+            obs, *_ = ref.step(int(actions[i]))
+            np.testing.assert_array_equal(td.get(("next", "observation"))[i].numpy(), obs)
+        # A replaced action spec is the one checked from then on.
+        env.action_spec = Categorical(1, shape=(4,))
+        with pytest.raises(ValueError, match=r"values outside Categorical\(n=1"):
+            env.step(root.set("action", actions))
 
 
 # ---- seeding ----------------------------------------------------------------------------------

@@ -510,3 +510,26 @@ def test_specs_pickle_compactly_and_composite_device_rules():
     assert pickle.loads(data) == spec
     assert len(data) < 10_000  # expanded bounds are views, not 64 copies
     assert Composite(a=Binary(2)) == Composite(a=Binary(2)).to("cpu")
+
+
+@pytest.mark.parametrize(
+    "spec, values",
+    [
+        (Categorical(3, shape=(4,)), [[0, 1, 2, 2], [0, 3, 1, 1], [-1, 0, 0, 0]]),
+        (Categorical(3, shape=(4,), start=-1), [[-1, 0, 1, 1], [0, 2, 0, 0]]),
+        (Categorical(3, shape=(4,), dtype=torch.int8), [[0, 1, 2, 2], [0, 3, 1, 1]]),
+        (Bounded(-1.0, 1.0, shape=(2,)), [[0.5, -1.0], [1.5, 0.0]]),
+        (MultiCategorical([2, 3]), [[1, 2], [2, 0]]),
+        (Binary(3), [[0, 1, 1], [0, 2, 1]]),
+    ],
+)
+def test_array_check_agrees_with_is_in(spec, values):
+    check = spec.array_check()
+    assert check is not None
+    verdicts = []
+    for row in values:
+        tensor = torch.tensor(row, dtype=spec.dtype)
+        assert check(tensor.numpy()) == spec.is_in(tensor)
+        verdicts.append(spec.is_in(tensor))
+    assert True in verdicts and False in verdicts  # both outcomes were checked
+    assert Unbounded(shape=(2,)).array_check() is None  # every value is in
