@@ -431,12 +431,11 @@ class BatchedEnvBase(EnvBase):
         """(key, leaf spec, buffer view, its numpy array, the spec's array check) per action
         leaf; rebuilt when the action spec is replaced."""
         if self._action_slots_of is not self.full_action_spec:
+            self._action_slot_list = []
             views = zip(self._action_keys, self._action_views, self._action_arrays)
-            self._action_slot_list = [
-                (key, spec, view, array, spec.array_check())
-                for key, view, array in views
-                for spec in (self.full_action_spec[key],)
-            ]
+            for key, view, array in views:
+                spec = self.full_action_spec[key]
+                self._action_slot_list.append((key, spec, view, array, spec.array_check()))
             self._action_slots_of = self.full_action_spec
         return self._action_slot_list
 
