@@ -44,9 +44,15 @@ _BLOCK_POLL_S = 1.0  # how often a blocked wait checks that the other side is al
 
 class BatchArrays:
     """Named numpy views of one buffer: the batch of observations, actions, rewards and flags,
-    and ``num_workers`` rows of int64 words."""
+    and ``num_workers`` rows of int64 words. ``new_buffer(nbytes)`` provides the buffer."""
 
-    def __init__(self, obs: np.ndarray, action: np.ndarray, num_workers: int, buffer: Any = None):
+    def __init__(
+        self,
+        obs: np.ndarray,
+        action: np.ndarray,
+        num_workers: int,
+        new_buffer: Callable[[int], Any] = bytearray,
+    ) -> None:
         n = len(obs)
         fields = [
             ("words", np.dtype(np.int64), (num_workers, 4)),
@@ -61,8 +67,7 @@ class BatchArrays:
         for _, dtype, shape in fields:
             offsets.append(nbytes)
             nbytes += -(-dtype.itemsize * int(np.prod(shape)) // 8) * 8
-        self.nbytes = nbytes
-        self.buffer = bytearray(nbytes) if buffer is None else buffer
+        self.buffer = new_buffer(nbytes)
         for (name, dtype, shape), offset in zip(fields, offsets):
             count = int(np.prod(shape))
             view = np.frombuffer(self.buffer, dtype, count, offset).reshape(shape)
@@ -154,13 +159,16 @@ def _worker(
     done: Any,
     parent: int,
 ) -> None:
-    arrays = BatchArrays(*templates, num_workers, buffer)
+    arrays = BatchArrays(*templates, num_workers, lambda nbytes: buffer)
     share = Share([fn() for fn in env_fns], arrays, start)
     words = arrays.words[index]
     seq = 0
     while True:
         seq += 1
-        wait_for(words, POSTED, seq, wake, WORKER_SPIN_S, lambda: os.getppid() == parent)
+        try:
+            wait_for(words, POSTED, seq, wake, WORKER_SPIN_S, lambda: os.getppid() == parent)
+        except RuntimeError:  # the parent is gone: nobody left to serve
+            break
         command = words[COMMAND]
         if command == CLOSE:
             break
@@ -205,8 +213,7 @@ class BareParallel:
         per_worker = n // num_workers
         templates = _templates(env_fns[0], n)
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-        probe = BatchArrays(*templates, num_workers)
-        self.arrays = BatchArrays(*templates, num_workers, ctx.RawArray("b", probe.nbytes))
+        self.arrays = BatchArrays(*templates, num_workers, lambda nbytes: ctx.RawArray("b", nbytes))
         self.seq = 0
         self.workers: list[tuple[Any, Any, Any]] = []  # (process, wake, done)
         try:
