@@ -441,13 +441,12 @@ class BatchedEnvBase(EnvBase):
 
     def _stage_task_actions(self, td: TensorDictBase) -> None:
         """Multi-task ``_check_action``: each sub-env's row against its own action spec."""
-        for i, description in enumerate(self.sub_env_descriptions):
+        tasks = zip(self.sub_env_descriptions, self._sub_env_keys)
+        for i, (description, keys) in enumerate(tasks):
             row = td[i]
             if "action" not in row.keys():
                 raise KeyError(f"step() needs an 'action' entry for sub-env {i}")
             description.full_action_spec["action"].validate(row.get("action"), f"action[{i}]")
-        for i, keys in enumerate(self._sub_env_keys):
-            row = td[i]
             for key, view in zip(self._action_keys, self._action_views):
                 if key in keys["action"]:
                     view[i].copy_(row.get(key))

@@ -115,15 +115,10 @@ class Share:
             env.close()
 
 
-def _templates(env_fn: Callable[[], gym.Env], num_envs: int) -> tuple[np.ndarray, np.ndarray]:
-    """Arrays shaped like a batch of observations and of actions."""
-    env = env_fn()
-    try:
-        obs_space, action_space = env.observation_space, env.action_space
-    finally:
-        env.close()
+def _templates(env: gym.Env, num_envs: int) -> tuple[np.ndarray, np.ndarray]:
+    """Arrays shaped like a batch of ``env``'s observations and of its actions."""
     templates = []
-    for name, space in (("observation", obs_space), ("action", action_space)):
+    for name, space in (("observation", env.observation_space), ("action", env.action_space)):
         sample = batch_space(space, num_envs).sample()
         if not isinstance(sample, np.ndarray):
             raise ValueError(
@@ -138,7 +133,11 @@ def wait_for(
     words: np.ndarray, slot: int, seq: int, semaphore: Any, spin_s: float, alive: Callable
 ) -> None:
     """Spin until ``words[slot]`` reaches ``seq`` (at most ``spin_s``), then take the semaphore
-    the other side released with it; raise RuntimeError when ``alive()`` turns False."""
+    the other side released with it; raise RuntimeError when ``alive()`` turns False.
+
+    Not ``batched.worker.wait_for``: the reference keeps the probe's plain spin, without the
+    back-off that gymvec's waits add.
+    """
     end = time.perf_counter() + spin_s
     while words[slot] < seq and time.perf_counter() < end:
         pass
@@ -185,8 +184,9 @@ class BareLoop:
     """Every sub-env stepped in one Python loop in the calling process."""
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]]) -> None:
-        self.arrays = BatchArrays(*_templates(env_fns[0], len(env_fns)), num_workers=0)
-        self.share = Share([fn() for fn in env_fns], self.arrays, 0)
+        envs = [fn() for fn in env_fns]
+        self.arrays = BatchArrays(*_templates(envs[0], len(envs)), num_workers=0)
+        self.share = Share(envs, self.arrays, 0)
 
     def reset(self, seed: int) -> None:
         self.share.reset(seed)
@@ -211,9 +211,11 @@ class BareParallel:
                 f"num_workers: expected a divisor of the {n} sub-envs, got {num_workers}"
             )
         per_worker = n // num_workers
-        templates = _templates(env_fns[0], n)
+        local_envs = [fn() for fn in env_fns[:per_worker]]
+        templates = _templates(local_envs[0], n)
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
         self.arrays = BatchArrays(*templates, num_workers, lambda nbytes: ctx.RawArray("b", nbytes))
+        self.share = Share(local_envs, self.arrays, 0)
         self.seq = 0
         self.workers: list[tuple[Any, Any, Any]] = []  # (process, wake, done)
         try:
@@ -225,9 +227,8 @@ class BareParallel:
                 process = ctx.Process(target=_worker, args=args, daemon=True)
                 process.start()
                 self.workers.append((process, wake, done))
-            self.share = Share([fn() for fn in env_fns[:per_worker]], self.arrays, 0)
         except BaseException:
-            self._stop_workers()
+            self.close()
             raise
 
     def _post(self, command: int, seed: int = 0) -> None:
@@ -266,5 +267,4 @@ class BareParallel:
 
     def close(self) -> None:
         self._stop_workers()
-        if hasattr(self, "share"):
-            self.share.close()
+        self.share.close()

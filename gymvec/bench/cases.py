@@ -7,6 +7,10 @@ from dataclasses import dataclass
 
 from gymvec.bench.envs import BUSY_STEP_ID, IMAGE_OBS_ID
 
+# Framework-free references (bench.bare): what one core, and gymvec's parallel layout with
+# nothing else in it, reach in the same run.
+BARE_RUNNERS = ("bare-loop", "bare-parallel")
+
 
 def default_backends() -> tuple[str, ...]:
     """Every runner that can be built here (SB3's and torchrl's only when installed), then the
@@ -18,9 +22,6 @@ def default_backends() -> tuple[str, ...]:
     return gym_runners + sb3 + torchrl + gymvec_runners + BARE_RUNNERS
 
 
-# Framework-free references (bench.bare): what one core, and gymvec's parallel layout with
-# nothing else in it, reach in the same run.
-BARE_RUNNERS = ("bare-loop", "bare-parallel")
 SB3_BACKENDS = ("gym-sync", "gym-async", "sb3-dummy", "sb3-subproc", "gymvec-sb3")
 
 
