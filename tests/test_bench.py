@@ -218,7 +218,7 @@ def test_cli_quick_every_gymvec_runner_strict(tmp_path):
     """The README's main job in its short form: gymvec's runners beside gymnasium's, --strict
     (any runner error fails the run), on the image case too."""
     json_path = tmp_path / "bench.json"
-    backends = "gym-sync,gymvec-serial,gymvec-parallel,gymvec-td,bare-loop,bare-parallel"
+    backends = "gym-sync,gymvec-serial,gymvec-parallel,gymvec-td,bare-loop,bare-parallel,bare-free"
     cmd = [sys.executable, "-m", "gymvec.bench", "--quick", "--strict", "--no-progress"]
     cmd += ["--case", "cartpole-8", "--case", "image-32", "--backends", backends]
     cmd += ["--json", str(json_path)]
@@ -259,7 +259,7 @@ def test_optional_runners_without_their_package_say_how_to_install(monkeypatch):
         RUNNERS["torchrl-parallel"]("CartPole-v1", 4, RunnerOptions(num_workers=2))
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *args: None)
     gymvec_runners = ("gymvec-serial", "gymvec-parallel", "gymvec-td")
-    bare = ("bare-loop", "bare-parallel")
+    bare = ("bare-loop", "bare-parallel", "bare-free")
     assert default_backends() == ("gym-sync", "gym-async", *gymvec_runners, *bare)
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *args: name)  # all installed
     assert default_backends() == (

@@ -3,6 +3,7 @@ figures bound gymvec's; and like everything here, they must not hang when a work
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import time
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from gymvec.bench.bare import BareLoop, BareParallel
+from gymvec.bench.bare import FINISHED, FREE_LAG, BareLoop, BareParallel
 from gymvec.bench.envs import IMAGE_OBS_ID
 from gymvec.bench.runners import make_env_fns
 
@@ -61,8 +62,9 @@ def test_bare_parallel_hands_out_fresh_image_batches(no_leaks):
         bare.close()
 
 
-def test_bare_parallel_raises_instead_of_hanging_when_its_worker_dies(no_leaks):
-    bare = BareParallel(make_env_fns("CartPole-v1", 4), 2)
+@pytest.mark.parametrize("lag", [0, FREE_LAG])
+def test_bare_parallel_raises_instead_of_hanging_when_its_worker_dies(lag, no_leaks):
+    bare = BareParallel(make_env_fns("CartPole-v1", 4), 2, lag=lag)
     try:
         bare.reset(0)
         ((process, _, _),) = bare.workers
@@ -70,7 +72,8 @@ def test_bare_parallel_raises_instead_of_hanging_when_its_worker_dies(no_leaks):
         process.join(5)
         start = time.monotonic()
         with pytest.raises(RuntimeError, match="bare-parallel"):
-            bare.step(np.zeros(4, dtype=np.int64))
+            for _ in range(lag + 1):  # bare-free notices when it has to wait for the worker
+                bare.step(np.zeros(4, dtype=np.int64))
         assert time.monotonic() - start < 10
     finally:
         bare.close()
@@ -88,3 +91,38 @@ def test_bare_runners_reject_what_they_cannot_batch():
 
     with pytest.raises(ValueError, match="array observations.*got Dict"):
         BareLoop([make_dict_env] * 2)
+
+
+class _SlowOutsideOf(gym.Wrapper):
+    """Steps 5 ms slower in any process but ``pid``'s: a worker that trails the parent."""
+
+    def __init__(self, env: gym.Env, pid: int):
+        super().__init__(env)
+        self.pid = pid
+
+    def step(self, action):
+        if os.getpid() != self.pid:
+            time.sleep(0.005)
+        return self.env.step(action)
+
+
+def _slow_in_workers(pid: int) -> gym.Env:
+    return _SlowOutsideOf(gym.make("CartPole-v1"), pid)
+
+
+def test_bare_free_lets_its_worker_trail_by_at_most_lag_steps(no_leaks):
+    lag = 3
+    bare = BareParallel([functools.partial(_slow_in_workers, os.getpid())] * 4, 2, lag=lag)
+    try:
+        bare.reset(0)
+        behind = []
+        for _ in range(12):
+            bare.step(np.zeros(4, dtype=np.int64))
+            behind.append(bare.seq - int(bare.arrays.words[1][FINISHED]))
+        assert max(behind) <= lag  # it waited once the worker was `lag` steps behind
+        assert max(behind) > 0  # and not before: the slow worker was let trail
+        bare.reset(1)  # waits for every step first, then for the reset
+        assert int(bare.arrays.words[1][FINISHED]) == bare.seq
+    finally:
+        bare.close()
+    assert bare.workers == []

@@ -6,8 +6,11 @@
   parallel envs follow: the calling process steps the first share of the sub-envs, one process
   per other worker steps the rest; numpy views of one ``RawArray``, a semaphore pair per
   worker, and waits that spin briefly before they block.
+* ``bare-free``: ``bare-parallel`` where the calling process waits only for the workers to be
+  within ``FREE_LAG`` steps of it. No vectorizer can do that (a step must return that step's
+  batch), so it bounds every lock-step layout: what this machine gives the split at all.
 
-Both reset a finished sub-env within the step (same-step autoreset), ignore infos, check
+All reset a finished sub-env within the step (same-step autoreset), ignore infos, check
 nothing and hand out fresh copies of the batch. They are ceilings to read gymvec's figures
 against in the same run, not vectorizers: no spaces beyond arrays, no errors beyond not hanging
 when a worker dies.
@@ -36,6 +39,7 @@ from gymnasium.vector.utils import batch_space
 
 WORKER_SPIN_S = 200e-6  # the probe's figures: an idle worker spins this long, then blocks
 PARENT_SPIN_S = 100e-6
+FREE_LAG = 8  # bare-free: steps a worker may trail; a timed run of 2000 steps counts <0.5% more
 # A worker's words: the last command posted and its argument, the last one finished.
 POSTED, COMMAND, SEED, FINISHED = range(4)
 STEP, RESET, CLOSE = range(3)
@@ -202,9 +206,18 @@ class BareLoop:
 
 class BareParallel:
     """The calling process steps the first ``len(env_fns) // num_workers`` sub-envs, each of
-    ``num_workers - 1`` processes the next as many."""
+    ``num_workers - 1`` processes the next as many.
 
-    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], num_workers: int) -> None:
+    With ``lag > 0`` the calling process waits only for the workers to be within ``lag`` steps
+    of it, not for the step it posted: each side steps its own sub-envs at its own pace (the
+    workers with whatever actions the buffer holds when they get there), so the batch a step
+    returns mixes rows of different steps. That is no vectorizer; it measures what the two
+    halves give when nothing makes them wait for each other (``bare-free``).
+    """
+
+    def __init__(
+        self, env_fns: Sequence[Callable[[], gym.Env]], num_workers: int, lag: int = 0
+    ) -> None:
         n = len(env_fns)
         if num_workers < 1 or n % num_workers:
             raise ValueError(
@@ -216,7 +229,9 @@ class BareParallel:
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
         self.arrays = BatchArrays(*templates, num_workers, lambda nbytes: ctx.RawArray("b", nbytes))
         self.share = Share(local_envs, self.arrays, 0)
+        self.lag = lag
         self.seq = 0
+        self.waited = 0  # the last command whose finish the calling process took
         self.workers: list[tuple[Any, Any, Any]] = []  # (process, wake, done)
         try:
             for w in range(1, num_workers):
@@ -238,24 +253,32 @@ class BareParallel:
             words[COMMAND], words[SEED], words[POSTED] = command, seed, self.seq
             wake.release()
 
-    def _wait(self) -> None:
-        for w, (process, _, done) in enumerate(self.workers, start=1):
-            words = self.arrays.words[w]
-            wait_for(words, FINISHED, self.seq, done, PARENT_SPIN_S, process.is_alive)
+    def _wait(self, seq: int) -> None:
+        """Take the workers' finishes of every command up to ``seq``, waiting for them."""
+        for waited in range(self.waited + 1, seq + 1):
+            for w, (process, _, done) in enumerate(self.workers, start=1):
+                words = self.arrays.words[w]
+                wait_for(words, FINISHED, waited, done, PARENT_SPIN_S, process.is_alive)
+            self.waited = waited
 
     def reset(self, seed: int) -> None:
+        self._wait(self.seq)  # a command word is rewritten only once every step is done
         self._post(RESET, seed)
         self.share.reset(seed)
-        self._wait()
+        self._wait(self.seq)
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         self.arrays.actions[...] = actions
         self._post(STEP)
         self.share.step()
-        self._wait()
+        self._wait(self.seq - self.lag)
         return self.arrays.batch()
 
     def _stop_workers(self) -> None:
+        try:  # let lagging workers finish their steps before they read CLOSE
+            self._wait(self.seq)
+        except RuntimeError:  # one is gone: the others are killed below if they do not stop
+            pass
         if any(process.is_alive() for process, _, _ in self.workers):
             self._post(CLOSE)
         for process, _, _ in self.workers:

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from gymvec.bench.envs import BUSY_STEP_ID, IMAGE_OBS_ID
 
-# Framework-free references (bench.bare): what one core, and gymvec's parallel layout with
-# nothing else in it, reach in the same run.
-BARE_RUNNERS = ("bare-loop", "bare-parallel")
+# Framework-free references (bench.bare): what one core, gymvec's parallel layout with nothing
+# else in it, and that layout's processes not waiting for each other, reach in the same run.
+BARE_RUNNERS = ("bare-loop", "bare-parallel", "bare-free")
 
 
 def default_backends() -> tuple[str, ...]:

@@ -259,6 +259,16 @@ def _bare_parallel(env_id: str, num_envs: int, options: RunnerOptions) -> Runner
     return BareRunner(BareParallel(make_env_fns(env_id, num_envs), num_workers))
 
 
+@register_runner("bare-free")
+def _bare_free(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    """``bare-parallel`` whose processes do not wait for each other's step (see
+    ``bench.bare``): what the machine gives this split at all, lock-step or not."""
+    from gymvec.bench.bare import FREE_LAG, BareParallel
+
+    num_workers, _ = worker_layout(num_envs, options)
+    return BareRunner(BareParallel(make_env_fns(env_id, num_envs), num_workers, lag=FREE_LAG))
+
+
 @register_runner("gymvec-serial")
 def _gymvec_serial(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
     from gymvec import SerialVectorEnv
