@@ -477,6 +477,28 @@ def test_local_worker_equals_gymnasium(no_leaks):
         compare_with_gymnasium(env, [make_gym_cartpole] * 4, seed=9, steps=100)
 
 
+@pytest.mark.parametrize("local_worker", [True, False])
+def test_outputs_stay_as_handed_out(local_worker, no_leaks):
+    # The outputs are built (with a local worker: while the worker still steps) and then
+    # filled; no later step may write into what an earlier one handed out.
+    with ParallelEnv(2, make_cartpole, envs_per_worker=2, local_worker=local_worker, **FORK) as env:
+        env.set_seed(5)
+        root = env.reset()
+        handed, kept = [], []
+        for t in range(60):
+            action = env.rand_action(root.clone())  # the caller's td gets "action" and "next"
+            if t % 3:
+                td, root = env.step_and_maybe_reset(action)
+            else:
+                td = env.step(action)
+                root = env.reset(TensorDict({"_reset": td["next", "done"]}, batch_size=[4]))
+            handed.append((td, root))
+            kept.append((td.clone(), root.clone()))
+        assert sum(int(td["next", "done"].sum()) for td, _ in handed) >= 4  # resets happened
+        for (td, root), (td_kept, root_kept) in zip(handed, kept):
+            assert (td == td_kept).all() and (root == root_kept).all()
+
+
 @pytest.mark.parametrize("kind", ["serial", "fork"])
 def test_device_cpu(kind):
     with make_batched(kind, 2, make_cartpole, device="cpu") as env:

@@ -297,6 +297,7 @@ class BatchedEnvBase(EnvBase):
         self._action_slot_list: list[tuple] = []
         # rows whose root is older than "next" (they stepped since their last reset)
         self._root_stale = np.zeros(self.num_envs, dtype=bool)
+        self._any_reset = True  # whether the last step_and_maybe_reset reset a sub-env
 
     def _sub_env_fn(self, i: int) -> Callable[[], Any]:
         fn, kwargs = self._create_env_fns[i], self._create_env_kwargs[i]
@@ -453,9 +454,9 @@ class BatchedEnvBase(EnvBase):
 
     def _step(self, td: TensorDictBase) -> TensorDictBase:
         # EnvBase.step called _check_action, which wrote the actions.
-        self.last_extras = self.run(_STEP)
+        next_tree, _ = self._run_building(_STEP, with_root=False)
         self._root_stale[:] = True
-        return self._next_output()
+        return self._next_output(next_tree)
 
     def step_and_maybe_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
         """Step, and reset the finished sub-envs in the same round trip."""
@@ -463,13 +464,14 @@ class BatchedEnvBase(EnvBase):
         self._check_action(td)  # and writes the actions
         # No SYNC_ROOT: the root output is built here from "next" and the reset rows, which
         # spares the sub-envs a copy of every observation into the root buffer.
-        self.last_extras = self.run(_STEP_AND_RESET)
+        next_tree, root_tree = self._run_building(_STEP_AND_RESET, with_root=self._any_reset)
         done = self.buffers.next.done
         np.logical_not(done, out=self._root_stale)
-        next_out = self._next_output()
+        next_out = self._next_output(next_tree)
         set_next(td, next_out)
-        if any_set(done):
-            root = _merged_copy(self._next_arrays, self._root_arrays, done, self.batch_size)
+        self._any_reset = any_set(done)
+        if self._any_reset:
+            root = (root_tree or self._merged_tree()).fill(done)
             return td, self._per_task(root if self.device.type == "cpu" else root.to(self.device))
         # Nobody was reset: the next root holds the same values as "next", so it may share
         # its tensors (as step_mdp would), which saves copying every observation twice.
@@ -479,22 +481,59 @@ class BatchedEnvBase(EnvBase):
         root = TensorDict._new_unsafe(entries, batch_size=self.batch_size, device=next_out.device)
         return td, root
 
+    def _run_building(
+        self, modes: int, with_root: bool
+    ) -> tuple[_FreshTree | None, _FreshTree | None]:
+        """``run(modes)``, building the empty output trees ("next", and with ``with_root`` the
+        merged root) while the worker processes finish, once this process stepped its share.
+
+        Building costs tens of microseconds (a tensor per leaf, the TensorDicts) and filling a
+        copy per leaf, so only the copies are left for after the wait. CPU outputs of a
+        uniform batch only; otherwise the trees are ``None``.
+        """
+        if self.device.type != "cpu" or self.heterogeneous:
+            self.last_extras = self.run(modes)
+            return None, None
+        built: list = []
+
+        def build(_: int) -> None:
+            built.extend((self._next_tree(), self._merged_tree() if with_root else None))
+
+        self.send(modes)
+        self.last_extras = self.recv(on_local_done=build)
+        if not built:  # no share stepped here (SerialEnv, or no local worker)
+            build(0)
+        return built[0], built[1]
+
     def _root_output(self) -> TensorDictBase:
         """A copy of the root (observations, infos, flags) on ``self.device``."""
         # Outputs never alias the buffers, which the next command overwrites.
         if self.device.type != "cpu":
             return self._per_task(self._root_view.to(self.device))
-        return self._per_task(_copy_tree(self._root_arrays, self.batch_size))
+        return self._per_task(_FreshTree(self._root_arrays, self.batch_size).fill())
 
-    def _next_output(self) -> TensorDictBase:
-        """A copy of ``"next"``, the reward cast to the reward spec's dtype."""
-        reward_dtype = self.reward_spec.dtype
+    def _next_output(self, tree: _FreshTree | None = None) -> TensorDictBase:
+        """A copy of ``"next"``, the reward cast to the reward spec's dtype (filling ``tree``,
+        when given, built by ``_next_tree``)."""
         if self.device.type != "cpu":
             out = self._next_view.to(self.device)
-            out.set("reward", self._reward_view.to(self.device, reward_dtype, copy=True))
+            reward = self._reward_view.to(self.device, self.reward_spec.dtype, copy=True)
+            out.set("reward", reward)
             return self._per_task(out)
-        reward = torch.from_numpy(self._reward_array.astype(torch_to_numpy_dtype(reward_dtype)))
-        return self._per_task(_copy_tree(self._next_arrays, self.batch_size, reward=reward))
+        return self._per_task((tree or self._next_tree()).fill())
+
+    def _next_tree(self) -> _FreshTree:
+        reward_dtype = torch_to_numpy_dtype(self.reward_spec.dtype)
+        extra = {"reward": (self._reward_array, reward_dtype)}
+        return _FreshTree(self._next_arrays, self.batch_size, extra=extra)
+
+    def _merged_tree(self) -> _FreshTree:
+        """The root after an autoreset (``fill(reset)``): "next", but the rows of the reset
+        sub-envs from the root buffer. Its done flags are all False (a sub-env either was reset
+        or did not finish), so they are made, not copied."""
+        flags = np.zeros((len(DONE_KEYS), *self._next_arrays["done"].shape), dtype=bool)
+        made = {key: torch.from_numpy(flags[k]) for k, key in enumerate(DONE_KEYS)}
+        return _FreshTree(self._next_arrays, self.batch_size, self._root_arrays, made=made)
 
     def _per_task(self, out: TensorDictBase) -> TensorDictBase:
         """In a heterogeneous batch, a lazy stack where each sub-env keeps only its keys."""
@@ -590,50 +629,55 @@ def _numpy_tree(td: TensorDictBase) -> dict:
     }
 
 
-def _merged_copy(
-    next_arrays: dict, root_arrays: dict, reset: np.ndarray, batch_size: torch.Size
-) -> TensorDict:
-    """The root after an autoreset, as a CPU TensorDict of fresh tensors: ``next_arrays``
-    whose rows where ``reset`` is True (the reset sub-envs) come from ``root_arrays``.
+class _FreshTree:
+    """A CPU TensorDict of fresh arrays shaped like ``arrays`` (a tree of numpy arrays, see
+    ``_numpy_tree``), built before it is filled: ``fill()`` copies the arrays in.
 
-    Its done flags are all False (a sub-env either was reset or did not finish), so they are
-    made, not copied.
+    Built without the generic machinery of ``clone()`` (tens of microseconds per step), and
+    apart from the copies so that a step can build it while its workers still run.
+    ``fill(mask)`` takes the rows ``mask`` marks (bools over the batch) from ``source``
+    (nested like ``arrays``) instead. ``made`` tensors are taken as they are; each ``extra``
+    entry, ``key: (array, dtype)``, is one more leaf: a copy of ``array`` cast to ``dtype``.
     """
-    flags = np.zeros((len(DONE_KEYS), *next_arrays["done"].shape), dtype=bool)
-    made = {key: torch.from_numpy(flags[k]) for k, key in enumerate(DONE_KEYS)}
-    return _copy_tree(next_arrays, batch_size, reset, root_arrays, **made)
 
+    def __init__(
+        self,
+        arrays: dict,
+        batch_size: torch.Size,
+        source: dict | None = None,
+        made: dict[str, torch.Tensor] | None = None,
+        extra: dict[str, tuple[np.ndarray, np.dtype]] | None = None,
+    ):
+        self.batch_size = batch_size
+        self.copies: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
+        made = dict(made or {})
+        for key, (array, dtype) in (extra or {}).items():
+            fresh = np.empty(array.shape, dtype)
+            self.copies.append((fresh, array, None))
+            made[key] = torch.from_numpy(fresh)
+        self.td = self._build(arrays, source, made)
 
-def _copy_tree(
-    arrays: dict,
-    batch_size: torch.Size,
-    mask: np.ndarray | None = None,
-    source: dict | None = None,
-    **given: torch.Tensor,
-) -> TensorDict:
-    """A CPU TensorDict of fresh copies of ``arrays`` (see ``_numpy_tree``), built without
-    the generic machinery of ``clone()`` (tens of microseconds per step).
+    def _build(self, arrays: dict, source: dict | None, made: dict) -> TensorDict:
+        entries = {}
+        for key, value in arrays.items():
+            if key in made:
+                entries[key] = made.pop(key)
+            elif type(value) is dict:
+                entries[key] = self._build(value, None if source is None else source[key], {})
+            else:
+                fresh = np.empty_like(value)
+                self.copies.append((fresh, value, None if source is None else source[key]))
+                entries[key] = torch.from_numpy(fresh)
+        entries.update(made)
+        return TensorDict._new_unsafe(entries, batch_size=self.batch_size, device=_CPU)
 
-    With ``mask`` (bools over the batch), the rows it marks of every array come from
-    ``source`` (nested like ``arrays``).
-    Tensors in ``given`` are taken as they are: in place of the array of the same key, or
-    after the others.
-    """
-    entries = {}
-    for key, value in arrays.items():
-        if key in given:
-            entries[key] = given.pop(key)
-        elif type(value) is dict:
-            sub_source = None if source is None else source[key]
-            entries[key] = _copy_tree(value, batch_size, mask, sub_source)
-        else:
-            copy = value.copy()
+    def fill(self, mask: np.ndarray | None = None) -> TensorDict:
+        for fresh, value, source in self.copies:
+            np.copyto(fresh, value, casting="unsafe")
             if mask is not None:  # a masked copy costs half of an indexed one
-                where = mask.reshape(mask.shape + (1,) * (copy.ndim - 1))
-                np.copyto(copy, source[key], where=where)
-            entries[key] = torch.from_numpy(copy)
-    entries.update(given)
-    return TensorDict._new_unsafe(entries, batch_size=batch_size, device=_CPU)
+                where = mask.reshape(mask.shape + (1,) * (fresh.ndim - 1))
+                np.copyto(fresh, source, where=where)
+        return self.td
 
 
 def expand_seeds(seed: int | Sequence[int | None] | None, n: int) -> list[int | None] | None:
