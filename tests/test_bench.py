@@ -163,9 +163,10 @@ def test_cli_quick_gymnasium_runners(tmp_path):
         ["busy-8", "gym-async"],
     ]
     for row in rows:
-        assert len(row) == 5, row  # no error column filled in
-        rate, ratio_sync, ratio_best = (float(cell) for cell in row[2:])
+        assert len(row) == 6, row  # no error column filled in
+        rate, ratio_sync, ratio_best = (float(cell) for cell in row[2:5])
         assert rate > 0 and ratio_sync > 0 and ratio_best > 0
+        assert row[5] == "-"  # no bare-free ran: no ceiling
     assert [row[3] for row in rows if row[1] == "gym-sync"] == ["1.00", "1.00"]
 
     document = json.loads(json_path.read_text())
@@ -194,6 +195,7 @@ def test_cli_quick_gymnasium_runners(tmp_path):
                 statistics.median(m / b for m, b in zip(mine, best))
             )
             assert result["ratio_best_gym"] <= 1.0  # a gymnasium runner against the faster one
+            assert result["ratio_ceiling"] is None
     # The progress went to stderr, not into the table.
     assert "gym-async" in out.stderr
 
@@ -229,11 +231,17 @@ def test_cli_quick_every_gymvec_runner_strict(tmp_path):
     rows = _table_rows(out.stdout)
     assert [row[1] for row in rows] == backends.split(",") * 2
     for row in rows:
-        assert len(row) == 5, row
+        assert len(row) == 6, row
         assert all(float(cell) > 0 for cell in row[2:])
+    assert [row[5] for row in rows if row[1] == "bare-free"] == ["1.00", "1.00"]
     document = json.loads(json_path.read_text())
     for case in document["cases"]:
         assert all(result["error"] is None for result in case["results"])
+        results = {result["runner"]: result for result in case["results"]}
+        ceiling, mine = results["bare-free"]["samples"], results["gymvec-parallel"]["samples"]
+        assert results["gymvec-parallel"]["ratio_ceiling"] == pytest.approx(
+            statistics.median(m / c for m, c in zip(mine, ceiling))
+        )
 
 
 def test_cli_quick_sb3_case_strict():
@@ -247,8 +255,8 @@ def test_cli_quick_sb3_case_strict():
     rows = _table_rows(out.stdout)
     assert [row[1] for row in rows] == list(SB3_BACKENDS)
     for row in rows:
-        assert len(row) == 5, row
-        assert all(float(cell) > 0 for cell in row[2:])
+        assert len(row) == 6, row
+        assert all(float(cell) > 0 for cell in row[2:5]) and row[5] == "-"
 
 
 def test_optional_runners_without_their_package_say_how_to_install(monkeypatch):

@@ -137,7 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"env-steps/s: median of {settings.repeats} interleaved timed run(s) of "
         f"{settings.steps} vector steps{cap}; x sync: against gym-sync, x best gym: against "
-        "the faster of gym-sync/gym-async (medians of the ratios within each round of runs)"
+        "the faster of gym-sync/gym-async, x ceiling: against bare-free where it ran (medians "
+        "of the ratios within each round of runs)"
     )
     print(format_table(case_results))
     if args.json:

@@ -24,6 +24,8 @@ from gymvec.bench.runners import RUNNERS, Runner, RunnerOptions, make_env
 
 GYM_SYNC = "gym-sync"
 GYM_RUNNERS = ("gym-sync", "gym-async")
+# What the machine gives the case's split with no lock-step at all (see bench.bare).
+CEILING = "bare-free"
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class RunnerResult:
     error: str | None = None
     ratio_sync: float | None = None
     ratio_best_gym: float | None = None
+    ratio_ceiling: float | None = None
 
     @property
     def steps_per_s(self) -> float | None:
@@ -55,6 +58,7 @@ class RunnerResult:
             "steps_per_s": self.steps_per_s,
             "ratio_sync": self.ratio_sync,
             "ratio_best_gym": self.ratio_best_gym,
+            "ratio_ceiling": self.ratio_ceiling,
             "error": self.error,
             "samples": list(self.samples),
         }
@@ -175,7 +179,8 @@ def run_case(case: Case, settings: Settings, progress: Progress) -> CaseResult:
 
 
 def add_ratios(case_result: CaseResult) -> None:
-    """Each runner against gym-sync and against the faster gymnasium runner.
+    """Each runner against gym-sync, against the faster gymnasium runner and against the
+    ceiling (bare-free), those that ran.
 
     Runners are timed in turn, round after round, so one round sees one phase of a noisy
     machine: a ratio is the median of the ratios within each round (paired), or the ratio of
@@ -184,9 +189,11 @@ def add_ratios(case_result: CaseResult) -> None:
     timed = {r.runner: r for r in case_result.results if r.samples}
     sync = timed.get(GYM_SYNC)
     gyms = [timed[name] for name in GYM_RUNNERS if name in timed]
+    ceiling = timed.get(CEILING)
     for result in timed.values():
         result.ratio_sync = paired_ratio(result, [sync]) if sync else None
         result.ratio_best_gym = paired_ratio(result, gyms) if gyms else None
+        result.ratio_ceiling = paired_ratio(result, [ceiling]) if ceiling else None
 
 
 def paired_ratio(result: RunnerResult, references: Sequence[RunnerResult]) -> float:

@@ -15,7 +15,7 @@ from typing import Any
 from gymvec.bench.harness import CaseResult, Settings
 from gymvec.bench.runners import usable_cores
 
-COLUMNS = ("case", "runner", "steps/s", "x sync", "x best gym", "error")
+COLUMNS = ("case", "runner", "steps/s", "x sync", "x best gym", "x ceiling", "error")
 # Errors are cut in the table; the JSON keeps them whole.
 MAX_ERROR_CHARS = 90
 
@@ -35,11 +35,11 @@ def format_table(case_results: Sequence[CaseResult]) -> str:
                 error = error[: MAX_ERROR_CHARS - 3] + "..."
             rows.append(
                 (case_result.case.name, r.runner, rate, _ratio(r.ratio_sync),
-                 _ratio(r.ratio_best_gym), error)
+                 _ratio(r.ratio_best_gym), _ratio(r.ratio_ceiling), error)
             )  # fmt: skip
     widths = [max([len(c)] + [len(row[i]) for row in rows]) for i, c in enumerate(COLUMNS)]
     # Text columns align left, numbers right; the error column is last and not padded.
-    align = ("<", "<", ">", ">", ">")
+    align = ("<", "<", ">", ">", ">", ">")
 
     def line(cells: Sequence[str]) -> str:
         padded = [f"{cell:{a}{w}}" for cell, a, w in zip(cells, align, widths)]
