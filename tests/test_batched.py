@@ -34,6 +34,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from tensordict import TensorDict
 
 from gymvec import Categorical, ParallelEnv, SerialEnv, step_mdp
+from gymvec.batched.driver import Mode
 
 FORK = {"mp_start_method": "fork"}
 SPAWN = {"mp_start_method": "spawn"}
@@ -497,6 +498,18 @@ def test_outputs_stay_as_handed_out(local_worker, no_leaks):
         assert sum(int(td["next", "done"].sum()) for td, _ in handed) >= 4  # resets happened
         for (td, root), (td_kept, root_kept) in zip(handed, kept):
             assert (td == td_kept).all() and (root == root_kept).all()
+
+
+@pytest.mark.parametrize("local_worker, rows", [(True, 2), (False, 0)])
+def test_on_local_done_runs_once_with_the_rows_stepped_here(local_worker, rows, no_leaks):
+    # The hook that lets the calling process work while the workers finish (the outputs'
+    # building, the face's early copy): once per command, with the rows it stepped itself.
+    with ParallelEnv(2, make_cartpole, envs_per_worker=2, local_worker=local_worker, **FORK) as env:
+        env.reset()
+        calls = []
+        env.send(np.uint8(Mode.STEP))
+        env.recv(on_local_done=calls.append)
+        assert calls == [rows]
 
 
 @pytest.mark.parametrize("kind", ["serial", "fork"])

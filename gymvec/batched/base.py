@@ -363,8 +363,9 @@ class BatchedEnvBase(EnvBase):
         ``"next"``: a step info, or a reset info written into ``"next"``).
 
         ``on_local_done(k)``, when given, runs as soon as the sub-envs stepped in this process
-        (rows ``[0, k)``, ``ParallelEnv(local_worker=True)``) are done and worker processes
-        still run: their rows of the buffers are final, so a caller can start reading them.
+        (rows ``[0, k)``, ``ParallelEnv(local_worker=True)``; ``k == 0`` without a local
+        worker) are done and worker processes still run: their rows of the buffers are final,
+        so a caller can start reading them. ``SerialEnv`` never calls it.
         """
         if not self._in_flight:
             raise RuntimeError("no command in flight: call send() first")
@@ -485,7 +486,8 @@ class BatchedEnvBase(EnvBase):
         self, modes: int, with_root: bool
     ) -> tuple[_FreshTree | None, _FreshTree | None]:
         """``run(modes)``, building the empty output trees ("next", and with ``with_root`` the
-        merged root) while the worker processes finish, once this process stepped its share.
+        merged root) while the worker processes finish (once this process stepped its share,
+        if it has one).
 
         Building costs tens of microseconds (a tensor per leaf, the TensorDicts) and filling a
         copy per leaf, so only the copies are left for after the wait. CPU outputs of a
@@ -501,7 +503,7 @@ class BatchedEnvBase(EnvBase):
 
         self.send(modes)
         self.last_extras = self.recv(on_local_done=build)
-        if not built:  # no share stepped here (SerialEnv, or no local worker)
+        if not built:  # SerialEnv: nothing ran beside this process
             build(0)
         return built[0], built[1]
 

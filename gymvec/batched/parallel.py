@@ -214,13 +214,13 @@ class ProcessExecutor:
     ) -> dict[int, dict]:
         """Collect every worker's answer. After a TimeoutError, calling again resumes.
 
-        ``on_local_done(k)`` runs once this process has stepped its own share, rows ``[0, k)``,
-        before waiting for the worker processes.
+        ``on_local_done(k)`` runs once this process has stepped its own share, rows ``[0, k)``
+        (``k == 0`` without a local worker), before waiting for the worker processes.
         """
         if self._extras is None:  # the local share runs once, even if the wait is resumed
             self._extras = self.local.wait() if self.local is not None else {}
-            if on_local_done is not None and self.local is not None:
-                on_local_done(self.local.bounds[-1][1])
+            if on_local_done is not None:
+                on_local_done(self.local.bounds[-1][1] if self.local is not None else 0)
         deadline = None if timeout is None else time.monotonic() + timeout
         error = None
         for handle in self.handles:
