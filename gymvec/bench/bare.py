@@ -275,10 +275,13 @@ class BareParallel:
         return self.arrays.batch()
 
     def _stop_workers(self) -> None:
-        try:  # let lagging workers finish their steps before they read CLOSE
-            self._wait(self.seq)
-        except RuntimeError:  # one is gone: the others are killed below if they do not stop
-            pass
+        # Lagging workers finish their steps before they read CLOSE; with one already gone
+        # the wait would only sit out a liveness poll, so the others are stopped below.
+        if all(process.is_alive() for process, _, _ in self.workers):
+            try:
+                self._wait(self.seq)
+            except RuntimeError:  # one died meanwhile
+                pass
         if any(process.is_alive() for process, _, _ in self.workers):
             self._post(CLOSE)
         for process, _, _ in self.workers:
