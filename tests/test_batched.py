@@ -479,6 +479,47 @@ def test_local_worker_equals_gymnasium(no_leaks):
 
 
 @pytest.mark.parametrize("local_worker", [True, False])
+def test_workers_of_different_sizes_equal_gymnasium(local_worker, no_leaks):
+    with ParallelEnv(
+        2, make_cartpole, envs_per_worker=[1, 3], local_worker=local_worker, **FORK
+    ) as env:
+        assert env.batch_size == (4,) and env.worker_bounds == [(0, 1), (1, 4)]
+        pids = env.request("apply", None, getpid, (), {})
+        assert len(set(pids[1:])) == 1 and pids[0] != pids[1]
+        assert (pids[0] == os.getpid()) == local_worker
+        _, ends = compare_with_gymnasium(env, [make_gym_cartpole] * 4, seed=3, steps=100)
+    assert ends >= 4
+
+
+@pytest.mark.parametrize("kind", ["serial", "fork"])
+def test_per_worker_kwargs_follow_workers_of_different_sizes(kind):
+    kwargs = [{"bound": 10.0}, {"bound": 5.0}]
+    options = {} if kind == "serial" else FORK
+    cls = SerialEnv if kind == "serial" else ParallelEnv
+    with cls(2, make_dict_env, kwargs, envs_per_worker=[1, 2], **options) as env:
+        high = env.observation_spec["position"].high
+        assert high[:, 0].tolist() == [10.0, 5.0, 5.0]
+        ref_fns = [functools.partial(gym.make, DICT_ENV_ID, **kwargs[w]) for w in (0, 1, 1)]
+        compare_with_gymnasium(env, ref_fns, seed=0, steps=10, observation_mode="different")
+
+
+@pytest.mark.parametrize(
+    "envs_per_worker, message",
+    [
+        ([2], r"envs_per_worker: expected one count per worker \(2\), got 1: \[2\]"),
+        ([2, 0], r"envs_per_worker: expected a positive int, got 0"),
+        ([2, 1.5], r"envs_per_worker: expected a positive int, got 1.5"),
+        (0, r"envs_per_worker: expected a positive int, got 0"),
+    ],
+)
+def test_bad_envs_per_worker_raises_naming_it(envs_per_worker, message):
+    with pytest.raises(ValueError, match=message):
+        SerialEnv(2, make_cartpole, envs_per_worker=envs_per_worker)
+    with pytest.raises(ValueError, match=message):
+        ParallelEnv(2, make_cartpole, envs_per_worker=envs_per_worker, **FORK)
+
+
+@pytest.mark.parametrize("local_worker", [True, False])
 def test_outputs_stay_as_handed_out(local_worker, no_leaks):
     # The outputs are built (with a local worker: while the worker still steps) and then
     # filled; no later step may write into what an earlier one handed out.

@@ -518,8 +518,31 @@ def test_default_num_workers_fits_any_number_of_sub_envs(no_leaks):
     obs, _ = env.reset(seed=0)
     assert obs.shape == (3, 4)
     env.close()
-    with pytest.raises(ValueError, match="cannot be split evenly"):
-        parallel(fe.env_fns("CartPole-v1", 3), num_workers=2)
+    with pytest.raises(ValueError, match=r"num_workers: expected at most one worker per sub-env"):
+        parallel(fe.env_fns("CartPole-v1", 3), num_workers=4)
+
+
+@pytest.mark.parametrize("local_worker", [True, False])
+def test_sub_envs_that_do_not_divide_evenly_spread_over_every_worker(local_worker, no_leaks):
+    # 5 sub-envs on 2 workers: 2 in worker 0, 3 in worker 1 (no longer one worker for all)
+    fns = [functools.partial(fe.make_seeded, "CartPole-v1", i) for i in range(5)]
+    env = parallel(fns, num_workers=2, local_worker=local_worker)
+    assert env.env.worker_bounds == [(0, 2), (2, 5)]
+    pids = env.env.request("apply", None, _envs.getpid, (), {})
+    assert len(set(pids[:2])) == 1 and len(set(pids[2:])) == 1 and pids[0] != pids[2]
+    ref = SyncVectorEnv(fns)
+    ref.action_space.seed(1)
+    np.testing.assert_array_equal(env.reset(seed=4)[0], ref.reset(seed=4)[0])
+    ends = 0
+    for _ in range(60):
+        action = ref.action_space.sample()
+        got, expected = env.step(action), ref.step(action)
+        for a, b in zip(got[:4], expected[:4]):
+            np.testing.assert_array_equal(a, b)
+        ends += int(expected[2].sum() + expected[3].sum())
+    assert ends >= 2
+    env.close()
+    ref.close()
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, "2"])

@@ -139,7 +139,8 @@ class BatchedEnvBase(EnvBase):
         create_env_fn: a callable returning an EnvBase (or a gymnasium.Env, wrapped in
             GymEnv), or a list of them, one per worker (multi-task).
         create_env_kwargs: kwargs for create_env_fn (a dict, or a list of dicts per worker).
-        envs_per_worker: sub-envs per worker; the batch size is num_workers * envs_per_worker.
+        envs_per_worker: sub-envs per worker, or a list of ``num_workers`` counts (workers may
+            hold different numbers); the batch size is their total.
         device: where outputs live (sub-envs run on CPU).
     """
 
@@ -149,22 +150,21 @@ class BatchedEnvBase(EnvBase):
         create_env_fn: Callable[..., Any] | Sequence[Callable[..., Any]],
         create_env_kwargs: dict | Sequence[dict] | None = None,
         *,
-        envs_per_worker: int = 1,
+        envs_per_worker: int | Sequence[int] = 1,
         device=None,
     ):
         _check_count("num_workers", num_workers)
-        _check_count("envs_per_worker", envs_per_worker)
         self.num_workers = num_workers
         self.envs_per_worker = envs_per_worker
-        self.num_envs = num_workers * envs_per_worker
+        sizes = worker_sizes(num_workers, envs_per_worker)
+        self.num_envs = sum(sizes)
         # the rows of each worker's sub-envs
-        self.worker_bounds = [
-            (w * envs_per_worker, (w + 1) * envs_per_worker) for w in range(num_workers)
-        ]
+        ends = np.cumsum(sizes).tolist()
+        self.worker_bounds = [(end - size, end) for size, end in zip(sizes, ends)]
         super().__init__(batch_size=(self.num_envs,), device=device)
-        self._create_env_fns = _per_sub_env(create_env_fn, num_workers, envs_per_worker)
+        self._create_env_fns = _per_sub_env(create_env_fn, self.worker_bounds)
         self._create_env_kwargs = _per_sub_env(
-            create_env_kwargs or {}, num_workers, envs_per_worker, is_item=_is_kwargs
+            create_env_kwargs or {}, self.worker_bounds, is_item=_is_kwargs
         )
         self._executor = None
         self._pending_seeds: list[int | None] | None = None
@@ -202,9 +202,8 @@ class BatchedEnvBase(EnvBase):
     def _one_factory_per_worker(self) -> bool:
         """A multi-task batch: several factories, each shared by a whole worker."""
         fns = self._create_env_fns
-        per_worker = [fns[w * self.envs_per_worker] for w in range(self.num_workers)]
         return not self._single_factory() and all(
-            fns[i] is per_worker[i // self.envs_per_worker] for i in range(self.num_envs)
+            fns[i] is fns[start] for start, stop in self.worker_bounds for i in range(start, stop)
         )
 
     def _describe_each_factory(self) -> list[SubEnvDescription]:
@@ -587,7 +586,7 @@ class BatchedEnvBase(EnvBase):
 
     def update_kwargs(self, kwargs: dict | Sequence[dict]) -> None:
         """Update ``create_env_kwargs``; sub-envs are rebuilt with them at the next use."""
-        updates = _per_sub_env(kwargs, self.num_workers, self.envs_per_worker, is_item=_is_kwargs)
+        updates = _per_sub_env(kwargs, self.worker_bounds, is_item=_is_kwargs)
         for current, update in zip(self._create_env_kwargs, updates):
             current.update(update)
         if self._executor is not None:
@@ -717,18 +716,38 @@ def _is_kwargs(value: Any) -> bool:
     return isinstance(value, dict)
 
 
+def worker_sizes(num_workers: int, envs_per_worker: int | Sequence[int]) -> list[int]:
+    """How many sub-envs each worker holds: ``envs_per_worker`` is one count for all or a list
+    of ``num_workers`` counts."""
+    if isinstance(envs_per_worker, list | tuple):
+        if len(envs_per_worker) != num_workers:
+            raise ValueError(
+                f"envs_per_worker: expected one count per worker ({num_workers}), "
+                f"got {len(envs_per_worker)}: {list(envs_per_worker)!r}"
+            )
+        for count in envs_per_worker:
+            _check_count("envs_per_worker", count)
+        return [int(count) for count in envs_per_worker]
+    _check_count("envs_per_worker", envs_per_worker)
+    return [int(envs_per_worker)] * num_workers
+
+
 def _per_sub_env(
-    value: Any, num_workers: int, envs_per_worker: int, is_item: Callable[[Any], bool] = callable
+    value: Any, worker_bounds: list[tuple[int, int]], is_item: Callable[[Any], bool] = callable
 ) -> list:
     """One item per sub-env from one item, one per worker, or one per sub-env."""
     name = "create_env_kwargs" if is_item is _is_kwargs else "create_env_fn"
-    n = num_workers * envs_per_worker
+    num_workers, n = len(worker_bounds), worker_bounds[-1][1]
     copy = (lambda v: dict(v)) if is_item is _is_kwargs else (lambda v: v)
     if is_item(value):
         return [copy(value) for _ in range(n)]
     if isinstance(value, list | tuple) and all(is_item(v) for v in value):
         if len(value) == num_workers:
-            return [copy(v) for v in value for _ in range(envs_per_worker)]
+            return [
+                copy(v)
+                for v, (start, stop) in zip(value, worker_bounds)
+                for _ in range(stop - start)
+            ]
         if len(value) == n:
             return [copy(v) for v in value]
         raise ValueError(

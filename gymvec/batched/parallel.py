@@ -322,11 +322,12 @@ class ParallelEnv(BatchedEnvBase):
 
     Args:
         num_workers: number of workers; each is a process (except worker 0 with
-            ``local_worker=True``). The batch size is ``num_workers * envs_per_worker``.
+            ``local_worker=True``).
         create_env_fn: callable returning an EnvBase or a gymnasium.Env (lambdas and closures
             work: factories travel with cloudpickle), or a list of them, one per worker.
         create_env_kwargs: kwargs for ``create_env_fn`` (a dict or a list of dicts).
-        envs_per_worker: sub-envs stepped by each worker.
+        envs_per_worker: sub-envs stepped by each worker, or a list of ``num_workers`` counts
+            (``[3, 4]``: 7 sub-envs, rows 0-2 in worker 0). The batch size is their total.
         shared_memory: must be True: buffers live in shared memory (kept for torchrl users).
         memmap: back the buffers with a temporary file instead of anonymous shared memory.
         mp_start_method: "spawn" (default), "fork" or "forkserver".

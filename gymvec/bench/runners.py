@@ -280,10 +280,10 @@ def _gymvec_serial(env_id: str, num_envs: int, options: RunnerOptions) -> Runner
 def _gymvec_parallel(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
     from gymvec import ParallelVectorEnv
 
-    kwargs: dict[str, Any] = {"num_workers": options.num_workers}
-    if options.envs_per_worker is not None:
-        kwargs["envs_per_worker"] = options.envs_per_worker
-    return VectorEnvRunner(ParallelVectorEnv(make_env_fns(env_id, num_envs), **kwargs))
+    num_workers, _ = worker_layout(num_envs, options)
+    return VectorEnvRunner(
+        ParallelVectorEnv(make_env_fns(env_id, num_envs), num_workers=num_workers)
+    )
 
 
 @register_runner("gymvec-td")

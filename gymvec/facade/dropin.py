@@ -128,8 +128,8 @@ class AsyncState(enum.Enum):
 class ParallelVectorEnv(GymnasiumVectorEnv):
     """gymnasium's ``AsyncVectorEnv``, on gymvec's ``ParallelEnv``.
 
-    Sub-envs are spread evenly over ``num_workers`` processes (default: as many as the usable
-    cores allow while dividing the number of sub-envs), several per process; data goes
+    Sub-envs are spread over ``num_workers`` processes (default: one per usable core, at most
+    one per sub-env) as evenly as they go, several per process; data goes
     through shared memory. With ``local_worker`` (the default when the workers fill the
     cores), this process steps one share itself, inside ``step_wait``: a ``timeout`` then
     counts only once that share is done.
@@ -174,16 +174,16 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         num_workers = default_num_workers(n) if num_workers is None else num_workers
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(f"num_workers: expected a positive int, got {num_workers!r}")
-        if n % num_workers:
+        if num_workers > n:
             raise ValueError(
-                f"num_workers: {n} sub-envs cannot be split evenly over {num_workers} workers"
+                f"num_workers: expected at most one worker per sub-env ({n}), got {num_workers}"
             )
         if local_worker is None:
             local_worker = default_local_worker(num_workers)
         env = ParallelEnv(
             num_workers,
             self.env_fns,
-            envs_per_worker=n // num_workers,
+            envs_per_worker=spread(n, num_workers),
             mp_start_method=context or multiprocessing.get_start_method(),
             daemon=daemon,
             local_worker=local_worker,
@@ -299,10 +299,19 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
 
 
 def default_num_workers(num_envs: int) -> int:
-    """One worker per usable core at most, and a number that divides ``num_envs`` (every
-    worker holds the same number of sub-envs)."""
-    most = min(usable_cores(), num_envs)
-    return max(k for k in range(1, most + 1) if num_envs % k == 0)
+    """One worker per usable core, at most one per sub-env."""
+    return min(usable_cores(), num_envs)
+
+
+def spread(num_envs: int, num_workers: int) -> list[int]:
+    """Sub-envs per worker, as even as they go; the larger shares go last, away from worker 0,
+    which the calling process steps with ``local_worker`` on top of its own work.
+
+    >>> spread(7, 2), spread(8, 3)
+    ([3, 4], [2, 3, 3])
+    """
+    size, extra = divmod(num_envs, num_workers)
+    return [size + (w >= num_workers - extra) for w in range(num_workers)]
 
 
 def default_local_worker(num_workers: int) -> bool:
