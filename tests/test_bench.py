@@ -209,6 +209,14 @@ def test_cli_reports_a_failing_runner_and_strict_fails(capsys):
     assert main([*argv, "--no-progress", "--strict"]) == 1
 
 
+def test_cli_layout_options_reach_the_parallel_runners(capsys):
+    argv = ["--quick", "--strict", "--no-progress", "--num-envs", "4", "--envs-per-worker", "2"]
+    assert main([*argv, "--backends", "gymvec-parallel,gymvec-td"]) == 0
+    rows = _table_rows(capsys.readouterr().out)
+    assert [row[1] for row in rows] == ["gymvec-parallel", "gymvec-td"]
+    assert all(float(row[2]) > 0 for row in rows)
+
+
 def test_cli_rejects_an_unknown_runner(capsys):
     with pytest.raises(SystemExit) as excinfo:
         main(["--backends", "gym-sync,no-such-runner"])
