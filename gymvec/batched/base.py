@@ -46,6 +46,10 @@ _INT64 = np.iinfo(np.int64)
 _CPU = torch.device("cpu")
 _STEP = np.uint8(Mode.STEP)
 _STEP_AND_RESET = np.uint8(Mode.STEP | Mode.AUTORESET)
+# The modes a command into an observation lane may hold: each writes its sub-env's "next"
+# observation (so the lane holds the whole batch after it) and nothing else reads "next".
+_LANE_MODES = frozenset((int(Mode.STEP), int(Mode.RESET | Mode.RESET_INTO_NEXT)))
+OBS_LANES = 3  # observation lanes of a batch of large observations (see BufferLayout)
 
 
 @dataclass
@@ -274,12 +278,14 @@ class BatchedEnvBase(EnvBase):
             _union_leaves([spec_leaves(d.observation_spec) for d in all_], "observation_spec"),
             _union_leaves([spec_leaves(d.full_action_spec) for d in all_], "action_spec"),
             self.info_fields,
+            obs_lanes=OBS_LANES,
         )
         self._memory = self._new_memory(self.layout.nbytes)
         self._control_memory = self._new_memory(Control.nbytes(self.num_envs))
         self.buffers = Buffers(self.layout, self._memory)
         self.control = Control(self.num_envs, self._control_memory)
         self._uniform_mode: int | None = None  # the mode every byte holds, when known
+        self._lane = 0  # the observation lane that holds "next"'s observations now
         self._shared_td = self.buffers.tensordict()
         # Views the outputs are copied from, split once here: each step only clones them.
         self._root_view = self._shared_td.exclude("next", "action")
@@ -327,11 +333,17 @@ class BatchedEnvBase(EnvBase):
         modes: np.ndarray | int,
         seeds: Sequence[int | None] | None = None,
         options: dict | None = None,
+        lane: int = 0,
     ) -> None:
         """Start a command: sub-env ``i`` carries out ``modes[i]`` (a :class:`Mode` combination).
 
         ``seeds[i]`` (when given and not None) seeds sub-env ``i``'s reset; ``options`` goes to
         every reset of this command. Actions are read from ``buffers.action``.
+
+        ``lane`` (``1 <= lane < len(buffers.obs_lanes)``): the sub-envs write "next"'s
+        observations into ``buffers.obs_lanes[lane]`` instead of "next"'s own buffer; every
+        mode must then be STEP or RESET | RESET_INTO_NEXT. A later command without a lane
+        first copies that lane back.
         """
         executor = self.executor
         if self._in_flight:
@@ -349,8 +361,30 @@ class BatchedEnvBase(EnvBase):
                     self.control.seed[i] = seed
                     self.control.mode[i] |= int(Mode.SEED)
                     self._uniform_mode = None
+        if lane or self._lane:  # last: a refused command must leave the lanes as they were
+            self._set_lane(lane, modes)
         executor.send(options)
         self._in_flight = True
+
+    def _set_lane(self, lane: int, modes: np.ndarray | int) -> None:
+        lanes = self.buffers.obs_lanes
+        if lane:
+            if isinstance(lane, bool) or not 0 < lane < len(lanes):
+                expected = f"0 to {len(lanes) - 1}" if lanes else "0 (no observation lanes here)"
+                raise ValueError(f"lane: expected {expected}, got {lane!r}")
+            if isinstance(modes, int | np.integer):
+                used = {int(modes)}
+            else:
+                used = set(np.asarray(modes, dtype=np.uint8).tobytes())
+            if not used <= _LANE_MODES:
+                raise ValueError(
+                    f"modes: a command into an observation lane takes only STEP and "
+                    f"RESET | RESET_INTO_NEXT, got {modes!r}"
+                )
+        elif self._lane:  # back to "next"'s own buffer, which is behind
+            lanes[0][...] = lanes[self._lane]
+        self.control.lane[0] = lane
+        self._lane = lane
 
     def recv(
         self, timeout: float | None = None, on_local_done: Callable[[int], None] | None = None
@@ -376,9 +410,9 @@ class BatchedEnvBase(EnvBase):
         self._in_flight = False
         return extras
 
-    def run(self, modes, seeds=None, options=None) -> dict[int, dict]:
+    def run(self, modes, seeds=None, options=None, lane: int = 0) -> dict[int, dict]:
         """``send`` then ``recv``."""
-        self.send(modes, seeds, options)
+        self.send(modes, seeds, options, lane)
         return self.recv()
 
     def _take_seeds(self, mask: np.ndarray | None = None) -> list[int | None] | None:

@@ -29,6 +29,9 @@ from gymvec.envs.infos import InfoField
 # import, and a worker stepping gymnasium envs never needs it).
 
 _ALIGN = 64  # a cache line: fields never share one, so workers do not false-share
+# Observations smaller than this are copied out: a copy of a few kB costs less than the lanes'
+# bookkeeping, and the memory of the lanes would be wasted.
+LANE_MIN_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,11 @@ class BufferLayout:
 
     Built from the leaves of one sub-env's observation and action specs; picklable, so workers
     rebuild the same views.
+
+    ``obs_lanes``: for one observation array of at least ``LANE_MIN_BYTES``, this many extra
+    copies of the ``"next"`` observations ("lanes" 1 to ``obs_lanes``; lane 0 is ``"next"``'s
+    own). A command can have the sub-envs write their observations into a lane, which the
+    gymnasium face then hands out as is instead of copying it (see ``GymnasiumVectorEnv``).
     """
 
     def __init__(
@@ -59,6 +67,7 @@ class BufferLayout:
         obs_leaves: list[LeafSpec],
         action_leaves: list[LeafSpec],
         info_fields: dict[str, InfoField],
+        obs_lanes: int = 0,
     ):
         self.num_envs = num_envs
         self.obs_keys = [key for key, _, _ in obs_leaves]
@@ -80,6 +89,15 @@ class BufferLayout:
         self._add(("next", "reward"), (), real)
         for key, shape, dtype in action_leaves:
             self._add(("action", key), shape, dtype)
+        self.obs_lanes = 0
+        if (
+            len(obs_leaves) == 1
+            and self.fields[("next", "obs", self.obs_keys[0])].nbytes(num_envs) >= LANE_MIN_BYTES
+        ):
+            self.obs_lanes = obs_lanes
+            key, shape, dtype = obs_leaves[0]
+            for lane in range(1, obs_lanes + 1):
+                self._add(("lane", lane), shape, dtype)
 
     def _add(self, name: tuple, shape: tuple[int, ...], dtype: np.dtype) -> None:
         field = Field(tuple(shape), np.dtype(dtype), self._size)
@@ -134,6 +152,23 @@ class Buffers:
         self.root = Slot(self.views, "root", layout)
         self.next = Slot(self.views, "next", layout)
         self.action = {key: self.views[("action", key)] for key in layout.action_keys}
+        # the observation lanes (see BufferLayout), lane 0 first; [] without lanes
+        self.obs_lanes: list[np.ndarray] = []
+        if layout.obs_lanes:
+            first = self.next.obs[layout.obs_keys[0]]
+            lanes = [self.views[("lane", lane)] for lane in range(1, layout.obs_lanes + 1)]
+            self.obs_lanes = [first, *lanes]
+
+    def lane_array(self, lane: int) -> np.ndarray:
+        """A new array over observation lane ``lane`` (>= 1) that owns no views: numpy makes
+        every view of it point at it, so its reference count tells whether anybody still
+        holds it or a part of it."""
+        field = self.layout.fields[("lane", lane)]
+        n = self.layout.num_envs
+        count = n * int(np.prod(field.shape, dtype=np.int64))
+        array = np.frombuffer(as_buffer(self.memory), field.dtype, count, field.offset)
+        array.shape = (n, *field.shape)  # in place: a reshape would be a view of it
+        return array
 
     def tensordict(self):
         """Torch views of the buffers as a TensorDict (root, ``"next"`` and ``"action"``).

@@ -92,16 +92,18 @@ def describe_sub_env(env: Any) -> dict:
 
 
 class Control:
-    """Per-sub-env command bytes and seeds: ``mode`` (uint8) and ``seed`` (int64) rows."""
+    """A command's arguments: per sub-env a ``mode`` (uint8) and a ``seed`` (int64), and the
+    observation ``lane`` (int64, see ``BufferLayout``) that "next"'s observations go to."""
 
     def __init__(self, num_envs: int, memory: Any):
         flat = np.frombuffer(as_buffer(memory), dtype=np.uint8, count=Control.nbytes(num_envs))
-        self.seed = flat[: 8 * num_envs].view(np.int64)
-        self.mode = flat[8 * num_envs : 9 * num_envs]
+        self.lane = flat[:8].view(np.int64)
+        self.seed = flat[8 : 8 + 8 * num_envs].view(np.int64)
+        self.mode = flat[8 + 8 * num_envs : 8 + 9 * num_envs]
 
     @staticmethod
     def nbytes(num_envs: int) -> int:
-        return 9 * num_envs
+        return 8 + 9 * num_envs
 
 
 class GymDriver:
@@ -290,6 +292,17 @@ class BatchStep:
         self.obs_shape = self.obs.shape[1:]
         self.obs_shapes = {self.obs_shape}
         self.concat_out = self.obs.reshape(-1, *self.obs_shape[1:]) if self.obs_shape else None
+        # (obs, concat_out) of this group's rows in each observation lane, lane 0 first
+        self.lanes = [(self.obs, self.concat_out)]
+        for lane in buffers.obs_lanes[1:]:
+            obs = lane[rows]
+            self.lanes.append(
+                (obs, obs.reshape(-1, *self.obs_shape[1:]) if self.obs_shape else None)
+            )
+
+    def use_lane(self, lane: int) -> None:
+        """Write the observations of "next" into observation lane ``lane`` from now on."""
+        self.obs, self.concat_out = self.lanes[lane]
 
     def run(self, modes: bytes, seeds: np.ndarray, options: dict | None) -> dict[int, dict]:
         n = len(modes)
@@ -419,6 +432,9 @@ class SubEnvGroup:
         self.stop = start + len(env_fns)
         self.modes = control.mode[start : self.stop]  # this group's rows, sliced once
         self.seeds = control.seed[start : self.stop]
+        self.lane_word = control.lane
+        self.obs_lanes = buffers.obs_lanes
+        self.lane = 0  # where "next"'s observations go now
         self.envs: list[Any] = []
         try:
             for fn in env_fns:
@@ -442,12 +458,24 @@ class SubEnvGroup:
         """Carry out the mode bytes of this group's rows; returns the extras by sub-env index."""
         modes = self.modes.tobytes()  # bytes index as ints
         seeds = self.seeds
+        if self.obs_lanes and self.lane != self.lane_word[0]:
+            self._use_lane(int(self.lane_word[0]))
         if self.batch_step is not None:
             return self.batch_step.run(modes, seeds, options)
         for k, (driver, mode) in enumerate(zip(self.drivers, modes)):
             if mode:
                 driver.run(mode, int(seeds[k]) if mode & _SEED else None, options)
+        if self.lane:  # these drivers write lane 0: hand their rows over
+            rows = slice(self.start, self.stop)
+            self.obs_lanes[self.lane][rows] = self.obs_lanes[0][rows]
         return take_extras(self.drivers)
+
+    def _use_lane(self, lane: int) -> None:
+        self.lane = lane
+        if self.batch_step is not None:
+            self.batch_step.use_lane(lane)
+            for driver in self.drivers:  # their resets into "next" (the general path)
+                driver.next_obs = [self.obs_lanes[lane]]
 
     # ---- slow-path requests: each takes global sub-env indices and returns a list ------------
     def _targets(self, indices: Sequence[int], gym_level: bool) -> list[Any]:

@@ -29,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -136,6 +137,14 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self._early_obs: tuple[np.ndarray, int] | None = None  # see _copy_local_rows
         early = self._plain_obs is not None and copy and self._plain_obs.nbytes >= EARLY_COPY_BYTES
         self._early_copy = self._copy_local_rows if early else None
+        # Large observations go out without a copy: the sub-envs write them into a free
+        # observation lane (see BufferLayout), whose array the call hands out as is. A lane is
+        # free when nothing but this face refers to its array (numpy makes every view of it
+        # refer to it, torch.from_numpy too); with none free, the call copies as before.
+        lanes = env.buffers.obs_lanes if early and not self._same_step else []
+        self._lane_arrays = [env.buffers.lane_array(lane) for lane in range(1, len(lanes))]
+        self._free_refs = self._lane_refs()[0] if self._lane_arrays else 0
+        self._lane = 0  # the lane of the call in flight (0: none)
         self._pending: Callable[[dict], Any] | None = None  # finishes the call in flight
         self._torch_device = getattr(env, "device", None)
 
@@ -164,7 +173,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         return self.finish(self.recv())
 
     def reset_send(self, *, seed=None, options: dict | None = None) -> None:
-        self._early_obs = None  # left by a call that raised
+        self._early_obs, self._lane = None, 0  # left by a call that raised
         seeds = expand_seeds(seed, self.num_envs)
         options = dict(options) if options is not None else None  # never mutate the caller's
         mask = None
@@ -175,7 +184,9 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         modes = self._reset_mode if mask is None else np.where(mask, self._reset_mode, 0)
         if mask is not None and seeds is not None:
             seeds = [s if m else None for s, m in zip(seeds, mask)]
-        self.env.send(np.asarray(modes, dtype=np.uint8), seeds, options)
+        # Only a reset of every sub-env into "next" fills a whole lane.
+        self._lane = self._free_lane() if mask is None and not self._same_step else 0
+        self._send(np.asarray(modes, dtype=np.uint8), seeds, options)
         self._pending = lambda extras: self._reset_result(extras, mask)
 
     def _reset_result(self, extras: dict, mask: np.ndarray | None) -> tuple[Any, dict]:
@@ -193,7 +204,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         return self.finish(self.recv())
 
     def step_send(self, actions: Any) -> None:
-        self._early_obs = None  # left by a call that raised
+        self._early_obs, self._lane = None, 0  # left by a call that raised
         self._write_actions(actions)
         modes = self._step_mode
         if self._any_needs_reset and not self._same_step:
@@ -205,8 +216,25 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 )
             # NEXT_STEP's resets; a byte translation costs a third of np.where
             modes = np.frombuffer(self._needs_reset.tobytes().translate(_STEP_OR_RESET), np.uint8)
-        self.env.send(modes)
+        self._lane = self._free_lane()
+        self._send(modes)
         self._pending = self._step_result
+
+    def _send(self, modes: Any, seeds=None, options: dict | None = None) -> None:
+        if self._lane:
+            self.env.send(modes, seeds, options, lane=self._lane)
+        else:  # a batch without lanes may not know the argument
+            self.env.send(modes, seeds, options)
+
+    def _free_lane(self) -> int:
+        """The first observation lane whose array nobody else holds (0: none)."""
+        for lane, refs in enumerate(self._lane_refs(), 1):
+            if refs <= self._free_refs:
+                return lane
+        return 0
+
+    def _lane_refs(self) -> list[int]:
+        return [sys.getrefcount(array) for array in self._lane_arrays]
 
     def _step_result(self, extras: dict) -> tuple[Any, Any, Any, Any, dict]:
         step_slot = self.buffers.next
@@ -247,7 +275,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     def recv(self, timeout: float | None = None) -> dict:
         """Wait for the call in flight; returns its extras (see ``BatchedEnvBase.recv``)."""
-        return self.env.recv(timeout, on_local_done=self._early_copy)
+        return self.env.recv(timeout, on_local_done=None if self._lane else self._early_copy)
 
     def _copy_local_rows(self, stop: int) -> None:
         # Large observations: the rows stepped in this process are copied while the worker
@@ -274,6 +302,9 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         _check_discrete(self._discrete_bounds)
 
     def _observations(self) -> Any:
+        if self._lane:
+            array, self._lane = self._lane_arrays[self._lane - 1], 0
+            return array
         if self._plain_obs is not None:
             if self._early_obs is not None:
                 (out, stop), self._early_obs = self._early_obs, None
