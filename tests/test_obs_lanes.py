@@ -156,3 +156,15 @@ def test_send_into_a_lane_checks_the_lane_and_the_modes():
         batch.run(Mode.SYNC_ROOT)  # no lane: "next" gets the lane back first
         np.testing.assert_array_equal(batch.buffers.obs_lanes[0], in_lane_2)
         np.testing.assert_array_equal(batch.buffers.root.obs[("observation",)], in_lane_2)
+
+
+def test_two_faces_over_one_batch_never_write_a_lane_the_other_handed_out():
+    batch = BATCHES["serial"](image_fns())
+    first, second = GymnasiumVectorEnv(batch), GymnasiumVectorEnv(batch)
+    kept, _ = first.reset(seed=0)
+    then = kept.copy()
+    second.reset(seed=1)
+    for _ in range(6):
+        assert in_lane(second.step(second.action_space.sample())[0])
+    np.testing.assert_array_equal(kept, then)
+    batch.close()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import sys
 import tempfile
 from dataclasses import dataclass
 from multiprocessing.sharedctypes import RawArray
@@ -158,17 +159,38 @@ class Buffers:
             first = self.next.obs[layout.obs_keys[0]]
             lanes = [self.views[("lane", lane)] for lane in range(1, layout.obs_lanes + 1)]
             self.obs_lanes = [first, *lanes]
+        self._handed_out: list[np.ndarray] | None = None  # see handed_out_lanes
+        self._free_refs = 0
 
-    def lane_array(self, lane: int) -> np.ndarray:
-        """A new array over observation lane ``lane`` (>= 1) that owns no views: numpy makes
-        every view of it point at it, so its reference count tells whether anybody still
+    def handed_out_lanes(self) -> list[np.ndarray]:
+        """The arrays over lanes 1, 2, ... that callers are handed (made on first use, then
+        the same ones). Each owns its views: numpy makes every view of it point at it (and
+        ``torch.from_numpy`` holds it), so its reference count tells whether anybody still
         holds it or a part of it."""
-        field = self.layout.fields[("lane", lane)]
-        n = self.layout.num_envs
-        count = n * int(np.prod(field.shape, dtype=np.int64))
-        array = np.frombuffer(as_buffer(self.memory), field.dtype, count, field.offset)
-        array.shape = (n, *field.shape)  # in place: a reshape would be a view of it
-        return array
+        if self._handed_out is None:
+            n = self.layout.num_envs
+            self._handed_out = []
+            for lane in range(1, len(self.obs_lanes)):
+                field = self.layout.fields[("lane", lane)]
+                count = n * int(np.prod(field.shape, dtype=np.int64))
+                array = np.frombuffer(as_buffer(self.memory), field.dtype, count, field.offset)
+                array.shape = (n, *field.shape)  # in place: a reshape would be a view of it
+                self._handed_out.append(array)
+            self._free_refs = min(self._lane_refs(), default=0)
+        return self._handed_out
+
+    def free_lane(self) -> int:
+        """The first observation lane whose handed-out array nobody holds (0: none)."""
+        if not self.obs_lanes:
+            return 0
+        self.handed_out_lanes()
+        for lane, refs in enumerate(self._lane_refs(), 1):
+            if refs <= self._free_refs:
+                return lane
+        return 0
+
+    def _lane_refs(self) -> list[int]:
+        return [sys.getrefcount(array) for array in self._handed_out]
 
     def tensordict(self):
         """Torch views of the buffers as a TensorDict (root, ``"next"`` and ``"action"``).

@@ -29,7 +29,6 @@ Example:
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -141,9 +140,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         # observation lane (see BufferLayout), whose array the call hands out as is. A lane is
         # free when nothing but this face refers to its array (numpy makes every view of it
         # refer to it, torch.from_numpy too); with none free, the call copies as before.
-        lanes = env.buffers.obs_lanes if early and not self._same_step else []
-        self._lane_arrays = [env.buffers.lane_array(lane) for lane in range(1, len(lanes))]
-        self._free_refs = self._lane_refs()[0] if self._lane_arrays else 0
+        self._lanes = bool(early and not self._same_step and env.buffers.obs_lanes)
         self._lane = 0  # the lane of the call in flight (0: none)
         self._pending: Callable[[dict], Any] | None = None  # finishes the call in flight
         self._torch_device = getattr(env, "device", None)
@@ -185,7 +182,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         if mask is not None and seeds is not None:
             seeds = [s if m else None for s, m in zip(seeds, mask)]
         # Only a reset of every sub-env into "next" fills a whole lane.
-        self._lane = self._free_lane() if mask is None and not self._same_step else 0
+        self._lane = self.buffers.free_lane() if self._lanes and mask is None else 0
         self._send(np.asarray(modes, dtype=np.uint8), seeds, options)
         self._pending = lambda extras: self._reset_result(extras, mask)
 
@@ -216,7 +213,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 )
             # NEXT_STEP's resets; a byte translation costs a third of np.where
             modes = np.frombuffer(self._needs_reset.tobytes().translate(_STEP_OR_RESET), np.uint8)
-        self._lane = self._free_lane()
+        self._lane = self.buffers.free_lane() if self._lanes else 0
         self._send(modes)
         self._pending = self._step_result
 
@@ -225,16 +222,6 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             self.env.send(modes, seeds, options, lane=self._lane)
         else:  # a batch without lanes may not know the argument
             self.env.send(modes, seeds, options)
-
-    def _free_lane(self) -> int:
-        """The first observation lane whose array nobody else holds (0: none)."""
-        for lane, refs in enumerate(self._lane_refs(), 1):
-            if refs <= self._free_refs:
-                return lane
-        return 0
-
-    def _lane_refs(self) -> list[int]:
-        return [sys.getrefcount(array) for array in self._lane_arrays]
 
     def _step_result(self, extras: dict) -> tuple[Any, Any, Any, Any, dict]:
         step_slot = self.buffers.next
@@ -303,7 +290,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     def _observations(self) -> Any:
         if self._lane:
-            array, self._lane = self._lane_arrays[self._lane - 1], 0
+            array, self._lane = self.buffers.handed_out_lanes()[self._lane - 1], 0
             return array
         if self._plain_obs is not None:
             if self._early_obs is not None:
