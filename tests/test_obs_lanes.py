@@ -147,7 +147,7 @@ def test_send_into_a_lane_checks_the_lane_and_the_modes():
         with pytest.raises(ValueError, match=rf"lane: expected 0 to {OBS_LANES}, got 9"):
             batch.send(Mode.STEP, lane=9)
         with pytest.raises(ValueError, match=r"modes: a command into an observation lane"):
-            batch.send(np.full(4, Mode.STEP | Mode.AUTORESET, np.uint8), lane=1)
+            batch.send(np.full(4, Mode.STEP | Mode.SYNC_ROOT, np.uint8), lane=1)
         with pytest.raises(ValueError, match=r"modes: a command into an observation lane"):
             batch.send(Mode.RESET, lane=1)  # into the root: the lane would not be whole
         # the refused commands changed nothing: the batch still works, into a lane and not
@@ -168,3 +168,44 @@ def test_two_faces_over_one_batch_never_write_a_lane_the_other_handed_out():
         assert in_lane(second.step(second.action_space.sample())[0])
     np.testing.assert_array_equal(kept, then)
     batch.close()
+
+
+def in_lane_tensor(tensor: torch.Tensor, batch) -> bool:
+    """Whether ``tensor`` holds a lane's memory as it is (not a copy of it)."""
+    return any(tensor.data_ptr() == a.ctypes.data for a in batch.buffers.handed_out_lanes())
+
+
+@pytest.mark.parametrize("kind", list(BATCHES))
+def test_tensordict_outputs_take_lanes_and_what_is_kept_stays(kind, no_leaks):
+    # step_and_maybe_reset: "next"'s observations come from a lane, the root shares them (or,
+    # after resets, copies them with the reset rows); equal to SAME_STEP SyncVectorEnv.
+    batch = BATCHES[kind](image_fns())
+    ref = SyncVectorEnv(image_fns(), autoreset_mode=AutoresetMode.SAME_STEP)
+    ref.action_space.seed(5)
+    obs, _ = ref.reset(seed=4)
+    batch.set_seed(4)
+    root = batch.reset()
+    np.testing.assert_array_equal(root["observation"].numpy(), obs)
+    kept, from_lanes, ends = [], 0, 0
+    for t in range(40):
+        action = ref.action_space.sample()
+        td, root = batch.step_and_maybe_reset(root.set("action", torch.as_tensor(action)))
+        obs, _, terminated, truncated, info = ref.step(action)
+        done = terminated | truncated
+        expected_next = obs.copy()
+        for i in np.flatnonzero(done):
+            expected_next[i] = info["final_obs"][i]
+        next_obs = td["next", "observation"]
+        np.testing.assert_array_equal(next_obs.numpy(), expected_next, err_msg=f"step {t}")
+        np.testing.assert_array_equal(root["observation"].numpy(), obs, err_msg=f"step {t}")
+        ends += int(done.sum())
+        if t < 20:
+            from_lanes += in_lane_tensor(next_obs, batch)
+        elif t in (20, 21):  # keep a whole step's output and a slice of the next one's
+            held = next_obs if t == 20 else next_obs[1:3]
+            kept += [(held, snapshot(held)), (root["observation"], snapshot(root["observation"]))]
+    assert from_lanes >= 15 and ends >= 10
+    for held, then in kept:
+        np.testing.assert_array_equal(snapshot(held), then)
+    batch.close()
+    ref.close()

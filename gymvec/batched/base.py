@@ -48,7 +48,9 @@ _STEP = np.uint8(Mode.STEP)
 _STEP_AND_RESET = np.uint8(Mode.STEP | Mode.AUTORESET)
 # The modes a command into an observation lane may hold: each writes its sub-env's "next"
 # observation (so the lane holds the whole batch after it) and nothing else reads "next".
-_LANE_MODES = frozenset((int(Mode.STEP), int(Mode.RESET | Mode.RESET_INTO_NEXT)))
+_LANE_MODES = frozenset(
+    (int(Mode.STEP), int(Mode.STEP | Mode.AUTORESET), int(Mode.RESET | Mode.RESET_INTO_NEXT))
+)
 OBS_LANES = 3  # observation lanes of a batch of large observations (see BufferLayout)
 
 
@@ -303,6 +305,10 @@ class BatchedEnvBase(EnvBase):
         # rows whose root is older than "next" (they stepped since their last reset)
         self._root_stale = np.zeros(self.num_envs, dtype=bool)
         self._any_reset = True  # whether the last step_and_maybe_reset reset a sub-env
+        # The output key of "next"'s observations when they can come from an observation
+        # lane (one top-level observation array); None otherwise.
+        keys = self.layout.obs_keys
+        self._lane_key = keys[0][0] if self.buffers.obs_lanes and len(keys[0]) == 1 else None
 
     def _sub_env_fn(self, i: int) -> Callable[[], Any]:
         fn, kwargs = self._create_env_fns[i], self._create_env_kwargs[i]
@@ -342,8 +348,8 @@ class BatchedEnvBase(EnvBase):
 
         ``lane`` (``1 <= lane < len(buffers.obs_lanes)``): the sub-envs write "next"'s
         observations into ``buffers.obs_lanes[lane]`` instead of "next"'s own buffer; every
-        mode must then be STEP or RESET | RESET_INTO_NEXT. A later command without a lane
-        first copies that lane back.
+        mode must then be STEP, STEP | AUTORESET or RESET | RESET_INTO_NEXT. A later command
+        without a lane first copies that lane back.
         """
         executor = self.executor
         if self._in_flight:
@@ -378,8 +384,8 @@ class BatchedEnvBase(EnvBase):
                 used = set(np.asarray(modes, dtype=np.uint8).tobytes())
             if not used <= _LANE_MODES:
                 raise ValueError(
-                    f"modes: a command into an observation lane takes only STEP and "
-                    f"RESET | RESET_INTO_NEXT, got {modes!r}"
+                    f"modes: a command into an observation lane takes only STEP, "
+                    f"STEP | AUTORESET and RESET | RESET_INTO_NEXT, got {modes!r}"
                 )
         elif self._lane:  # back to "next"'s own buffer, which is behind
             lanes[0][...] = lanes[self._lane]
@@ -488,7 +494,7 @@ class BatchedEnvBase(EnvBase):
 
     def _step(self, td: TensorDictBase) -> TensorDictBase:
         # EnvBase.step called _check_action, which wrote the actions.
-        next_tree, _ = self._run_building(_STEP, with_root=False)
+        next_tree, _, _ = self._run_building(_STEP, with_root=False)
         self._root_stale[:] = True
         return self._next_output(next_tree)
 
@@ -498,14 +504,14 @@ class BatchedEnvBase(EnvBase):
         self._check_action(td)  # and writes the actions
         # No SYNC_ROOT: the root output is built here from "next" and the reset rows, which
         # spares the sub-envs a copy of every observation into the root buffer.
-        next_tree, root_tree = self._run_building(_STEP_AND_RESET, with_root=self._any_reset)
+        next_tree, root_tree, lane = self._run_building(_STEP_AND_RESET, self._any_reset)
         done = self.buffers.next.done
         np.logical_not(done, out=self._root_stale)
         next_out = self._next_output(next_tree)
         set_next(td, next_out)
         self._any_reset = any_set(done)
         if self._any_reset:
-            root = (root_tree or self._merged_tree()).fill(done)
+            root = (root_tree or self._merged_tree(lane)).fill(done)
             return td, self._per_task(root if self.device.type == "cpu" else root.to(self.device))
         # Nobody was reset: the next root holds the same values as "next", so it may share
         # its tensors (as step_mdp would), which saves copying every observation twice.
@@ -517,28 +523,31 @@ class BatchedEnvBase(EnvBase):
 
     def _run_building(
         self, modes: int, with_root: bool
-    ) -> tuple[_FreshTree | None, _FreshTree | None]:
+    ) -> tuple[_FreshTree | None, _FreshTree | None, int]:
         """``run(modes)``, building the empty output trees ("next", and with ``with_root`` the
         merged root) while the worker processes finish (once this process stepped its share,
-        if it has one).
+        if it has one); returns them and the observation lane used (0: none).
 
         Building costs tens of microseconds (a tensor per leaf, the TensorDicts) and filling a
-        copy per leaf, so only the copies are left for after the wait. CPU outputs of a
-        uniform batch only; otherwise the trees are ``None``.
+        copy per leaf, so only the copies are left for after the wait. Large observations go
+        to a free observation lane, whose array "next" then holds as is (see
+        ``Buffers.handed_out_lanes``). CPU outputs of a uniform batch only; otherwise the
+        trees are ``None``.
         """
         if self.device.type != "cpu" or self.heterogeneous:
             self.last_extras = self.run(modes)
-            return None, None
+            return None, None, 0
+        lane = self.buffers.free_lane() if self._lane_key is not None else 0
         built: list = []
 
         def build(_: int) -> None:
-            built.extend((self._next_tree(), self._merged_tree() if with_root else None))
+            built.extend((self._next_tree(lane), self._merged_tree(lane) if with_root else None))
 
-        self.send(modes)
+        self.send(modes, lane=lane)
         self.last_extras = self.recv(on_local_done=build)
         if not built:  # SerialEnv: nothing ran beside this process
             build(0)
-        return built[0], built[1]
+        return built[0], built[1], lane
 
     def _root_output(self) -> TensorDictBase:
         """A copy of the root (observations, infos, flags) on ``self.device``."""
@@ -557,18 +566,27 @@ class BatchedEnvBase(EnvBase):
             return self._per_task(out)
         return self._per_task((tree or self._next_tree()).fill())
 
-    def _next_tree(self) -> _FreshTree:
+    def _next_tree(self, lane: int = 0) -> _FreshTree:
+        """An output tree of "next" (observations from ``lane`` when not 0, as they are)."""
         reward_dtype = torch_to_numpy_dtype(self.reward_spec.dtype)
         extra = {"reward": (self._reward_array, reward_dtype)}
-        return _FreshTree(self._next_arrays, self.batch_size, extra=extra)
+        made = None
+        if lane:
+            lane_array = self.buffers.handed_out_lanes()[lane - 1]
+            made = {self._lane_key: torch.from_numpy(lane_array)}
+        return _FreshTree(self._next_arrays, self.batch_size, made=made, extra=extra)
 
-    def _merged_tree(self) -> _FreshTree:
-        """The root after an autoreset (``fill(reset)``): "next", but the rows of the reset
-        sub-envs from the root buffer. Its done flags are all False (a sub-env either was reset
-        or did not finish), so they are made, not copied."""
+    def _merged_tree(self, lane: int = 0) -> _FreshTree:
+        """The root after an autoreset (``fill(reset)``): "next" (its observations from
+        ``lane`` when not 0), but the rows of the reset sub-envs from the root buffer. Its done
+        flags are all False (a sub-env either was reset or did not finish), so they are made,
+        not copied."""
         flags = np.zeros((len(DONE_KEYS), *self._next_arrays["done"].shape), dtype=bool)
         made = {key: torch.from_numpy(flags[k]) for k, key in enumerate(DONE_KEYS)}
-        return _FreshTree(self._next_arrays, self.batch_size, self._root_arrays, made=made)
+        arrays = self._next_arrays
+        if lane:
+            arrays = {**arrays, self._lane_key: self.buffers.obs_lanes[lane]}
+        return _FreshTree(arrays, self.batch_size, self._root_arrays, made=made)
 
     def _per_task(self, out: TensorDictBase) -> TensorDictBase:
         """In a heterogeneous batch, a lazy stack where each sub-env keeps only its keys."""
