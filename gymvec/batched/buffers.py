@@ -59,7 +59,8 @@ class BufferLayout:
     ``obs_lanes``: for one observation array of at least ``LANE_MIN_BYTES``, this many extra
     copies of the ``"next"`` observations ("lanes" 1 to ``obs_lanes``; lane 0 is ``"next"``'s
     own). A command can have the sub-envs write their observations into a lane, which the
-    gymnasium face then hands out as is instead of copying it (see ``GymnasiumVectorEnv``).
+    gymnasium face (and the tensordict API's "next") then hands out as is instead of copying
+    it (see ``Buffers.handed_out_lanes``).
     """
 
     def __init__(
@@ -96,7 +97,7 @@ class BufferLayout:
             and self.fields[("next", "obs", self.obs_keys[0])].nbytes(num_envs) >= LANE_MIN_BYTES
         ):
             self.obs_lanes = obs_lanes
-            key, shape, dtype = obs_leaves[0]
+            _, shape, dtype = obs_leaves[0]
             for lane in range(1, obs_lanes + 1):
                 self._add(("lane", lane), shape, dtype)
 

@@ -138,7 +138,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self._early_copy = self._copy_local_rows if early else None
         # Large observations go out without a copy: the sub-envs write them into a free
         # observation lane (see BufferLayout), whose array the call hands out as is. A lane is
-        # free when nothing but this face refers to its array (numpy makes every view of it
+        # free when nothing but the buffers refers to its array (numpy makes every view of it
         # refer to it, torch.from_numpy too); with none free, the call copies as before.
         self._lanes = bool(early and not self._same_step and env.buffers.obs_lanes)
         self._lane = 0  # the lane of the call in flight (0: none)
