@@ -19,7 +19,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import gymvec.bench.envs  # noqa: F401  (registers gymvec/ImageObs-v0)
-from gymvec import GymnasiumVectorEnv, Mode, ParallelEnv, SerialEnv
+from gymvec import GymnasiumVectorEnv, Mode, ParallelEnv, SerialEnv, step_mdp
 from gymvec.batched.base import OBS_LANES
 
 IMAGE_ID = "gymvec/ImageObs-v0"
@@ -104,9 +104,12 @@ def test_lanes_equal_sync_and_kept_observations_stay_as_handed_out(kind, fns, no
     ref.close()
 
 
-def test_a_command_without_a_lane_first_brings_the_lane_back(no_leaks):
+def test_a_partial_reset_after_lanes_shows_the_envs_observations_not_the_callers_writes(
+    no_leaks,
+):
     # DISABLED: steps go into lanes, the masked resets into "next"'s own buffer; the sub-envs
-    # not reset must show their latest observation (the lane's), as SyncVectorEnv's do.
+    # not reset must show their latest observation as their env returned it, as
+    # SyncVectorEnv's do, whatever the caller wrote into the arrays it was handed.
     mode = {"autoreset_mode": AutoresetMode.DISABLED}
     env = GymnasiumVectorEnv(BATCHES["local"](image_fns()), **mode)
     ref = SyncVectorEnv(image_fns(), **mode)
@@ -118,6 +121,7 @@ def test_a_command_without_a_lane_first_brings_the_lane_back(no_leaks):
         got, expected = env.step(action), ref.step(action)
         assert_same(got, expected, f"step {t}")
         assert in_lane(got[0])
+        got[0][...] = 0  # the caller's array: what the env returns next must not show it
         finished = expected[2] | expected[3]
         if finished.any():
             options = {"reset_mask": finished}
@@ -207,5 +211,37 @@ def test_tensordict_outputs_take_lanes_and_what_is_kept_stays(kind, no_leaks):
     assert from_lanes >= 15 and ends >= 10
     for held, then in kept:
         np.testing.assert_array_equal(snapshot(held), then)
+    batch.close()
+    ref.close()
+
+
+@pytest.mark.parametrize("kind", ["serial", "local"])
+def test_tensordict_partial_resets_after_lanes_ignore_what_callers_wrote(kind, no_leaks):
+    # step() hands out "next" from a lane; the caller writes into it; a partial reset then
+    # returns the root of every sub-env: those not reset must show what their env returned.
+    mode = {"autoreset_mode": AutoresetMode.DISABLED}
+    batch = BATCHES[kind](image_fns())
+    ref = SyncVectorEnv(image_fns(), **mode)
+    ref.action_space.seed(2)
+    obs, _ = ref.reset(seed=6)
+    batch.set_seed(6)
+    td = batch.reset()
+    resets = 0
+    for t in range(16):
+        action = ref.action_space.sample()
+        td = batch.step(td.set("action", torch.as_tensor(action)))
+        obs, _, terminated, truncated, _ = ref.step(action)
+        np.testing.assert_array_equal(td["next", "observation"].numpy(), obs)
+        assert in_lane_tensor(td["next", "observation"], batch)
+        td = step_mdp(td)
+        td["observation"].zero_()  # the caller's tensor
+        finished = terminated | truncated
+        if finished.any():
+            td.set("_reset", torch.as_tensor(finished).unsqueeze(-1))
+            td = batch.reset(td)
+            obs, _ = ref.reset(options={"reset_mask": finished})
+            np.testing.assert_array_equal(td["observation"].numpy(), obs, err_msg=f"step {t}")
+            resets += 1
+    assert resets >= 4
     batch.close()
     ref.close()

@@ -349,7 +349,7 @@ class BatchedEnvBase(EnvBase):
         ``lane`` (``1 <= lane < len(buffers.obs_lanes)``): the sub-envs write "next"'s
         observations into ``buffers.obs_lanes[lane]`` instead of "next"'s own buffer; every
         mode must then be STEP, STEP | AUTORESET or RESET | RESET_INTO_NEXT. A later command
-        without a lane first copies that lane back.
+        without a lane has the sub-envs first write "next"'s own buffer again.
         """
         executor = self.executor
         if self._in_flight:
@@ -387,8 +387,8 @@ class BatchedEnvBase(EnvBase):
                     f"modes: a command into an observation lane takes only STEP, "
                     f"STEP | AUTORESET and RESET | RESET_INTO_NEXT, got {modes!r}"
                 )
-        elif self._lane:  # back to "next"'s own buffer, which is behind
-            lanes[0][...] = lanes[self._lane]
+        # Back to lane 0, the sub-envs first give it the observations they returned last (not
+        # a copy of the lane: its array is the caller's, who may have written into it).
         self.control.lane[0] = lane
         self._lane = lane
 

@@ -131,6 +131,7 @@ class GymDriver:
         self.fields: dict[str, InfoField] = layout.info_fields
         self.field_index = {name: k for k, name in enumerate(self.fields)}
         self.extras: dict[str, dict] = {}
+        self.next_value: Any = None  # the observation of the last reset into "next"
 
     def run(self, mode: int, seed: int | None, options: dict | None) -> None:
         if mode & _STEP:
@@ -167,6 +168,8 @@ class GymDriver:
     def reset(self, slot: Slot, seed: int | None, options: dict | None) -> None:
         i = self.index
         obs, info = self.gym.reset(seed=seed, options=options)
+        if slot is self.next:
+            self.next_value = obs
         self._write_obs(self.next_obs if slot is self.next else self.root_obs, obs)
         if slot.reward is not None:
             slot.reward[i] = 0.0
@@ -294,6 +297,9 @@ class BatchStep:
         self.concat_out = self.obs.reshape(-1, *self.obs_shape[1:]) if self.obs_shape else None
         # (obs, concat_out) of this group's rows in each observation lane, lane 0 first
         self.lanes = [(self.obs, self.concat_out)]
+        # The observations the sub-envs returned last, as they returned them: what lane 0 is
+        # given back after commands into other lanes, whose arrays callers may have changed.
+        self.last_obs: list[Any] = [None] * (stop - start)
         for lane in buffers.obs_lanes[1:]:
             obs = lane[rows]
             self.lanes.append(
@@ -301,7 +307,12 @@ class BatchStep:
             )
 
     def use_lane(self, lane: int) -> None:
-        """Write the observations of "next" into observation lane ``lane`` from now on."""
+        """Write the observations of "next" into observation lane ``lane`` from now on; back
+        to lane 0, first write it the observations of the last command."""
+        if lane == 0:
+            obs = self.lanes[0][0]
+            for k, value in enumerate(self.last_obs):
+                obs[k] = value
         self.obs, self.concat_out = self.lanes[lane]
 
     def run(self, modes: bytes, seeds: np.ndarray, options: dict | None) -> dict[int, dict]:
@@ -344,6 +355,8 @@ class BatchStep:
                     seed = int(seeds[k]) if mode & _SEED else None
                     self.drivers[k].reset(self.next if into_next else self.root, seed, options)
                     root_written[k] = not into_next
+                    if into_next:
+                        self.last_obs[k] = self.drivers[k].next_value
         if not synced and (uniform is None or uniform & _SYNC_ROOT):
             sync = [k for k, mode in enumerate(modes) if mode & _SYNC_ROOT and not root_written[k]]
             if len(sync) == n:
@@ -376,6 +389,11 @@ class BatchStep:
         everyone = len(stepping) == len(self.steps)
         rows: Any = slice(None) if everyone else list(stepping)
         observations, rewards, terminations, truncations, infos = zip(*results)
+        if everyone:
+            self.last_obs = list(observations)
+        else:
+            for k, value in zip(stepping, observations):
+                self.last_obs[k] = value
         if everyone and self.concat_out is not None and self._shaped(observations):
             np.concatenate(observations, out=self.concat_out, casting="unsafe")
         else:  # also where a shape is off: the assignment then raises
