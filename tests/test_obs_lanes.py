@@ -245,3 +245,24 @@ def test_tensordict_partial_resets_after_lanes_ignore_what_callers_wrote(kind, n
     assert resets >= 4
     batch.close()
     ref.close()
+
+
+def test_torch_output_takes_lanes_too(no_leaks):
+    batch = BATCHES["local"](image_fns())
+    env = GymnasiumVectorEnv(batch, output="torch")
+    ref = SyncVectorEnv(image_fns())
+    ref.action_space.seed(1)
+    obs, _ = env.reset(seed=3)
+    np.testing.assert_array_equal(obs.numpy(), ref.reset(seed=3)[0])
+    kept = []
+    for t in range(12):
+        action = ref.action_space.sample()
+        obs = env.step(action)[0]
+        np.testing.assert_array_equal(obs.numpy(), ref.step(action)[0], err_msg=f"step {t}")
+        assert in_lane_tensor(obs, batch) == (t < 9)  # from step 9 on, the kept hold every lane
+        if t in (6, 7, 8):
+            kept.append((obs, snapshot(obs)))
+    for held, then in kept:
+        np.testing.assert_array_equal(held.numpy(), then)
+    env.close()
+    ref.close()

@@ -140,10 +140,15 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         # observation lane (see BufferLayout), whose array the call hands out as is. A lane is
         # free when nothing but the buffers refers to its array (numpy makes every view of it
         # refer to it, torch.from_numpy too); with none free, the call copies as before.
-        self._lanes = bool(early and not self._same_step and env.buffers.obs_lanes)
-        self._lane = 0  # the lane of the call in flight (0: none)
+        # torch output on the CPU too: the tensor is torch.from_numpy of the lane's array.
         self._pending: Callable[[dict], Any] | None = None  # finishes the call in flight
         self._torch_device = getattr(env, "device", None)
+        one_array = [leaf.path for leaf in self._obs_leaves] == [()]
+        cpu_output = output == "numpy" or torch_device_type(self._torch_device) == "cpu"
+        self._lanes = bool(
+            one_array and cpu_output and copy and not self._same_step and env.buffers.obs_lanes
+        )
+        self._lane = 0  # the lane of the call in flight (0: none)
 
     def _set_spaces(self) -> None:
         single_obs, single_act = sub_env_spaces(self.env)
@@ -291,6 +296,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     def _observations(self) -> Any:
         if self._lane:
             array, self._lane = self.buffers.handed_out_lanes()[self._lane - 1], 0
+            if self.output == "torch":
+                import torch
+
+                return torch.from_numpy(array)  # which holds the array: the lane stays taken
             return array
         if self._plain_obs is not None:
             if self._early_obs is not None:
@@ -477,3 +486,8 @@ def _check_discrete(bounds: list[tuple]) -> None:
                 f"actions{_path_str(path)}: expected values in {sub}, got "
                 f"min {values.min()} max {values.max()}"
             )
+
+
+def torch_device_type(device: Any) -> str:
+    """``"cpu"`` for a CPU device or None (a batched env without one runs on the CPU)."""
+    return "cpu" if device is None else str(getattr(device, "type", device))
