@@ -55,11 +55,6 @@ def in_lane(obs: np.ndarray) -> bool:
     return not obs.flags.owndata
 
 
-def assert_same(got: tuple, expected: tuple, what: str) -> None:
-    for a, b in zip(got[:4], expected[:4]):
-        np.testing.assert_array_equal(a, b, err_msg=what)
-
-
 @pytest.mark.parametrize("fns", [image_fns, dict_action_fns], ids=["image", "dict-action"])
 @pytest.mark.parametrize("kind", list(BATCHES))
 def test_lanes_equal_sync_and_kept_observations_stay_as_handed_out(kind, fns, no_leaks):
@@ -75,7 +70,7 @@ def test_lanes_equal_sync_and_kept_observations_stay_as_handed_out(kind, fns, no
     def step(t: int) -> tuple:
         action = ref.action_space.sample()
         got = env.step(action)
-        assert_same(got, ref.step(action), f"step {t}")
+        fe.assert_same_step(got, ref.step(action), f"step {t}")
         return got
 
     # Nothing kept: every step goes out in a lane.
@@ -119,7 +114,7 @@ def test_a_partial_reset_after_lanes_shows_the_envs_observations_not_the_callers
     for t in range(20):
         action = ref.action_space.sample()
         got, expected = env.step(action), ref.step(action)
-        assert_same(got, expected, f"step {t}")
+        fe.assert_same_step(got, expected, f"step {t}")
         assert in_lane(got[0])
         got[0][...] = 0  # the caller's array: what the env returns next must not show it
         finished = expected[2] | expected[3]
