@@ -76,7 +76,9 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         autoreset_mode: "next_step" (gymnasium's default), "same_step" or "disabled".
         output: "numpy", or "torch" for observations, rewards and flags as torch tensors on
             the env's device (actions may then be tensors too; infos stay numpy).
-        copy: return copies of the observations (False: views that the next call overwrites).
+        copy: observations the caller keeps never change (large ones are handed out from a
+            free observation lane of the buffers, others copied); False: views of the buffers
+            that the next call overwrites.
     """
 
     def __init__(
