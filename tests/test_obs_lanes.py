@@ -19,8 +19,16 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import gymvec.bench.envs  # noqa: F401  (registers gymvec/ImageObs-v0)
-from gymvec import GymnasiumVectorEnv, Mode, ParallelEnv, SerialEnv, step_mdp
+from gymvec import (
+    GymnasiumVectorEnv,
+    GymVectorEnvWrapper,
+    Mode,
+    ParallelEnv,
+    SerialEnv,
+    step_mdp,
+)
 from gymvec.batched.base import OBS_LANES
+from gymvec.facade.adapter import CommandAdapter
 
 IMAGE_ID = "gymvec/ImageObs-v0"
 LENGTHS = (3, 4, 5, 6)  # sub-envs finish at different steps
@@ -134,6 +142,11 @@ def test_small_observations_and_same_step_use_no_lanes(no_leaks):
         assert batch.buffers.obs_lanes == []
         with pytest.raises(ValueError, match=r"lane: expected 0 \(no observation lanes here\)"):
             batch.send(Mode.STEP, lane=1)
+    # a face over a batch without buffers of its own (here a gymnasium vector env) neither
+    adapter = CommandAdapter(GymVectorEnvWrapper(SyncVectorEnv(image_fns())))
+    with pytest.raises(ValueError, match=r"lane: expected 0 \(no observation lanes here\)"):
+        adapter.send(Mode.STEP, lane=1)
+    adapter.env.close()
     env = GymnasiumVectorEnv(BATCHES["serial"](image_fns()), autoreset_mode="same_step")
     obs, _ = env.reset(seed=0)
     assert not in_lane(obs) and not in_lane(env.step(env.action_space.sample())[0])

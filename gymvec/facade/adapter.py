@@ -64,7 +64,9 @@ class CommandAdapter:
         self._command: tuple | None = None
         self._in_flight = False
 
-    def send(self, modes, seeds=None, options=None) -> None:
+    def send(self, modes, seeds=None, options=None, lane: int = 0) -> None:
+        if lane:  # the buffers here have no observation lanes (see BufferLayout)
+            raise ValueError(f"lane: expected 0 (no observation lanes here), got {lane!r}")
         self._command = (np.broadcast_to(np.asarray(modes), (self.num_envs,)).copy(), seeds)
         self._in_flight = True
 

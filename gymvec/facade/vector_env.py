@@ -138,15 +138,16 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self._early_obs: tuple[np.ndarray, int] | None = None  # see _copy_local_rows
         early = self._plain_obs is not None and copy and self._plain_obs.nbytes >= EARLY_COPY_BYTES
         self._early_copy = self._copy_local_rows if early else None
-        # Large observations go out without a copy: the sub-envs write them into a free
-        # observation lane (see BufferLayout), whose array the call hands out as is. A lane is
-        # free when nothing but the buffers refers to its array (numpy makes every view of it
-        # refer to it, torch.from_numpy too); with none free, the call copies as before.
-        # torch output on the CPU too: the tensor is torch.from_numpy of the lane's array.
         self._pending: Callable[[dict], Any] | None = None  # finishes the call in flight
         self._torch_device = getattr(env, "device", None)
+        # Large observations go out without a copy: the sub-envs write them into a free
+        # observation lane (see BufferLayout), whose array the call hands out as is (torch
+        # output on the CPU: torch.from_numpy of it). A lane is free when nothing but the
+        # buffers refers to its array (numpy makes every view of it refer to it,
+        # torch.from_numpy too); with none free, the call copies as before.
         one_array = [leaf.path for leaf in self._obs_leaves] == [()]
-        cpu_output = output == "numpy" or torch_device_type(self._torch_device) == "cpu"
+        on_cpu = self._torch_device is None or self._torch_device.type == "cpu"
+        cpu_output = output == "numpy" or on_cpu
         self._lanes = bool(
             one_array and cpu_output and copy and not self._same_step and env.buffers.obs_lanes
         )
@@ -190,7 +191,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             seeds = [s if m else None for s, m in zip(seeds, mask)]
         # Only a reset of every sub-env into "next" fills a whole lane.
         self._lane = self.buffers.free_lane() if self._lanes and mask is None else 0
-        self._send(np.asarray(modes, dtype=np.uint8), seeds, options)
+        self.env.send(np.asarray(modes, dtype=np.uint8), seeds, options, lane=self._lane)
         self._pending = lambda extras: self._reset_result(extras, mask)
 
     def _reset_result(self, extras: dict, mask: np.ndarray | None) -> tuple[Any, dict]:
@@ -221,14 +222,8 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             # NEXT_STEP's resets; a byte translation costs a third of np.where
             modes = np.frombuffer(self._needs_reset.tobytes().translate(_STEP_OR_RESET), np.uint8)
         self._lane = self.buffers.free_lane() if self._lanes else 0
-        self._send(modes)
+        self.env.send(modes, lane=self._lane)
         self._pending = self._step_result
-
-    def _send(self, modes: Any, seeds=None, options: dict | None = None) -> None:
-        if self._lane:
-            self.env.send(modes, seeds, options, lane=self._lane)
-        else:  # a batch without lanes may not know the argument
-            self.env.send(modes, seeds, options)
 
     def _step_result(self, extras: dict) -> tuple[Any, Any, Any, Any, dict]:
         step_slot = self.buffers.next
@@ -488,8 +483,3 @@ def _check_discrete(bounds: list[tuple]) -> None:
                 f"actions{_path_str(path)}: expected values in {sub}, got "
                 f"min {values.min()} max {values.max()}"
             )
-
-
-def torch_device_type(device: Any) -> str:
-    """``"cpu"`` for a CPU device or None (a batched env without one runs on the CPU)."""
-    return "cpu" if device is None else str(getattr(device, "type", device))
