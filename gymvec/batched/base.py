@@ -304,7 +304,6 @@ class BatchedEnvBase(EnvBase):
         self._action_slot_list: list[tuple] = []
         # rows whose root is older than "next" (they stepped since their last reset)
         self._root_stale = np.zeros(self.num_envs, dtype=bool)
-        self._any_reset = True  # whether the last step_and_maybe_reset reset a sub-env
         # The output key of "next"'s observations when they can come from an observation
         # lane (one top-level observation array); None otherwise.
         keys = self.layout.obs_keys
@@ -494,9 +493,9 @@ class BatchedEnvBase(EnvBase):
 
     def _step(self, td: TensorDictBase) -> TensorDictBase:
         # EnvBase.step called _check_action, which wrote the actions.
-        next_tree, _, _ = self._run_building(_STEP, with_root=False)
+        lane = self._run_into_lane(_STEP)
         self._root_stale[:] = True
-        return self._next_output(next_tree)
+        return self._next_output(lane)
 
     def step_and_maybe_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
         """Step, and reset the finished sub-envs in the same round trip."""
@@ -504,14 +503,13 @@ class BatchedEnvBase(EnvBase):
         self._check_action(td)  # and writes the actions
         # No SYNC_ROOT: the root output is built here from "next" and the reset rows, which
         # spares the sub-envs a copy of every observation into the root buffer.
-        next_tree, root_tree, lane = self._run_building(_STEP_AND_RESET, self._any_reset)
+        lane = self._run_into_lane(_STEP_AND_RESET)
         done = self.buffers.next.done
         np.logical_not(done, out=self._root_stale)
-        next_out = self._next_output(next_tree)
+        next_out = self._next_output(lane)
         set_next(td, next_out)
-        self._any_reset = any_set(done)
-        if self._any_reset:
-            root = (root_tree or self._merged_tree(lane)).fill(done)
+        if any_set(done):
+            root = self._merged_root(lane, done)
             return td, self._per_task(root if self.device.type == "cpu" else root.to(self.device))
         # Nobody was reset: the next root holds the same values as "next", so it may share
         # its tensors (as step_mdp would), which saves copying every observation twice.
@@ -521,72 +519,49 @@ class BatchedEnvBase(EnvBase):
         root = TensorDict._new_unsafe(entries, batch_size=self.batch_size, device=next_out.device)
         return td, root
 
-    def _run_building(
-        self, modes: int, with_root: bool
-    ) -> tuple[_FreshTree | None, _FreshTree | None, int]:
-        """``run(modes)``, building the empty output trees ("next", and with ``with_root`` the
-        merged root) while the worker processes finish (once this process stepped its share,
-        if it has one); returns them and the observation lane used (0: none).
+    def _run_into_lane(self, modes: np.uint8) -> int:
+        """``run(modes)``; large observations go to a free observation lane, whose array
+        "next" then holds as is (see ``Buffers.handed_out_lanes``). Returns the lane (0: none).
 
-        Building costs tens of microseconds (a tensor per leaf, the TensorDicts) and filling a
-        copy per leaf, so only the copies are left for after the wait. Large observations go
-        to a free observation lane, whose array "next" then holds as is (see
-        ``Buffers.handed_out_lanes``). CPU outputs of a uniform batch only; otherwise the
-        trees are ``None``.
+        CPU outputs of a uniform batch only: the others are copies anyway.
         """
-        if self.device.type != "cpu" or self.heterogeneous:
-            self.last_extras = self.run(modes)
-            return None, None, 0
-        lane = self.buffers.free_lane() if self._lane_key is not None else 0
-        built: list = []
-
-        def build(_: int) -> None:
-            built.extend((self._next_tree(lane), self._merged_tree(lane) if with_root else None))
-
-        self.send(modes, lane=lane)
-        self.last_extras = self.recv(on_local_done=build)
-        if not built:  # SerialEnv: nothing ran beside this process
-            build(0)
-        return built[0], built[1], lane
+        lane = 0
+        if self._lane_key is not None and self.device.type == "cpu" and not self.heterogeneous:
+            lane = self.buffers.free_lane()
+        self.last_extras = self.run(modes, lane=lane)
+        return lane
 
     def _root_output(self) -> TensorDictBase:
         """A copy of the root (observations, infos, flags) on ``self.device``."""
         # Outputs never alias the buffers, which the next command overwrites.
         if self.device.type != "cpu":
             return self._per_task(self._root_view.to(self.device))
-        return self._per_task(_FreshTree(self._root_arrays, self.batch_size).fill())
+        return self._per_task(fresh_tree(self._root_arrays, self.batch_size))
 
-    def _next_output(self, tree: _FreshTree | None = None) -> TensorDictBase:
-        """A copy of ``"next"``, the reward cast to the reward spec's dtype (filling ``tree``,
-        when given, built by ``_next_tree``)."""
+    def _next_output(self, lane: int = 0) -> TensorDictBase:
+        """A copy of ``"next"``, the reward cast to the reward spec's dtype; its observations
+        the array of ``lane`` itself when not 0."""
         if self.device.type != "cpu":
             out = self._next_view.to(self.device)
             reward = self._reward_view.to(self.device, self.reward_spec.dtype, copy=True)
             out.set("reward", reward)
             return self._per_task(out)
-        return self._per_task((tree or self._next_tree()).fill())
-
-    def _next_tree(self, lane: int = 0) -> _FreshTree:
-        """An output tree of "next" (observations from ``lane`` when not 0, as they are)."""
-        reward_dtype = torch_to_numpy_dtype(self.reward_spec.dtype)
-        extra = {"reward": (self._reward_array, reward_dtype)}
-        made = None
+        reward = self._reward_array.astype(torch_to_numpy_dtype(self.reward_spec.dtype))
+        made = {"reward": torch.from_numpy(reward)}
         if lane:
-            lane_array = self.buffers.handed_out_lanes()[lane - 1]
-            made = {self._lane_key: torch.from_numpy(lane_array)}
-        return _FreshTree(self._next_arrays, self.batch_size, made=made, extra=extra)
+            made[self._lane_key] = torch.from_numpy(self.buffers.handed_out_lanes()[lane - 1])
+        return self._per_task(fresh_tree(self._next_arrays, self.batch_size, made=made))
 
-    def _merged_tree(self, lane: int = 0) -> _FreshTree:
-        """The root after an autoreset (``fill(reset)``): "next" (its observations from
-        ``lane`` when not 0), but the rows of the reset sub-envs from the root buffer. Its done
-        flags are all False (a sub-env either was reset or did not finish), so they are made,
-        not copied."""
+    def _merged_root(self, lane: int, reset: np.ndarray) -> TensorDict:
+        """The root after an autoreset, on the CPU: "next" (its observations from ``lane``
+        when not 0), but the rows ``reset`` marks from the root buffer. Its done flags are all
+        False (a sub-env either was reset or did not finish), so they are made, not copied."""
         flags = np.zeros((len(DONE_KEYS), *self._next_arrays["done"].shape), dtype=bool)
         made = {key: torch.from_numpy(flags[k]) for k, key in enumerate(DONE_KEYS)}
         arrays = self._next_arrays
         if lane:
             arrays = {**arrays, self._lane_key: self.buffers.obs_lanes[lane]}
-        return _FreshTree(arrays, self.batch_size, self._root_arrays, made=made)
+        return fresh_tree(arrays, self.batch_size, made, self._root_arrays, reset)
 
     def _per_task(self, out: TensorDictBase) -> TensorDictBase:
         """In a heterogeneous batch, a lazy stack where each sub-env keeps only its keys."""
@@ -682,55 +657,36 @@ def _numpy_tree(td: TensorDictBase) -> dict:
     }
 
 
-class _FreshTree:
-    """A CPU TensorDict of fresh arrays shaped like ``arrays`` (a tree of numpy arrays, see
-    ``_numpy_tree``), built before it is filled: ``fill()`` copies the arrays in.
+def fresh_tree(
+    arrays: dict,
+    batch_size: torch.Size,
+    made: dict[str, torch.Tensor] | None = None,
+    source: dict | None = None,
+    mask: np.ndarray | None = None,
+) -> TensorDict:
+    """A CPU TensorDict of fresh copies of ``arrays`` (a tree of numpy arrays, see
+    ``_numpy_tree``), the rows ``mask`` marks (bools over the batch) taken from ``source``
+    (nested like ``arrays``) instead; ``made`` tensors are taken as they are.
 
-    Built without the generic machinery of ``clone()`` (tens of microseconds per step), and
-    apart from the copies so that a step can build it while its workers still run.
-    ``fill(mask)`` takes the rows ``mask`` marks (bools over the batch) from ``source``
-    (nested like ``arrays``) instead. ``made`` tensors are taken as they are; each ``extra``
-    entry, ``key: (array, dtype)``, is one more leaf: a copy of ``array`` cast to ``dtype``.
+    A numpy copy wrapped by ``torch.from_numpy`` costs less than the generic ``clone()``.
     """
-
-    def __init__(
-        self,
-        arrays: dict,
-        batch_size: torch.Size,
-        source: dict | None = None,
-        made: dict[str, torch.Tensor] | None = None,
-        extra: dict[str, tuple[np.ndarray, np.dtype]] | None = None,
-    ):
-        self.batch_size = batch_size
-        self.copies: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
-        made = dict(made or {})
-        for key, (array, dtype) in (extra or {}).items():
-            fresh = np.empty(array.shape, dtype)
-            self.copies.append((fresh, array, None))
-            made[key] = torch.from_numpy(fresh)
-        self.td = self._build(arrays, source, made)
-
-    def _build(self, arrays: dict, source: dict | None, made: dict) -> TensorDict:
-        entries = {}
-        for key, value in arrays.items():
-            if key in made:
-                entries[key] = made.pop(key)
-            elif type(value) is dict:
-                entries[key] = self._build(value, None if source is None else source[key], {})
-            else:
-                fresh = np.empty_like(value)
-                self.copies.append((fresh, value, None if source is None else source[key]))
-                entries[key] = torch.from_numpy(fresh)
-        entries.update(made)
-        return TensorDict._new_unsafe(entries, batch_size=self.batch_size, device=_CPU)
-
-    def fill(self, mask: np.ndarray | None = None) -> TensorDict:
-        for fresh, value, source in self.copies:
-            np.copyto(fresh, value, casting="unsafe")
+    entries = {}
+    for key, value in arrays.items():
+        if made is not None and key in made:
+            entries[key] = made[key]
+        elif type(value) is dict:
+            below = None if source is None else source[key]
+            entries[key] = fresh_tree(value, batch_size, None, below, mask)
+        else:
+            fresh = value.copy()
             if mask is not None:  # a masked copy costs half of an indexed one
                 where = mask.reshape(mask.shape + (1,) * (fresh.ndim - 1))
-                np.copyto(fresh, source, where=where)
-        return self.td
+                np.copyto(fresh, source[key], where=where)
+            entries[key] = torch.from_numpy(fresh)
+    if made is not None:
+        for key, value in made.items():
+            entries.setdefault(key, value)
+    return TensorDict._new_unsafe(entries, batch_size=batch_size, device=_CPU)
 
 
 def expand_seeds(seed: int | Sequence[int | None] | None, n: int) -> list[int | None] | None:
