@@ -33,6 +33,7 @@ __all__ = [
 
 NestedKey = str | tuple
 ShapeLike = int | Sequence[int] | torch.Size
+DeviceLike = torch.device | str | int | None
 
 # Built by round-tripping empty arrays, so the table is exactly what torch itself maps.
 _TORCH_TO_NUMPY: dict[torch.dtype, np.dtype] = {

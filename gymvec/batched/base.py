@@ -36,6 +36,7 @@ from gymvec.errors import SpaceMismatchError, WorkerError
 from gymvec.spaces import spec_from_space
 from gymvec.specs import (
     Composite,
+    DeviceLike,
     Unbounded,
     numpy_to_torch_dtype,
     stack_specs,
@@ -157,8 +158,8 @@ class BatchedEnvBase(EnvBase):
         create_env_kwargs: dict | Sequence[dict] | None = None,
         *,
         envs_per_worker: int | Sequence[int] = 1,
-        device=None,
-    ):
+        device: DeviceLike = None,
+    ) -> None:
         _check_count("num_workers", num_workers)
         self.num_workers = num_workers
         self.envs_per_worker = envs_per_worker
@@ -415,7 +416,13 @@ class BatchedEnvBase(EnvBase):
         self._in_flight = False
         return extras
 
-    def run(self, modes, seeds=None, options=None, lane: int = 0) -> dict[int, dict]:
+    def run(
+        self,
+        modes: np.ndarray | int,
+        seeds: Sequence[int | None] | None = None,
+        options: dict | None = None,
+        lane: int = 0,
+    ) -> dict[int, dict]:
         """``send`` then ``recv``."""
         self.send(modes, seeds, options, lane)
         return self.recv()
@@ -573,13 +580,15 @@ class BatchedEnvBase(EnvBase):
             rows.append(out[i].exclude(*unused) if unused else out[i])
         return LazyStackedTensorDict(*rows, stack_dim=0)
 
-    def to(self, device) -> BatchedEnvBase:
+    def to(self, device: DeviceLike) -> BatchedEnvBase:
         """Move where outputs live (sub-envs and buffers stay on the CPU)."""
         self.device = torch.device(device)
         return self
 
     # ---- dispatch -----------------------------------------------------------------------------
-    def request(self, name: str, indices: Sequence[int] | None, *args: Any, values=None) -> list:
+    def request(
+        self, name: str, indices: Sequence[int] | None, *args: Any, values: Sequence | None = None
+    ) -> list:
         """Run a slow-path request (see ``driver.REQUESTS``) on the sub-envs at ``indices``."""
         indices = list(range(self.num_envs)) if indices is None else [int(i) for i in indices]
         for i in indices:

@@ -20,11 +20,14 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from multiprocessing.sharedctypes import RawArray
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gymvec.envs.infos import InfoField
+
+if TYPE_CHECKING:  # torch-free at run time: worker processes import this module
+    from tensordict import TensorDict
 
 # This module is imported by worker processes: no torch at import time (it takes seconds to
 # import, and a worker stepping gymnasium envs never needs it).
@@ -193,7 +196,7 @@ class Buffers:
     def _lane_refs(self) -> list[int]:
         return [sys.getrefcount(array) for array in self._handed_out]
 
-    def tensordict(self):
+    def tensordict(self) -> TensorDict:
         """Torch views of the buffers as a TensorDict (root, ``"next"`` and ``"action"``).
 
         Flags and reward get their trailing dim of 1. Writing into it writes the buffers.

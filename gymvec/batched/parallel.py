@@ -16,7 +16,7 @@ import signal
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 import numpy as np
@@ -40,6 +40,9 @@ from gymvec.batched.worker import (
     worker_main,
 )
 from gymvec.errors import WorkerError
+
+if TYPE_CHECKING:
+    from gymvec.specs import DeviceLike
 
 WORKER_SPIN_S = 200e-6  # how long an idle worker spins before it blocks
 PARENT_SPIN_S = 100e-6  # how long the parent spins on a worker's answer before it blocks
@@ -355,10 +358,10 @@ class ParallelEnv(BatchedEnvBase):
     def __init__(
         self,
         num_workers: int,
-        create_env_fn,
-        create_env_kwargs=None,
+        create_env_fn: Callable[..., Any] | Sequence[Callable[..., Any]],
+        create_env_kwargs: dict | Sequence[dict] | None = None,
         *,
-        envs_per_worker: int = 1,
+        envs_per_worker: int | Sequence[int] = 1,
         shared_memory: bool = True,
         memmap: bool = False,
         mp_start_method: str | None = None,
@@ -368,8 +371,8 @@ class ParallelEnv(BatchedEnvBase):
         daemon: bool = False,
         startup_timeout: float = 120.0,
         spin: bool | None = None,
-        device=None,
-    ):
+        device: DeviceLike = None,
+    ) -> None:
         _check_count("num_workers", num_workers)  # before it is used below
         if not shared_memory:
             raise ValueError("shared_memory=False is not supported: buffers are always shared")

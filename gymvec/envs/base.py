@@ -18,13 +18,16 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
 from gymvec.errors import ClosedEnvError
-from gymvec.specs import Categorical, Composite, TensorSpec, Unbounded
+from gymvec.specs import Categorical, Composite, DeviceLike, ShapeLike, TensorSpec, Unbounded
+
+if TYPE_CHECKING:
+    from gymvec.facade.vector_env import GymnasiumVectorEnv
 
 DONE_KEYS = ("done", "terminated", "truncated")
 
@@ -57,7 +60,7 @@ class EnvBase:
     ``_step(td) -> next_td`` and ``_set_seed(seed)``.
     """
 
-    def __init__(self, *, batch_size=(), device=None):
+    def __init__(self, *, batch_size: ShapeLike = (), device: DeviceLike = None) -> None:
         self.batch_size = torch.Size(batch_size)
         self.device = torch.device("cpu" if device is None else device)
         self.observation_spec = Composite(shape=self.batch_size)
@@ -170,7 +173,7 @@ class EnvBase:
             self._closed = True
             self._close()
 
-    def to_gymnasium(self, **kwargs: Any):
+    def to_gymnasium(self, **kwargs: Any) -> GymnasiumVectorEnv:
         """This env as a ``gymnasium.vector.VectorEnv`` (see ``GymnasiumVectorEnv``)."""
         from gymvec.facade.vector_env import GymnasiumVectorEnv
 

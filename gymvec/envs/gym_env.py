@@ -14,7 +14,7 @@ from gymvec.envs.base import DONE_KEYS, EnvBase
 from gymvec.envs.infos import InfoField, declared_fields, infer_info_fields, split_info
 from gymvec.envs.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.spaces import spec_from_space
-from gymvec.specs import Composite, Unbounded, numpy_to_torch_dtype
+from gymvec.specs import Composite, DeviceLike, Unbounded, numpy_to_torch_dtype
 
 
 class GymEnv(EnvBase):
@@ -43,11 +43,11 @@ class GymEnv(EnvBase):
         self,
         env: str | gym.Env,
         *,
-        device=None,
+        device: DeviceLike = None,
         info_fields: dict[str, Any] | None = None,
         probe_infos: bool = True,
         **make_kwargs: Any,
-    ):
+    ) -> None:
         super().__init__(device=device)
         if isinstance(env, str):
             env = gym.make(env, **make_kwargs)

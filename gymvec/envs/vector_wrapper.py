@@ -17,7 +17,7 @@ from gymvec.envs.base import DONE_KEYS, EnvBase, make_reward_spec
 from gymvec.envs.infos import InfoField, declared_fields
 from gymvec.envs.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.spaces import spec_from_space
-from gymvec.specs import Composite, Unbounded, numpy_to_torch_dtype
+from gymvec.specs import Composite, DeviceLike, Unbounded, numpy_to_torch_dtype
 
 PENDING_KEY = "reset_pending"
 
@@ -92,12 +92,12 @@ class GymVectorEnvWrapper(EnvBase):
     def __init__(
         self,
         vector_env: gym.vector.VectorEnv,
-        device=None,
+        device: DeviceLike = None,
         *,
         supports_reset_mask: bool | None = None,
         info_fields: dict[str, Any] | None = None,
         reward_dtype: torch.dtype = torch.float32,
-    ):
+    ) -> None:
         if not isinstance(vector_env, gym.vector.VectorEnv):
             raise TypeError(
                 "GymVectorEnvWrapper expects a gymnasium.vector.VectorEnv, "

@@ -229,7 +229,9 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
                 f"Trying to operate on `{type(self).__name__}`, after a call to `close()`."
             )
 
-    def reset_async(self, seed=None, options: dict | None = None) -> None:
+    def reset_async(
+        self, seed: int | Sequence[int | None] | None = None, options: dict | None = None
+    ) -> None:
         self._begin("reset_async")
         self.reset_send(seed=seed, options=options)
         self._state = AsyncState.WAITING_RESET
@@ -237,7 +239,9 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict]:
         return self.finish(self._wait("reset", AsyncState.WAITING_RESET, timeout))
 
-    def reset(self, *, seed=None, options: dict | None = None) -> tuple[Any, dict]:
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
+    ) -> tuple[Any, dict]:
         self.reset_async(seed=seed, options=options)
         return self.reset_wait()
 

@@ -177,7 +177,9 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self.reset_send(seed=seed, options=options)
         return self.finish(self.recv())
 
-    def reset_send(self, *, seed=None, options: dict | None = None) -> None:
+    def reset_send(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
+    ) -> None:
         self._early_obs, self._lane = None, 0  # left by a call that raised
         seeds = expand_seeds(seed, self.num_envs)
         options = dict(options) if options is not None else None  # never mutate the caller's
