@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -168,6 +170,28 @@ def make_gym_cartpole() -> gym.Env:
 def make_gym_recorded_cartpole() -> gym.Env:
     """CartPole whose step info holds ``"episode"`` at an episode's end."""
     return gym.wrappers.RecordEpisodeStatistics(gym.make("CartPole-v1"))
+
+
+class HangingEnv(FailingEnv):
+    """Never returns from its first ``step`` in a worker, and ignores SIGTERM there: only
+    SIGKILL stops it (steps in the main process, where GymEnv probes it, work)."""
+
+    def step(self, action):
+        if multiprocessing.parent_process() is not None:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            time.sleep(600)
+        return super().step(action)
+
+
+def make_gym_hanging() -> gym.Env:
+    return HangingEnv()
+
+
+def make_gym_exiting_in_worker() -> gym.Env:
+    """Builds in the main process; a worker process that calls it exits with code 3."""
+    if multiprocessing.parent_process() is not None:
+        os._exit(3)
+    return gym.make("CartPole-v1")
 
 
 def make_gym_failing(**kwargs) -> gym.Env:

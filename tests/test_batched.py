@@ -543,14 +543,31 @@ def test_outputs_stay_as_handed_out(local_worker, no_leaks):
 
 @pytest.mark.parametrize("local_worker, rows", [(True, 2), (False, 0)])
 def test_on_local_done_runs_once_with_the_rows_stepped_here(local_worker, rows, no_leaks):
-    # The hook that lets the calling process work while the workers finish (the outputs'
-    # building, the face's early copy): once per command, with the rows it stepped itself.
+    # The hook that lets the calling process work while the workers finish (the face's early
+    # copy of large observations): once per command, with the rows it stepped itself.
     with ParallelEnv(2, make_cartpole, envs_per_worker=2, local_worker=local_worker, **FORK) as env:
         env.reset()
         calls = []
         env.send(np.uint8(Mode.STEP))
         env.recv(on_local_done=calls.append)
         assert calls == [rows]
+
+
+@pytest.mark.parametrize("kind", ["serial", "fork"])
+def test_low_level_api_misuse_raises_clear_errors(kind):
+    with make_batched(kind, 2, make_gym_cartpole) as env:
+        env.reset()
+        with pytest.raises(RuntimeError, match="no command in flight: call send"):
+            env.recv()
+        with pytest.raises(ValueError, match=r"seed\[1\]: expected an int64, got 9223372036854"):
+            env.send(np.uint8(Mode.RESET), seeds=[0, 2**63])
+        env.send(np.uint8(Mode.STEP))
+        with pytest.raises(RuntimeError, match="already in flight: call recv"):
+            env.send(np.uint8(Mode.STEP))
+        with pytest.raises(RuntimeError, match="a command is in flight: call recv"):
+            env.spec  # noqa: B018  (attributes of the sub-envs are requests)
+        env.recv()
+        assert env.spec[1].id == "CartPole-v1"  # usable again once received
 
 
 @pytest.mark.parametrize("kind", ["serial", "fork"])

@@ -10,6 +10,7 @@ import functools
 import gc
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -18,7 +19,9 @@ from _envs import (
     make_gym_cartpole,
     make_gym_env,
     make_gym_env_in_parent_only,
+    make_gym_exiting_in_worker,
     make_gym_failing,
+    make_gym_hanging,
 )
 from conftest import child_pids, open_fds
 
@@ -96,6 +99,14 @@ def test_factory_failing_in_a_worker_raises_worker_error(start, no_leaks):
     assert_closed_cleanly(env)
 
 
+def test_worker_exiting_in_its_factory_raises_worker_error(no_leaks):
+    env = ParallelEnv(2, make_gym_exiting_in_worker, mp_start_method="fork")
+    with pytest.raises(WorkerError, match="worker 0 .*died \\(exit code 3\\)") as info:
+        env.reset()  # the workers start here: the startup wait sees the process end
+    assert info.value.worker_index == 0
+    assert_closed_cleanly(env)
+
+
 def test_factory_failing_in_a_worker_of_a_multi_task_env(no_leaks):
     # the parent describes each task itself; the workers build theirs at the first command
     env = ParallelEnv(2, [make_gym_cartpole, make_gym_env_in_parent_only], mp_start_method="fork")
@@ -144,6 +155,23 @@ def test_killed_worker_during_a_request(no_leaks):
     os.kill(env._executor.handles[1].process.pid, signal.SIGKILL)
     with pytest.raises(WorkerError, match="worker 1"):
         env.spec  # noqa: B018
+    assert_closed_cleanly(env)
+
+
+def test_close_stops_a_hung_worker_that_ignores_sigterm(no_leaks):
+    # The worker never answers: recv times out, and close() escalates from CLOSE to SIGTERM
+    # (ignored here) to SIGKILL within its bounded waits instead of joining forever.
+    env = ParallelEnv(1, make_gym_hanging, envs_per_worker=2, mp_start_method="fork")
+    env.reset()
+    pid = env._executor.handles[0].process.pid
+    env.buffers.action[("action",)][:] = 0
+    env.send(np.uint8(Mode.STEP))
+    with pytest.raises(TimeoutError):
+        env.recv(timeout=0.3)
+    start = time.monotonic()
+    env.close()
+    assert time.monotonic() - start < 20
+    assert not os.path.exists(f"/proc/{pid}")  # killed and reaped
     assert_closed_cleanly(env)
 
 
