@@ -124,6 +124,40 @@ def test_set_seed_then_reset_equals_gymnasium_reset_seed(env_id):
     assert_obs_equal(env.reset(), ref.reset()[0])
 
 
+def _push_right(td):
+    return td.set("action", torch.ones(td.batch_size, dtype=torch.int64))
+
+
+def _balance(td):  # push towards the side the pole leans to: episodes last long
+    return td.set("action", (td.get("observation")[..., 2] > 0).long())
+
+
+def test_rollout_stops_at_the_first_done():
+    env = SerialEnv(2, lambda: GymEnv("CartPole-v1"))
+    env.set_seed(3)
+    rollout = env.rollout(500, policy=_push_right)  # the pole falls within a few dozen steps
+    done = rollout.get(("next", "done"))
+    assert 1 < rollout.batch_size[1] < 500
+    assert done[:, -1].any() and not done[:, :-1].any()
+    # each step starts where the last one ended (step_mdp between steps)
+    assert (rollout.get("observation")[:, 1:] == rollout.get(("next", "observation"))[:, :-1]).all()
+    env.close()
+
+
+def test_rollout_without_auto_reset_continues_from_the_given_tensordict():
+    env = SerialEnv(2, lambda: GymEnv("CartPole-v1"))
+    env.set_seed(3)
+    whole = env.rollout(6, policy=_balance, break_when_any_done=False)
+    env.set_seed(3)
+    first = env.rollout(3, policy=_balance, break_when_any_done=False)
+    assert not first.get(("next", "done")).any()
+    then = env.rollout(3, _balance, False, auto_reset=False, tensordict=step_mdp(first[:, -1]))
+    assert (torch.cat([first, then], dim=1) == whole).all()
+    with pytest.raises(ValueError, match="auto_reset=False.*needs a tensordict"):
+        env.rollout(3, auto_reset=False)
+    env.close()
+
+
 def test_env_instance_and_runtime_registered_id():
     env_id = "GymvecTest/RuntimeDict-v3"
     gym.register(env_id, entry_point=DictEnv, kwargs={"max_steps": 4})
