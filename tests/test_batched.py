@@ -554,6 +554,31 @@ def test_on_local_done_runs_once_with_the_rows_stepped_here(local_worker, rows, 
 
 
 @pytest.mark.parametrize("kind", ["serial", "fork"])
+def test_low_level_modes_per_sub_env(kind):
+    # "Step these, reset those" in one command; each row follows its own mode byte.
+    refs = [gym.make("CartPole-v1") for _ in range(4)]
+    with make_batched(kind, 2, make_gym_cartpole, envs_per_worker=2) as env:
+        env.run(np.uint8(Mode.RESET | Mode.SEED), seeds=[10, 11, 12, 13])
+        for i, ref in enumerate(refs):
+            ref.reset(seed=10 + i)
+        obs_key = ("observation",)
+        root, nxt = env.buffers.root.obs[obs_key], env.buffers.next.obs[obs_key]
+        env.buffers.action[("action",)][:] = [1, 0, 0, 1]
+        before_next, before_root = nxt.copy(), root.copy()
+        modes = np.array([Mode.STEP, 0, Mode.STEP | Mode.SYNC_ROOT, Mode.RESET], np.uint8)
+        env.run(modes, seeds=[None, None, None, 7])
+        np.testing.assert_array_equal(nxt[0], refs[0].step(1)[0])
+        np.testing.assert_array_equal(root[0], before_root[0])  # no SYNC_ROOT: root stays
+        np.testing.assert_array_equal(nxt[1], before_next[1])  # mode 0: untouched
+        np.testing.assert_array_equal(root[1], before_root[1])
+        np.testing.assert_array_equal(nxt[2], refs[2].step(0)[0])
+        np.testing.assert_array_equal(root[2], nxt[2])
+        np.testing.assert_array_equal(root[3], refs[3].reset(seed=7)[0])
+        np.testing.assert_array_equal(nxt[3], before_next[3])  # reset into the root only
+        assert env.buffers.next.reward[[0, 2]].tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("kind", ["serial", "fork"])
 def test_low_level_api_misuse_raises_clear_errors(kind):
     with make_batched(kind, 2, make_gym_cartpole) as env:
         env.reset()
