@@ -550,6 +550,28 @@ def test_bad_max_concurrency_raises(bad):
         parallel(fe.env_fns("CartPole-v1", 2), max_concurrency=bad)
 
 
+@pytest.mark.parametrize(
+    "make, error, message",
+    [
+        (lambda: SerialVectorEnv([]), TypeError, "env_fns: expected a non-empty sequence"),
+        (lambda: ParallelVectorEnv([1, 2]), TypeError, "env_fns: expected a non-empty sequence"),
+        (
+            lambda: ParallelVectorEnv(fe.env_fns("CartPole-v1", 2), num_workers=0),
+            ValueError,
+            "num_workers: expected a positive int, got 0",
+        ),
+        (
+            lambda: SerialVectorEnv(fe.env_fns("CartPole-v1", 2), output="jax"),
+            ValueError,
+            "output: expected 'numpy' or 'torch', got 'jax'",
+        ),
+    ],
+)
+def test_bad_constructor_arguments_raise_named_errors(make, error, message, no_leaks):
+    with pytest.raises(error, match=message):
+        make()
+
+
 def test_gymnasium_constructor_arguments_are_accepted(no_leaks):
     env = ParallelVectorEnv(
         fe.env_fns("CartPole-v1", 2),

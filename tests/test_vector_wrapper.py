@@ -396,6 +396,18 @@ def test_full_reset_of_native_env_and_reseeding():
 # ---- errors and small contracts ---------------------------------------------------------------
 
 
+def test_wrapper_refuses_a_single_env_and_a_step_before_reset():
+    with pytest.raises(TypeError, match="expects a gymnasium.vector.VectorEnv, got .*TimeLimit"):
+        GymVectorEnvWrapper(gym.make("CartPole-v1"))
+    env = GymVectorEnvWrapper(SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2))
+    td = TensorDict({"action": torch.zeros(2, dtype=torch.int64)}, batch_size=[2])
+    with pytest.raises(RuntimeError, match="call reset\\(\\) before step\\(\\)"):
+        env.step(td)
+    env.reset()
+    assert env.step(td).get(("next", "reward")).tolist() == [[1.0], [1.0]]
+    env.close()
+
+
 def test_bad_reset_mask_shape_raises_and_env_stays_usable():
     env = sync_env(AutoresetMode.DISABLED)
     td = env.reset()
