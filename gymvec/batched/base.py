@@ -543,7 +543,7 @@ class BatchedEnvBase(EnvBase):
         # Outputs never alias the buffers, which the next command overwrites.
         if self.device.type != "cpu":
             return self._per_task(self._root_view.to(self.device))
-        return self._per_task(fresh_tree(self._root_arrays, self.batch_size))
+        return self._per_task(_fresh_tree(self._root_arrays, self.batch_size))
 
     def _next_output(self, lane: int = 0) -> TensorDictBase:
         """A copy of ``"next"``, the reward cast to the reward spec's dtype; its observations
@@ -557,7 +557,7 @@ class BatchedEnvBase(EnvBase):
         made = {"reward": torch.from_numpy(reward)}
         if lane:
             made[self._lane_key] = torch.from_numpy(self.buffers.handed_out_lanes()[lane - 1])
-        return self._per_task(fresh_tree(self._next_arrays, self.batch_size, made=made))
+        return self._per_task(_fresh_tree(self._next_arrays, self.batch_size, made=made))
 
     def _merged_root(self, lane: int, reset: np.ndarray) -> TensorDict:
         """The root after an autoreset, on the CPU: "next" (its observations from ``lane``
@@ -568,7 +568,7 @@ class BatchedEnvBase(EnvBase):
         arrays = self._next_arrays
         if lane:
             arrays = {**arrays, self._lane_key: self.buffers.obs_lanes[lane]}
-        return fresh_tree(arrays, self.batch_size, made, self._root_arrays, reset)
+        return _fresh_tree(arrays, self.batch_size, made, self._root_arrays, reset)
 
     def _per_task(self, out: TensorDictBase) -> TensorDictBase:
         """In a heterogeneous batch, a lazy stack where each sub-env keeps only its keys."""
@@ -666,7 +666,7 @@ def _numpy_tree(td: TensorDictBase) -> dict:
     }
 
 
-def fresh_tree(
+def _fresh_tree(
     arrays: dict,
     batch_size: torch.Size,
     made: dict[str, torch.Tensor] | None = None,
@@ -685,7 +685,7 @@ def fresh_tree(
             entries[key] = made[key]
         elif type(value) is dict:
             below = None if source is None else source[key]
-            entries[key] = fresh_tree(value, batch_size, None, below, mask)
+            entries[key] = _fresh_tree(value, batch_size, None, below, mask)
         else:
             fresh = value.copy()
             if mask is not None:  # a masked copy costs half of an indexed one
