@@ -355,9 +355,3 @@ def run_against_sync(
     finally:
         env.close()
         ref.close()
-
-
-def assert_same_step(got: tuple, expected: tuple, what: str = "") -> None:
-    """Observations, rewards and flags of two vector envs' step results are equal."""
-    for a, b in zip(got[:4], expected[:4]):
-        np.testing.assert_array_equal(a, b, err_msg=what)

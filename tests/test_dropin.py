@@ -537,7 +537,7 @@ def test_sub_envs_that_do_not_divide_evenly_spread_over_every_worker(local_worke
     for _ in range(60):
         action = ref.action_space.sample()
         expected = ref.step(action)
-        fe.assert_same_step(env.step(action), expected)
+        fe.assert_same(env.step(action), expected, "step", fe.EPISODE_TIME)
         ends += int(expected[2].sum() + expected[3].sum())
     assert ends >= 2
     env.close()
