@@ -29,5 +29,10 @@ class SpaceMismatchError(ValueError, RuntimeError):
     """Sub-envs of one batch whose observations or actions differ in keys, shapes or dtypes.
 
     A ``ValueError`` for gymvec's batched envs, and the ``RuntimeError`` that gymnasium's
-    vector envs raise for mismatched sub-env spaces.
+    vector envs raise for mismatched sub-env spaces. ``kind`` says which: "observation" or
+    "action" (None when not known).
     """
+
+    def __init__(self, message: str, *, kind: str | None = None):
+        super().__init__(message)
+        self.kind = kind

@@ -245,6 +245,34 @@ class CountEnv(gym.Env):
         return self.count, int(action), self.count == self.max_count, False, {}
 
 
+class UnreadyEnv(gym.Env):
+    """Cannot step before ``limit`` is set (gymnasium's own tests set such attributes with
+    ``set_attr`` after building the vector env); with ``needs_options``, cannot reset without
+    options either. Observations and infos are Python ints."""
+
+    observation_space = spaces.Discrete(10)
+    action_space = spaces.Discrete(4)
+
+    def __init__(self, needs_options: bool = False):
+        self.needs_options = needs_options
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if self.needs_options and options is None:
+            raise TypeError("reset() needs options")
+        self.count = 0
+        return 0, {"count": 0}
+
+    def step(self, action):
+        self.count += 1
+        done = self.count >= self.limit
+        return self.count, float(action), done, False, {"count": self.count}
+
+
+def make_unready(needs_options: bool = False) -> gym.Env:
+    return UnreadyEnv(needs_options)
+
+
 def make_spaces_env(observation_space, action_space, length=3) -> gym.Env:
     return SpacesEnv(observation_space, action_space, length)
 

@@ -263,6 +263,97 @@ def test_same_step_autoreset_by_hand(vector_cls):
     env.close()
 
 
+def test_next_step_ignores_the_actions_of_the_sub_envs_it_resets(vector_cls):
+    """gymnasium passes a resetting sub-env's action nowhere, so its value cannot be wrong."""
+    env = count_env(vector_cls, AutoresetMode.NEXT_STEP)
+    check_step(env, [1, 2, 3], [1, 1, 1], [1, 2, 3], [False] * 3)
+    check_step(env, [1, 2, 3], [2, 2, 2], [1, 2, 3], [True, False, False])
+    check_step(env, [-1, 2, 3], [0, 3, 3], [0, 2, 3], [False, True, True])  # 0 resets
+    with pytest.raises(ValueError, match=r"expected values in Discrete\(5\), got min 7 max 7"):
+        env.step(np.array([7, 1, 1]))  # sub-env 0 steps: its action counts
+    check_step(env, [1, 9, -4], [1, 0, 0], [1, 0, 0], [False] * 3)  # 1 and 2 reset
+    env.close()
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_sub_envs_that_step_only_after_set_attr_equal_sync(vector_cls, mode):
+    """gymvec probes a sub-env's infos at construction; a sub-env that cannot step yet is
+    probed no further, and every output (final observations as the sub-envs returned them,
+    Python ints here) still equals SyncVectorEnv's."""
+    fns = [fe.make_unready] * 3
+    ref, env = SyncVectorEnv(fns, autoreset_mode=mode), vector_cls(fns, autoreset_mode=mode)
+    for vector_env in (ref, env):
+        vector_env.set_attr("limit", [2, 3, 4])
+    fe.assert_same(env.reset(seed=0), ref.reset(seed=0), "reset")
+    for t in range(9):
+        actions = np.array([t % 4, 1, 3])
+        fe.assert_same(env.step(actions), ref.step(actions), f"step {t}")
+    env.close()
+    ref.close()
+
+
+def test_sub_envs_that_reset_only_with_options_are_built(vector_cls):
+    fns = [functools.partial(fe.make_unready, needs_options=True)] * 2
+    ref, env = SyncVectorEnv(fns), vector_cls(fns)
+    options = {"level": 1}
+    fe.assert_same(env.reset(seed=3, options=options), ref.reset(seed=3, options=options))
+    env.close()
+    ref.close()
+
+
+def test_a_scalar_action_is_a_type_error_and_a_wrong_count_a_value_error(vector_cls):
+    env = vector_cls(fe.env_fns("CartPole-v1", 2))
+    env.reset(seed=0)
+    with pytest.raises(TypeError, match=r"actions: expected shape \(2,\) .* got shape \(\)"):
+        env.step(0)
+    with pytest.raises(ValueError, match=r"actions: expected shape \(2,\) .* got shape \(3,\)"):
+        env.step(np.zeros(3, dtype=np.int64))
+    env.step(np.zeros(2, dtype=np.int64))
+    env.close()
+
+
+def _spaces_fn(observation_space, action_space):
+    return functools.partial(fe.make_spaces_env, observation_space, action_space)
+
+
+BOX2 = Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+
+
+SAME_WORDS = (
+    "(..., observation_mode='same') however the sub-environments observation spaces are not "
+    "equivalent."
+)
+ACTION_WORDS = "Sub-environment action space doesn't make the `single_action_space`"
+PLAIN = _spaces_fn(BOX2, Discrete(2))
+
+
+@pytest.mark.parametrize(
+    "first, other, observation_mode, words",
+    [
+        (fe.env_fns("CartPole-v1", 1)[0], fe.env_fns("FrozenLake-v1", 1)[0], "same", SAME_WORDS),
+        (PLAIN, _spaces_fn(Dict({"a": BOX2}), Discrete(2)), "same", SAME_WORDS),
+        (
+            PLAIN,
+            _spaces_fn(Box(-1.0, 1.0, shape=(3,), dtype=np.float32), Discrete(2)),
+            "different",
+            "(..., observation_mode='different' or custom space) however the sub-environments "
+            "observation spaces do not share a common shape and dtype",
+        ),
+        (PLAIN, _spaces_fn(BOX2, BOX2), "same", ACTION_WORDS),
+        (PLAIN, _spaces_fn(BOX2, Discrete(3)), "same", ACTION_WORDS),  # same shape and dtype
+    ],
+    ids=["obs-shape", "obs-keys", "different-shapes", "action-shape", "action-range"],
+)
+def test_mismatched_sub_env_spaces_raise_in_gymnasiums_words(
+    vector_cls, first, other, observation_mode, words, no_leaks
+):
+    """gymnasium raises a RuntimeError with these words (its tests match them); gymvec's
+    SpaceMismatchError is one, and a ValueError."""
+    with pytest.raises(SpaceMismatchError, match=re.escape(words)) as caught:
+        vector_cls([first, other, first], observation_mode=observation_mode)
+    assert isinstance(caught.value, RuntimeError)
+
+
 def test_disabled_autoreset_by_hand(vector_cls):
     env = count_env(vector_cls, AutoresetMode.DISABLED)
     check_step(env, [1, 2, 3], [1, 1, 1], [1, 2, 3], [False] * 3)
@@ -472,6 +563,25 @@ def test_step_wait_timeout_then_a_further_wait_succeeds(no_leaks):
     np.testing.assert_array_equal(obs, np.full((2, 1), 0.01, dtype=np.float32))
     assert rewards.tolist() == [1.0, 1.0]
     env.step(np.zeros(2, dtype=np.float32))
+    env.close()
+
+
+def test_the_local_share_counts_against_the_timeout_and_the_wait_resumes(no_leaks):
+    """With ``local_worker`` this process steps a share inside the wait, which cannot be cut
+    short; a wait that outlasts its timeout still raises, and the next wait finishes the call."""
+    env = parallel([functools.partial(fe.make_slow, 0.3)] * 2, num_workers=2, local_worker=True)
+    env.reset_async(seed=0)
+    with pytest.raises(multiprocessing.TimeoutError, match="`reset_wait` has timed out"):
+        env.reset_wait(timeout=0.05)
+    obs, _ = env.reset_wait(timeout=30)
+    np.testing.assert_array_equal(obs, np.zeros((2, 1), dtype=np.float32))
+    env.step_async(np.array([0.3, 0.0], dtype=np.float32))  # sub-env 0 is the local share
+    with pytest.raises(multiprocessing.TimeoutError, match="`step_wait` has timed out"):
+        env.step_wait(timeout=0.05)
+    obs, rewards, *_ = env.step_wait()
+    np.testing.assert_array_equal(obs, np.full((2, 1), 0.01, dtype=np.float32))
+    env.step_async(np.zeros(2, dtype=np.float32))
+    assert env.step_wait(timeout=30)[1].tolist() == [1.0, 1.0]  # a quick step: no timeout
     env.close()
 
 

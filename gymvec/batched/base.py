@@ -249,7 +249,8 @@ class BatchedEnvBase(EnvBase):
                 if not self._multi_task:
                     raise SpaceMismatchError(
                         f"sub-env {i}: {name} leaves {spec_leaves(b)} differ from sub-env 0's "
-                        f"{spec_leaves(a)}; a batch needs the same keys, shapes and dtypes"
+                        f"{spec_leaves(a)}; a batch needs the same keys, shapes and dtypes",
+                        kind=name.split("_")[0],
                     )
                 self.heterogeneous = True
         self.sub_env_descriptions = descriptions
@@ -261,8 +262,11 @@ class BatchedEnvBase(EnvBase):
             self.full_action_spec = _union_spec([d.full_action_spec for d in descriptions], n)
             self._sub_env_keys = [_keys_of(d) for d in descriptions]
         else:
-            self.observation_spec = _batch_spec([d.observation_spec for d in descriptions], n)
-            self.full_action_spec = _batch_spec([d.full_action_spec for d in descriptions], n)
+            obs_specs = [d.observation_spec for d in descriptions]
+            self.observation_spec = _batch_spec(obs_specs, n, "observation")
+            self.full_action_spec = _batch_spec(
+                [d.full_action_spec for d in descriptions], n, "action"
+            )
         self.reward_spec = make_reward_spec(self.batch_size, first.reward_dtype)
         self.done_spec = make_done_spec(self.batch_size)
         self.info_spec = Composite(_info_specs(self.info_fields)).expand(n)
@@ -399,7 +403,9 @@ class BatchedEnvBase(EnvBase):
 
         Extras are the info entries without a buffer slot: ``{i: {"root": info, "next": info}}``
         for the sub-envs that had any (``"root"``: the reset info of a reset into the root,
-        ``"next"``: a step info, or a reset info written into ``"next"``).
+        ``"next"``: a step info, or a reset info written into ``"next"``), and with
+        ``Mode.KEEP_FINAL_OBS`` the last observation of a sub-env autoreset, as it returned
+        it, under ``"final_obs"``.
 
         ``on_local_done(k)``, when given, runs as soon as the sub-envs stepped in this process
         (rows ``[0, k)``, ``ParallelEnv(local_worker=True)``; ``k == 0`` without a local
@@ -812,14 +818,14 @@ def _keys_of(description: SubEnvDescription) -> dict[str, set]:
     return {"obs": obs, "action": action}
 
 
-def _batch_spec(specs: list[Composite], n: int) -> Composite:
+def _batch_spec(specs: list[Composite], n: int, kind: str) -> Composite:
     first = specs[0]
     if all(spec == first for spec in specs):
         return first.expand(n)
     try:
         return stack_specs(specs)
     except ValueError as exc:  # e.g. Categorical specs of different n
-        raise SpaceMismatchError(f"sub-envs cannot be batched: {exc}") from exc
+        raise SpaceMismatchError(f"sub-envs cannot be batched: {exc}", kind=kind) from exc
 
 
 def _info_specs(fields: dict[str, InfoField]) -> dict:

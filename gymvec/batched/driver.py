@@ -25,6 +25,7 @@ from gymvec.arrays import any_set
 from gymvec.batched.buffers import Buffers, Slot, as_buffer
 from gymvec.envs.infos import InfoField
 from gymvec.envs.structure import build_value, get_leaf, observation_leaves, space_leaves
+from gymvec.errors import SpaceMismatchError
 
 # Worker processes import this module: torch and tensordict are imported only when a sub-env
 # needs them (a gymvec EnvBase sub-env has already imported them by being built).
@@ -39,11 +40,14 @@ class Mode(enum.IntFlag):
     SYNC_ROOT = 8  # root <- next for a sub-env that was not reset in this command
     RESET_INTO_NEXT = 16  # resets write "next": reset obs and info, reward 0, flags False
     SEED = 32  # RESET uses the seed in the control block
+    KEEP_FINAL_OBS = 64  # with AUTORESET: a finished sub-env's last observation, as it returned
+    # it, goes to its extras under "final_obs" (gymnasium's SAME_STEP hands that object out)
 
 
 # Plain ints for the hot loops: IntFlag arithmetic costs microseconds per operation.
 _STEP, _RESET, _AUTORESET = int(Mode.STEP), int(Mode.RESET), int(Mode.AUTORESET)
 _SYNC_ROOT, _RESET_INTO_NEXT, _SEED = int(Mode.SYNC_ROOT), int(Mode.RESET_INTO_NEXT), int(Mode.SEED)
+_KEEP_FINAL_OBS = int(Mode.KEEP_FINAL_OBS)
 
 
 def _loaded_class(module: str, name: str) -> type | None:
@@ -117,8 +121,10 @@ class GymDriver:
         obs_leaves = observation_leaves(gym_env.observation_space)
         keys = [leaf.key for leaf in obs_leaves]
         if not set(keys) <= set(layout.obs_keys):  # a multi-task batch holds several tasks' keys
-            raise ValueError(
-                f"sub-env {index}: observation keys {keys} are not in the batch's {layout.obs_keys}"
+            raise SpaceMismatchError(
+                f"sub-env {index}: observation keys {keys} are not in the batch's "
+                f"{layout.obs_keys}",
+                kind="observation",
             )
         self.obs_paths = [leaf.path for leaf in obs_leaves]
         self.root_obs = [buffers.root.obs[leaf.key] for leaf in obs_leaves]
@@ -132,11 +138,14 @@ class GymDriver:
         self.field_index = {name: k for k, name in enumerate(self.fields)}
         self.extras: dict[str, dict] = {}
         self.next_value: Any = None  # the observation of the last reset into "next"
+        self.step_value: Any = None  # the observation of the last step
 
     def run(self, mode: int, seed: int | None, options: dict | None) -> None:
         if mode & _STEP:
             done = self.step()
             if done and mode & _AUTORESET:
+                if mode & _KEEP_FINAL_OBS:
+                    self.extras["final_obs"] = self.step_value
                 self.reset(self.root, None, None)
             elif mode & _SYNC_ROOT:
                 self.root.copy_rows(self.next, self.index)
@@ -155,6 +164,7 @@ class GymDriver:
     def step(self) -> bool:
         i, slot = self.index, self.next
         obs, reward, terminated, truncated, info = self.gym.step(self.read_action())
+        self.step_value = obs
         self._write_obs(self.next_obs, obs)
         done = terminated or truncated
         slot.reward[i] = reward
@@ -346,6 +356,8 @@ class BatchStep:
         root_written = [False] * n
         for k in self.done_rows:
             if modes[k] & _AUTORESET:
+                if modes[k] & _KEEP_FINAL_OBS:
+                    self.drivers[k].extras["final_obs"] = self.last_obs[k]
                 self.drivers[k].reset(self.root, None, None)
                 root_written[k] = True
         if uniform is None or uniform & _RESET:

@@ -39,7 +39,7 @@ from gymvec.batched.worker import (
     wait_for,
     worker_main,
 )
-from gymvec.errors import WorkerError
+from gymvec.errors import SpaceMismatchError, WorkerError
 
 if TYPE_CHECKING:
     from gymvec.specs import DeviceLike
@@ -182,6 +182,9 @@ class ProcessExecutor:
                 kind, detail = cloudpickle.loads(handle.conn.recv_bytes())
             except (EOFError, OSError):
                 raise handle.died() from None
+            if kind == "mismatch":
+                message, what = detail
+                raise SpaceMismatchError(f"worker {handle.index}: {message}", kind=what)
             if kind == "error":
                 raise WorkerError(
                     f"worker {handle.index}: create_env_fn raised",
@@ -219,12 +222,17 @@ class ProcessExecutor:
 
         ``on_local_done(k)`` runs once this process has stepped its own share, rows ``[0, k)``
         (``k == 0`` without a local worker), before waiting for the worker processes.
+
+        The share stepped in this process counts against ``timeout``, though it cannot be cut
+        short: a wait that outlasts ``timeout`` raises TimeoutError after it.
         """
+        deadline = None if timeout is None else time.monotonic() + timeout
         if self._extras is None:  # the local share runs once, even if the wait is resumed
             self._extras = self.local.wait() if self.local is not None else {}
             if on_local_done is not None:
                 on_local_done(self.local.bounds[-1][1] if self.local is not None else 0)
-        deadline = None if timeout is None else time.monotonic() + timeout
+            if deadline is not None and time.monotonic() > deadline and self.handles:
+                raise TimeoutError(f"the local share outlasted the timeout of {timeout} s")
         error = None
         for handle in self.handles:
             if handle.answered == handle.seq:

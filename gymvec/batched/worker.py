@@ -30,6 +30,7 @@ import numpy as np
 
 from gymvec.batched.buffers import BufferLayout, Buffers
 from gymvec.batched.driver import REQUESTS, Control, SubEnvGroup
+from gymvec.errors import SpaceMismatchError
 
 SYNC_WORDS = 8  # int64 words per worker: one 64-byte cache line
 CMD_SEQ, CMD, DONE_SEQ, STATUS, REPLY = range(5)
@@ -268,6 +269,9 @@ def worker_main(
         control = Control(layout.num_envs, control_memory)
         group = SubEnvGroup(env_fns, start, Buffers(layout, memory), control)
         ready = ready_message(group.describe())
+    except SpaceMismatchError as exc:  # not the worker's fault: the parent raises it as is
+        conn.send_bytes(cloudpickle.dumps(("mismatch", (str(exc), exc.kind))))
+        return
     except BaseException:
         conn.send_bytes(cloudpickle.dumps(("error", traceback.format_exc())))
         return

@@ -136,11 +136,24 @@ class GymEnv(EnvBase):
     def _find_info_fields(self, given: dict[str, Any] | None, probe: bool) -> dict[str, InfoField]:
         fields: dict[str, InfoField] = {}
         if probe:
-            _, reset_info = self.env.reset()
-            step_info = self.env.step(self.env.action_space.sample())[-1]
-            fields.update(infer_info_fields(reset_info, step_info))
+            fields.update(infer_info_fields(*self._probe_infos()))
         fields.update(declared_fields(given))
         return fields
+
+    def _probe_infos(self) -> list[dict]:
+        """The infos of a ``reset()`` and one random ``step()``, as far as the env allows.
+
+        Fields only speed infos up: an env that cannot be reset or stepped yet (it needs an
+        attribute set, or reset options, first) is probed no further, and the infos it reports
+        later travel as extras. Its real calls then raise whatever it raises.
+        """
+        infos: list[dict] = []
+        try:
+            infos.append(self.env.reset()[1])
+            infos.append(self.env.step(self.env.action_space.sample())[-1])
+        except Exception:
+            pass
+        return [info for info in infos if isinstance(info, dict)]
 
     def __getattr__(self, name: str) -> Any:
         # Only reached when normal lookup fails: forward public names to the gymnasium env so

@@ -29,6 +29,7 @@ from gymnasium.vector.utils import batch_differing_spaces
 
 from gymvec.batched.parallel import ParallelEnv, usable_cores
 from gymvec.batched.serial import SerialEnv
+from gymvec.errors import SpaceMismatchError
 from gymvec.facade.vector_env import GymnasiumVectorEnv
 
 
@@ -51,28 +52,47 @@ def _apply_observation_mode(face: GymnasiumVectorEnv, mode: str | tuple, cls_nam
             "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and "
             f"batch observation space, actual got {mode}"
         )
+    single = face.single_observation_space
     for space in obs_spaces:
-        if mode == "same" and space != face.single_observation_space:
-            raise RuntimeError(
-                f"{cls_name}(..., observation_mode='same') however the sub-environments "
-                "observation spaces are not equivalent. "
-                f"single_observation_space={face.single_observation_space}, sub-environment "
-                f"observation_space={space}. If this is intentional, use "
-                "`observation_mode='different'` instead."
-            )
-        if mode != "same" and not is_space_dtype_shape_equiv(space, face.single_observation_space):
-            raise RuntimeError(
-                f"{cls_name}(..., observation_mode='different' or custom space) however the "
-                "sub-environments observation spaces do not share a common shape and dtype, "
-                f"single_observation_space={face.single_observation_space}, sub-environment "
-                f"observation space={space}"
-            )
+        if mode == "same" and space != single:
+            detail = f"single_observation_space={single}, sub-environment observation_space={space}"
+            raise space_mismatch(cls_name, mode, "observation", detail)
+        if mode != "same" and not is_space_dtype_shape_equiv(space, single):
+            detail = f"single_observation_space={single}, sub-environment observation space={space}"
+            raise space_mismatch(cls_name, mode, "observation", detail)
     for space in action_spaces:
         if space != face.single_action_space:
-            raise RuntimeError(
-                f"Sub-environment action space doesn't make the `single_action_space`, "
-                f"action_space={space}, single_action_space={face.single_action_space}"
-            )
+            detail = f"action_space={space}, single_action_space={face.single_action_space}"
+            raise space_mismatch(cls_name, mode, "action", detail)
+
+
+def space_mismatch(cls_name: str, mode: str | tuple, kind: str, detail: str) -> SpaceMismatchError:
+    """Sub-env spaces that do not batch, in the words of gymnasium's vector envs (whose tests
+    match them), then ``detail``."""
+    if kind == "action":
+        text = f"Sub-environment action space doesn't make the `single_action_space`, {detail}"
+    elif mode == "same":
+        text = (
+            f"{cls_name}(..., observation_mode='same') however the sub-environments observation "
+            f"spaces are not equivalent. {detail}. If this is intentional, use "
+            "`observation_mode='different'` instead."
+        )
+    else:
+        text = (
+            f"{cls_name}(..., observation_mode='different' or custom space) however the "
+            f"sub-environments observation spaces do not share a common shape and dtype, {detail}"
+        )
+    return SpaceMismatchError(text, kind=kind)
+
+
+def _batched_env(cls_name: str, mode: str | tuple, make: Callable[[], Any]) -> Any:
+    """``make()``, its space mismatches told as gymnasium tells them."""
+    try:
+        return make()
+    except SpaceMismatchError as exc:
+        if exc.kind is None:
+            raise
+        raise space_mismatch(cls_name, mode, exc.kind, str(exc)) from None
 
 
 def _check_env_fns(env_fns: Sequence[Callable[[], gym.Env]]) -> list:
@@ -104,7 +124,11 @@ class SerialVectorEnv(GymnasiumVectorEnv):
     ):
         self.env_fns = _check_env_fns(env_fns)
         self.observation_mode = observation_mode
-        env = SerialEnv(1, self.env_fns, envs_per_worker=len(self.env_fns))
+        env = _batched_env(
+            "SerialVectorEnv",
+            observation_mode,
+            lambda: SerialEnv(1, self.env_fns, envs_per_worker=len(self.env_fns)),
+        )
         try:
             super().__init__(env, autoreset_mode=autoreset_mode, output=output, copy=copy)
             _apply_observation_mode(self, observation_mode, "SerialVectorEnv")
@@ -180,13 +204,17 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
             )
         if local_worker is None:
             local_worker = default_local_worker(num_workers)
-        env = ParallelEnv(
-            num_workers,
-            self.env_fns,
-            envs_per_worker=spread(n, num_workers),
-            mp_start_method=context or multiprocessing.get_start_method(),
-            daemon=daemon,
-            local_worker=local_worker,
+        env = _batched_env(
+            "ParallelVectorEnv",
+            observation_mode,
+            lambda: ParallelEnv(
+                num_workers,
+                self.env_fns,
+                envs_per_worker=spread(n, num_workers),
+                mp_start_method=context or multiprocessing.get_start_method(),
+                daemon=daemon,
+                local_worker=local_worker,
+            ),
         )
         try:
             super().__init__(env, autoreset_mode=autoreset_mode, output=output, copy=copy)

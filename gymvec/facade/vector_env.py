@@ -121,7 +121,9 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self._slot: Slot = self.buffers.root if self._same_step else self.buffers.next
         self._reset_mode = np.uint8(Mode.RESET) if self._same_step else _RESET_INTO_NEXT
         self._step_mode = (
-            np.uint8(Mode.STEP | Mode.AUTORESET | Mode.SYNC_ROOT) if self._same_step else _STEP
+            np.uint8(Mode.STEP | Mode.AUTORESET | Mode.SYNC_ROOT | Mode.KEEP_FINAL_OBS)
+            if self._same_step
+            else _STEP
         )
         self._needs_reset = np.zeros(self.num_envs, dtype=bool)  # finished sub-envs
         self._any_needs_reset = False
@@ -257,8 +259,12 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         if any_finished:
             final_extras = {i: e.get("next") for i, e in extras.items() if finished[i]}
             final_obs = np.full(self.num_envs, None, dtype=object)
-            for i in np.flatnonzero(finished):
-                final_obs[i] = self._single_observation(self.buffers.next, int(i))
+            for i in np.flatnonzero(finished).tolist():
+                kept = extras.get(i, {})  # the object the sub-env returned, where it came back
+                if "final_obs" in kept:
+                    final_obs[i] = kept["final_obs"]
+                else:
+                    final_obs[i] = self._single_observation(self.buffers.next, i)
             infos["final_obs"], infos["_final_obs"] = final_obs, finished.copy()
             infos["final_info"] = self._infos(self.buffers.next, finished, final_extras)
             infos["_final_info"] = finished.copy()
@@ -285,12 +291,16 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         for leaf, target in self._action_targets:
             array = _as_numpy(actions if self._plain_action else get_leaf(actions, leaf.path))
             if array.shape != target.shape:
-                raise ValueError(
+                # gymnasium's vector envs iterate the actions: a scalar is a TypeError there
+                error = TypeError if array.ndim == 0 else ValueError
+                raise error(
                     f"actions{_path_str(leaf.path)}: expected shape {target.shape} for "
                     f"{self.action_space}, got shape {array.shape}"
                 )
             target[...] = array
-        _check_discrete(self._discrete_bounds)
+        # NEXT_STEP ignores the actions of the sub-envs it resets, whatever their values
+        resetting = self._needs_reset if self._any_needs_reset and not self._same_step else None
+        _check_discrete(self._discrete_bounds, resetting)
 
     def _observations(self) -> Any:
         if self._lane:
@@ -477,11 +487,19 @@ def _array_range(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> bool:
     return bool((values >= low).all() and (values <= high).all())
 
 
-def _check_discrete(bounds: list[tuple]) -> None:
-    """Discrete actions outside their range: a named error here, not an assert in a worker."""
+def _check_discrete(bounds: list[tuple], ignored: np.ndarray | None = None) -> None:
+    """Discrete actions outside their range: a named error here, not an assert in a worker.
+
+    ``ignored`` marks the sub-envs whose actions go unused (checked only if the rest fail).
+    """
     for path, sub, values, in_range in bounds:
-        if not in_range(values):
-            raise ValueError(
-                f"actions{_path_str(path)}: expected values in {sub}, got "
-                f"min {values.min()} max {values.max()}"
-            )
+        if in_range(values):
+            continue
+        if ignored is not None:
+            values = values[~ignored]
+            if values.size == 0 or in_range(values):
+                continue
+        raise ValueError(
+            f"actions{_path_str(path)}: expected values in {sub}, got "
+            f"min {values.min()} max {values.max()}"
+        )
