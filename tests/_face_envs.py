@@ -269,6 +269,31 @@ class UnreadyEnv(gym.Env):
         return self.count, float(action), done, False, {"count": self.count}
 
 
+class ActionEchoEnv(gym.Env):
+    """Reports what its actions were: the reward sums their float leaves in float64, and the
+    info names their dtypes; so a float32-rounded action shows."""
+
+    observation_space = spaces.Box(-10.0, 10.0, shape=(1,), dtype=np.float64)
+
+    def __init__(self, action_space: spaces.Space):
+        self.action_space = action_space
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1), {}
+
+    def step(self, action):
+        leaves = list(action.values()) if isinstance(action, dict) else [action]
+        floats = [np.asarray(leaf) for leaf in leaves if np.asarray(leaf).dtype.kind == "f"]
+        total = float(sum(np.sum(leaf, dtype=np.float64) for leaf in floats))
+        info = {"dtypes": ",".join(str(leaf.dtype) for leaf in floats)}
+        return np.array([total]), total, False, False, info
+
+
+def make_action_echo(action_space: spaces.Space) -> gym.Env:
+    return ActionEchoEnv(action_space)
+
+
 def make_unready(needs_options: bool = False) -> gym.Env:
     return UnreadyEnv(needs_options)
 

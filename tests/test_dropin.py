@@ -301,6 +301,46 @@ def test_sub_envs_that_reset_only_with_options_are_built(vector_cls):
     ref.close()
 
 
+@pytest.mark.parametrize(
+    "action_space",
+    [
+        Box(-2.0, 2.0, shape=(1,), dtype=np.float32),
+        Box(-2.0, 2.0, shape=(), dtype=np.float32),
+        Dict({"a": Box(-2.0, 2.0, shape=(2,), dtype=np.float32), "b": Discrete(3)}),
+    ],
+    ids=["box", "box-scalar", "dict"],
+)
+def test_float64_actions_reach_the_sub_envs_as_float64_like_sync(vector_cls, action_space):
+    """gymnasium hands the caller's array items on: float64 actions of a float32 Box step the
+    sub-envs unrounded (Pendulum's rewards differ otherwise). float32 ones stay float32."""
+    fns = [functools.partial(fe.make_action_echo, action_space)] * 3
+    ref, env = SyncVectorEnv(fns), vector_cls(fns)
+    fe.assert_same(env.reset(seed=0), ref.reset(seed=0))
+    rng = np.random.default_rng(0)
+    for t in range(6):
+        actions = rng.uniform(-2.0, 2.0, size=(3, 2) if isinstance(action_space, Dict) else (3,))
+        dtype = np.float64 if t % 3 else np.float32  # float32 in between: back and forth
+        if isinstance(action_space, Dict):
+            actions = {"a": actions.astype(dtype), "b": np.array([0, 1, 2])}
+        else:
+            actions = actions.reshape(3, *action_space.shape).astype(dtype)
+        fe.assert_same(env.step(actions), ref.step(actions), f"step {t}")
+    env.close()
+    ref.close()
+
+
+def test_float64_actions_step_pendulum_exactly_as_sync(vector_cls):
+    fns = fe.env_fns("Pendulum-v1", 3)
+    ref, env = SyncVectorEnv(fns), vector_cls(fns)
+    fe.assert_same(env.reset(seed=5), ref.reset(seed=5))
+    rng = np.random.default_rng(1)
+    for t in range(20):
+        actions = rng.uniform(-2.0, 2.0, size=(3, 1))
+        fe.assert_same(env.step(actions), ref.step(actions), f"step {t}")
+    env.close()
+    ref.close()
+
+
 def test_a_scalar_action_is_a_type_error_and_a_wrong_count_a_value_error(vector_cls):
     env = vector_cls(fe.env_fns("CartPole-v1", 2))
     env.reset(seed=0)

@@ -19,6 +19,7 @@ import pytest
 import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.wrappers import vector as vector_wrappers
+from tensordict import TensorDict
 
 from gymvec import (
     GymnasiumVectorEnv,
@@ -423,3 +424,53 @@ def test_sub_env_error_parallel_raises_worker_error_and_close_works(context, no_
     assert caught.value.worker_index == 1
     env.close()
     assert env.closed
+
+
+# ---- float64 actions and the tensordict API on one batched env -------------------------------
+@pytest.mark.parametrize("kind", ["serial", "fork"])
+def test_float64_actions_reach_tensordict_sub_envs_cast_to_their_spec(kind):
+    """A pure-tensordict sub-env takes its spec's dtype: float64 actions written by the face
+    are cast into it before its step (its reward adds the action)."""
+    from _td_envs import make_counter
+
+    def batched():
+        if kind == "serial":
+            return SerialEnv(2, make_counter)
+        return ParallelEnv(2, make_counter, mp_start_method="fork")
+
+    face, td_env = GymnasiumVectorEnv(batched()), batched()
+    face.reset(seed=3)
+    td_env.set_seed(3)
+    td = td_env.reset()
+    for actions in ([[0.1], [-0.7]], [[0.3], [0.9]]):
+        actions = np.array(actions)  # float64
+        rewards = face.step(actions)[1]
+        td.set("action", torch.from_numpy(actions.astype(np.float32)))
+        td, _ = td_env.step_and_maybe_reset(td)
+        expected = td.get(("next", "reward")).squeeze(-1).double().numpy()
+        np.testing.assert_array_equal(rewards, expected)
+    face.close()
+    td_env.close()
+
+
+@pytest.mark.parametrize("kind", ["serial", "fork"])
+def test_tensordict_steps_after_float64_face_steps_use_their_own_actions(kind):
+    """The face and the tensordict API write actions into the same buffers: a tensordict step
+    after a float64 face step steps with the tensordict's actions."""
+    fns = [functools.partial(gym.make, "Pendulum-v1")] * 2
+    if kind == "serial":
+        env = SerialEnv(2, fns[0])
+    else:
+        env = ParallelEnv(2, fns[0], mp_start_method="fork")
+    face, ref = GymnasiumVectorEnv(env), SyncVectorEnv(fns)
+    face.reset(seed=4)
+    ref.reset(seed=4)
+    first = np.array([[1.3], [-0.4]])  # float64
+    face.step(first)
+    ref.step(first)
+    second = np.array([[-1.1], [0.6]], dtype=np.float32)
+    td = env.step(TensorDict({"action": torch.from_numpy(second)}, batch_size=[2]))
+    expected = ref.step(second)[1].astype(np.float32)
+    np.testing.assert_array_equal(td.get(("next", "reward")).squeeze(-1).numpy(), expected)
+    face.close()
+    ref.close()

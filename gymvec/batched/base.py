@@ -286,6 +286,7 @@ class BatchedEnvBase(EnvBase):
             _union_leaves([spec_leaves(d.full_action_spec) for d in all_], "action_spec"),
             self.info_fields,
             obs_lanes=OBS_LANES,
+            wide_actions=True,
         )
         self._memory = self._new_memory(self.layout.nbytes)
         self._control_memory = self._new_memory(Control.nbytes(self.num_envs))
@@ -461,6 +462,7 @@ class BatchedEnvBase(EnvBase):
 
         Nothing runs until the command is sent, so a bad action leaves every sub-env as it was.
         """
+        self.buffers.mark_actions_narrow()
         if self.heterogeneous:
             self._stage_task_actions(td)
             return

@@ -64,6 +64,9 @@ class BufferLayout:
     own). A command can have the sub-envs write their observations into a lane, which the
     gymnasium face (and the tensordict API's "next") then hands out as is instead of copying
     it (see ``Buffers.handed_out_lanes``).
+
+    ``wide_actions``: each float action leaf narrower than float64 gets a float64 twin and a
+    flag per sub-env saying which of the two holds its action (see ``Buffers.write_action``).
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class BufferLayout:
         action_leaves: list[LeafSpec],
         info_fields: dict[str, InfoField],
         obs_lanes: int = 0,
+        wide_actions: bool = False,
     ):
         self.num_envs = num_envs
         self.obs_keys = [key for key, _, _ in obs_leaves]
@@ -92,8 +96,13 @@ class BufferLayout:
                 self._add((slot, name), (), flag)
         # float64 like gymnasium's vector envs, so the gymnasium face returns rewards unrounded
         self._add(("next", "reward"), (), real)
+        self.wide_action_keys = []
         for key, shape, dtype in action_leaves:
             self._add(("action", key), shape, dtype)
+            if wide_actions and np.dtype(dtype).kind == "f" and np.dtype(dtype).itemsize < 8:
+                self._add(("wide_action", key), shape, np.float64)
+                self._add(("action_is_wide", key), (), np.dtype(bool))
+                self.wide_action_keys.append(key)
         self.obs_lanes = 0
         if (
             len(obs_leaves) == 1
@@ -157,6 +166,11 @@ class Buffers:
         self.root = Slot(self.views, "root", layout)
         self.next = Slot(self.views, "next", layout)
         self.action = {key: self.views[("action", key)] for key in layout.action_keys}
+        # (float64 twin, per-sub-env "the twin holds it" flags) of the leaves that have a twin
+        self.wide_action = {
+            key: (self.views[("wide_action", key)], self.views[("action_is_wide", key)])
+            for key in layout.wide_action_keys
+        }
         # the observation lanes (see BufferLayout), lane 0 first; [] without lanes
         self.obs_lanes: list[np.ndarray] = []
         if layout.obs_lanes:
@@ -165,6 +179,29 @@ class Buffers:
             self.obs_lanes = [first, *lanes]
         self._handed_out: list[np.ndarray] | None = None  # see handed_out_lanes
         self._free_refs = 0
+
+    def write_action(self, key: tuple, values: np.ndarray) -> None:
+        """Write the actions of every sub-env for action leaf ``key``.
+
+        float64 values of a narrower float leaf go to its float64 twin, so that the sub-envs
+        step with the caller's values, as gymnasium's vector envs pass them on; any other
+        values are cast to the leaf's dtype.
+        """
+        wide = self.wide_action.get(key)
+        if wide is not None and values.dtype == np.float64:
+            wide[0][...] = values
+            if not wide[1][0]:
+                wide[1][:] = True
+            return
+        self.action[key][...] = values
+        if wide is not None and wide[1][0]:
+            wide[1][:] = False
+
+    def mark_actions_narrow(self) -> None:
+        """The actions were written into the leaves' own buffers (the tensordict API)."""
+        for _, is_wide in self.wide_action.values():
+            if is_wide[0]:
+                is_wide[:] = False
 
     def handed_out_lanes(self) -> list[np.ndarray]:
         """The arrays over lanes 1, 2, ... that callers are handed (made on first use, then

@@ -133,6 +133,7 @@ class GymDriver:
         self.action_space = gym_env.action_space
         self.action_leaves = space_leaves(gym_env.action_space, ("action",))
         self.action_arrays = [buffers.action[leaf.key] for leaf in self.action_leaves]
+        self.wide_actions = [buffers.wide_action.get(leaf.key) for leaf in self.action_leaves]
         self.discrete_action = isinstance(self.action_space, spaces.Discrete)
         self.fields: dict[str, InfoField] = layout.info_fields
         self.field_index = {name: k for k, name in enumerate(self.fields)}
@@ -158,7 +159,10 @@ class GymDriver:
         i = self.index
         if self.discrete_action:
             return self.action_arrays[0][i]  # a numpy scalar, as SyncVectorEnv passes
-        arrays = [np.array(array[i]) for array in self.action_arrays]
+        arrays = [
+            np.array(wide[0][i] if wide is not None and wide[1][i] else array[i])
+            for array, wide in zip(self.action_arrays, self.wide_actions)
+        ]
         return build_value(self.action_space, self.action_leaves, arrays)
 
     def step(self) -> bool:
@@ -227,6 +231,10 @@ class TensorDictDriver:
         self.root, self.next = buffers.root, buffers.next
         self.td = buffers.tensordict()[index]
         self.action_keys = [("action", *key[1:]) for key in buffers.layout.action_keys]
+        # float64 actions from the gymnasium face, cast into the leaf's own buffer before use
+        self.wide_actions = [
+            (buffers.action[key], *wide) for key, wide in buffers.wide_action.items()
+        ]
         self.fields = buffers.layout.info_fields
         self.extras: dict[str, dict] = {}
         self._pending_seed: int | None = None
@@ -246,6 +254,10 @@ class TensorDictDriver:
     def step(self) -> bool:
         from tensordict import TensorDict
 
+        i = self.index
+        for narrow, wide, is_wide in self.wide_actions:
+            if is_wide[i]:
+                narrow[i] = wide[i]
         action = TensorDict({key: self.td.get(key).clone() for key in self.action_keys})
         next_td = self.env.step(action).get("next")
         self._write(self.td.get("next"), next_td, with_reward=True)
@@ -289,7 +301,11 @@ class BatchStep:
         self.steps = [driver.gym.step for driver in drivers]
         self.resets = [driver.gym.reset for driver in drivers]
         rows = slice(start, stop)
-        self.actions = buffers.action[drivers[0].action_leaves[0].key][rows]
+        action_key = drivers[0].action_leaves[0].key
+        self.narrow_actions = buffers.action[action_key][rows]
+        wide = buffers.wide_action.get(action_key)
+        # float64 actions (see Buffers.write_action): their rows, and this group's first flag
+        self.wide_actions = None if wide is None else (wide[0][rows], wide[1][start : start + 1])
         self.root, self.next = buffers.root, buffers.next
         self.obs = drivers[0].next_obs[0][rows]
         slot = buffers.next
@@ -327,11 +343,14 @@ class BatchStep:
 
     def run(self, modes: bytes, seeds: np.ndarray, options: dict | None) -> dict[int, dict]:
         n = len(modes)
+        actions = self.narrow_actions
+        if self.wide_actions is not None and self.wide_actions[1][0]:
+            actions = self.wide_actions[0]
         if modes == self.all_step:  # the hottest case: nothing but steps
-            results = [step(action) for step, action in zip(self.steps, self.actions)]
+            results = [step(action) for step, action in zip(self.steps, actions)]
             return self._take_extras() if self._write(results, range(n)) else {}
         if not modes.translate(None, self.step_or_next_reset):  # only those two modes
-            steps, actions, reset = self.steps, self.actions, self._reset_as_step
+            steps, reset = self.steps, self._reset_as_step
             results = [
                 steps[k](actions[k]) if mode == _STEP else reset(k, options)
                 for k, mode in enumerate(modes)
@@ -345,7 +364,7 @@ class BatchStep:
             stepping = range(n) if uniform & _STEP else ()
         self.done_rows = []
         if stepping:
-            steps, actions = self.steps, self.actions
+            steps = self.steps
             self._write([steps[k](actions[k]) for k in stepping], stepping)
         rows = slice(self.start, self.start + n)
         # Every row's root follows "next" but those an autoreset overwrites just below

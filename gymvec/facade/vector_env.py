@@ -127,9 +127,13 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         )
         self._needs_reset = np.zeros(self.num_envs, dtype=bool)  # finished sub-envs
         self._any_needs_reset = False
-        # (leaf, action buffer) pairs, looked up once: every step writes them
         actions = self.buffers.action
-        self._action_targets = [(leaf, actions[leaf.key]) for leaf in self._action_leaves]
+        # (leaf, buffer, whether the buffer has a float64 twin), looked up once: every step
+        # writes them
+        self._action_targets = [
+            (leaf, actions[leaf.key], leaf.key in self.buffers.wide_action)
+            for leaf in self._action_leaves
+        ]
         self._plain_action = [leaf.path for leaf in self._action_leaves] == [()]
         # The usual case, one array of observations and numpy output, skips build_value.
         self._plain_obs = (
@@ -288,7 +292,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     # ---- buffers -> gymnasium values ----------------------------------------------------------
     def _write_actions(self, actions: Any) -> None:
-        for leaf, target in self._action_targets:
+        for leaf, target, has_twin in self._action_targets:
             array = _as_numpy(actions if self._plain_action else get_leaf(actions, leaf.path))
             if array.shape != target.shape:
                 # gymnasium's vector envs iterate the actions: a scalar is a TypeError there
@@ -297,7 +301,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                     f"actions{_path_str(leaf.path)}: expected shape {target.shape} for "
                     f"{self.action_space}, got shape {array.shape}"
                 )
-            target[...] = array
+            if has_twin:  # float64 actions reach the sub-envs as float64
+                self.buffers.write_action(leaf.key, array)
+            else:
+                target[...] = array
         # NEXT_STEP ignores the actions of the sub-envs it resets, whatever their values
         resetting = self._needs_reset if self._any_needs_reset and not self._same_step else None
         _check_discrete(self._discrete_bounds, resetting)
