@@ -13,7 +13,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from gymvec.errors import ClosedEnvError, SpaceMismatchError, WorkerError
+from gymvec.errors import (
+    ClosedEnvError,
+    SpaceMismatchError,
+    UnsupportedSpaceError,
+    WorkerError,
+)
 
 _EXPORTS = {
     "EnvBase": "gymvec.envs.base",
@@ -39,7 +44,13 @@ _EXPORTS = {
     "Composite": "gymvec.specs",
 }
 
-__all__ = ["ClosedEnvError", "SpaceMismatchError", "WorkerError", *_EXPORTS]
+__all__ = [
+    "ClosedEnvError",
+    "SpaceMismatchError",
+    "UnsupportedSpaceError",
+    "WorkerError",
+    *_EXPORTS,
+]
 __version__ = "0.1.0"
 
 

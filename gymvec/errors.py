@@ -36,3 +36,13 @@ class SpaceMismatchError(ValueError, RuntimeError):
     def __init__(self, message: str, *, kind: str | None = None):
         super().__init__(message)
         self.kind = kind
+
+
+class UnsupportedSpaceError(TypeError, ValueError):
+    """A space whose values have no fixed shape and dtype (Text, Graph, Sequence, OneOf and
+    custom spaces): gymvec's fixed buffers cannot hold them.
+
+    A ``TypeError`` in the words that gymnasium's ``AsyncVectorEnv(shared_memory=True)`` uses
+    for such spaces (code that tells the case by them keeps working), and the ``ValueError``
+    that the same class raises for custom spaces.
+    """

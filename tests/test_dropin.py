@@ -31,7 +31,7 @@ from gymnasium.spaces import (
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_differing_spaces
 
-from gymvec import ParallelVectorEnv, SerialVectorEnv, SpaceMismatchError
+from gymvec import ParallelVectorEnv, SerialVectorEnv, SpaceMismatchError, UnsupportedSpaceError
 
 CLASSES = {
     "serial": SerialVectorEnv,
@@ -136,10 +136,14 @@ def test_same_step_final_obs_are_in_the_single_space(vector_cls):
     ids=["text", "nested-sequence", "custom"],
 )
 def test_spaces_without_fixed_shape_raise_a_type_error_naming_them(vector_cls, space, where):
-    """SyncVectorEnv batches these as tuples of objects; gymvec's buffers cannot hold them."""
+    """SyncVectorEnv batches these as tuples of objects; gymvec's buffers cannot hold them, and
+    it says so in the words of AsyncVectorEnv(shared_memory=True), which gymnasium's tests
+    match."""
     fns = [functools.partial(fe.make_spaces_env, space, Discrete(2))] * 2
-    with pytest.raises(TypeError, match=re.escape(where) + ".* has no fixed shape and dtype"):
+    words = "has a dynamic shape so its not possible to make a static shared memory"
+    with pytest.raises(UnsupportedSpaceError, match=re.escape(where) + ".* " + words) as caught:
         vector_cls(fns)
+    assert isinstance(caught.value, TypeError) and isinstance(caught.value, ValueError)
 
 
 # ---- observation_mode ---------------------------------------------------------------------

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from gymvec.errors import UnsupportedSpaceError
+
 RESERVED_KEYS = ("action", "reward", "done", "terminated", "truncated", "next", "info", "_reset")
 
 
@@ -41,9 +43,10 @@ def space_leaves(space: spaces.Space, key: tuple[str, ...], path: tuple = ()) ->
             leaves += space_leaves(sub, (*key, str(index)), (*path, index))
         return leaves
     if space.shape is None or space.dtype is None:  # Text, Sequence, Graph, OneOf, custom
-        raise TypeError(
-            f"{'/'.join(key)}: {space} has no fixed shape and dtype; gymvec batches Box, "
-            "Discrete, MultiDiscrete, MultiBinary, Dict and Tuple spaces"
+        raise UnsupportedSpaceError(
+            f"{'/'.join(key)}: {space} has a dynamic shape so its not possible to make a static "
+            "shared memory. gymvec's buffers hold Box, Discrete, MultiDiscrete, MultiBinary, "
+            "Dict and Tuple spaces"
         )
     return [Leaf(key, path, tuple(space.shape), np.dtype(space.dtype))]
 
