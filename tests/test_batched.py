@@ -33,7 +33,7 @@ from _td_envs import CounterEnv, make_counter
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from tensordict import TensorDict
 
-from gymvec import Categorical, ParallelEnv, SerialEnv, step_mdp
+from gymvec import Categorical, ParallelEnv, SerialEnv, WorkerError, step_mdp
 from gymvec.batched.driver import Mode
 
 FORK = {"mp_start_method": "fork"}
@@ -517,6 +517,26 @@ def test_bad_envs_per_worker_raises_naming_it(envs_per_worker, message):
         SerialEnv(2, make_cartpole, envs_per_worker=envs_per_worker)
     with pytest.raises(ValueError, match=message):
         ParallelEnv(2, make_cartpole, envs_per_worker=envs_per_worker, **FORK)
+
+
+def test_a_factory_returning_one_env_object_for_two_sub_envs_raises(no_leaks):
+    """``lambda: env`` would have sub-envs share one state (SB3's DummyVecEnv refuses it too)."""
+    shared = gym.make("CartPole-v1")
+    message = r"the same env object for sub-envs 0 and 1: each sub-env needs its own instance"
+    for env, error in [
+        (SerialEnv(2, lambda: shared), ValueError),
+        (ParallelEnv(1, lambda: shared, envs_per_worker=2, **FORK), WorkerError),  # in a worker
+    ]:
+        with pytest.raises(error, match=message):  # sub-envs are built at first use
+            env.reset()
+        env.close()
+    shared.close()
+
+
+def test_an_unknown_start_method_raises_in_multiprocessings_words():
+    message = r"mp_start_method: cannot find context for 'threads'; expected 'spawn', 'fork'"
+    with pytest.raises(ValueError, match=message):
+        ParallelEnv(2, make_cartpole, mp_start_method="threads")
 
 
 @pytest.mark.parametrize("local_worker", [True, False])

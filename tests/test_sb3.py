@@ -534,9 +534,41 @@ def test_reset_options(vectorizer):
     assert np.all((obs >= 0.2) & (obs <= 0.3))
     assert env._options == [{}, {}]  # consumed by the reset
     assert np.all(np.abs(env.reset()) <= 0.05)  # CartPole's default bounds again
-    env.set_options([{"low": 0.2, "high": 0.3}, {}])
-    with pytest.raises(ValueError, match="one options dict"):
-        env.reset()
+    env.close()
+
+
+@pytest.mark.parametrize("vectorizer", ALL_VECTORIZERS, ids=name_of)
+def test_per_env_reset_options_equal_dummy_vec_env(vectorizer):
+    """A vector env resets with one options dict: different ones per env take one masked
+    reset each, and observations and reset infos equal DummyVecEnv's."""
+    env_fns = [functools.partial(gym.make, "CartPole-v1")] * 3
+    env, ref = make_sb3(vectorizer, env_fns), DummyVecEnv(env_fns)
+    options = [{"low": 0.2, "high": 0.3}, {}, {"low": -0.3, "high": -0.2}]
+    for vec_env in (env, ref):
+        vec_env.seed(7)
+        vec_env.set_options(options)
+    obs, expected = env.reset(), ref.reset()
+    np.testing.assert_array_equal(obs, expected)
+    assert np.all((obs[0] >= 0.2) & (obs[0] <= 0.3)) and np.all(np.abs(obs[1]) <= 0.05)
+    assert np.all((obs[2] >= -0.3) & (obs[2] <= -0.2))
+    assert env.reset_infos == ref.reset_infos
+    for _ in range(3):
+        actions = np.array([0, 1, 0])
+        for got, want in zip(env.step(actions), ref.step(actions)):
+            np.testing.assert_equal(got, want)
+    env.close()
+    ref.close()
+
+
+def test_envs_are_the_sub_envs_where_they_live_here():
+    env_fns = [functools.partial(gym.make, "CartPole-v1")] * 2
+    env = make_sb3(gymvec.SerialVectorEnv, env_fns)
+    env.set_attr("dummy", 12)
+    assert [sub_env.dummy for sub_env in env.envs] == [12, 12]  # as DummyVecEnv.envs
+    env.close()
+    env = make_sb3(_gymvec_parallel, env_fns)
+    with pytest.raises(AttributeError, match="runs its sub-envs elsewhere"):
+        _ = env.envs
     env.close()
 
 

@@ -385,9 +385,10 @@ class ParallelEnv(BatchedEnvBase):
         if not shared_memory:
             raise ValueError("shared_memory=False is not supported: buffers are always shared")
         if mp_start_method not in (None, "spawn", "fork", "forkserver"):
+            # multiprocessing's own words first, which gymnasium's and SB3's classes pass on
             raise ValueError(
-                f"mp_start_method: expected 'spawn', 'fork' or 'forkserver', "
-                f"got {mp_start_method!r}"
+                f"mp_start_method: cannot find context for {mp_start_method!r}; expected "
+                f"'spawn', 'fork' or 'forkserver', got {mp_start_method!r}"
             )
         self.memmap = memmap
         self.mp_start_method = mp_start_method or "spawn"

@@ -172,6 +172,20 @@ def _unpack_infos(vector_info: Mapping, n: int, skip: frozenset = frozenset()) -
     return infos
 
 
+def _option_groups(per_env: list[dict]) -> list[tuple[dict | None, list[int]]]:
+    """The distinct options dicts of ``per_env`` (as copies: gymnasium's vector envs pop
+    "reset_mask" out of the dict they are given; None for empty), each with its sub-envs."""
+    groups: list[tuple[dict, list[int]]] = []
+    for i, options in enumerate(per_env):
+        for known, indices in groups:
+            if known == options:
+                indices.append(i)
+                break
+        else:
+            groups.append((options, [i]))
+    return [(dict(options) if options else None, indices) for options, indices in groups]
+
+
 def _is_mask_key(vector_info: Mapping, key: Any) -> bool:
     return isinstance(key, str) and key.startswith("_") and key[1:] in vector_info
 
@@ -213,14 +227,15 @@ class SB3VecEnv(VecEnv):
     ``reset_infos``; ``step`` returns float32 rewards, ``dones = terminated | truncated`` and one
     info dict per env, where a finished env's info is its last step's info plus
     ``terminal_observation`` and ``TimeLimit.truncated``. Seeds and options set with ``seed()``
-    and ``set_options()`` are used at the next ``reset()``; all sub-envs must share one options
-    dict, since a gymnasium vector env takes one.
+    and ``set_options()`` are used at the next ``reset()``; different options per env take one
+    masked reset each (gymnasium's ``reset_mask``), since a vector env resets with one dict.
     """
 
     def __init__(self, env: Any) -> None:
         self.vector_env = _as_same_step_vector_env(env)
         self._access = _sub_env_access(self.vector_env)
         self._actions: Any = None
+        self._was_reset = False
         # VecEnv.__init__ reads render_mode through get_attr: the access above must exist first.
         super().__init__(
             self.vector_env.num_envs,
@@ -230,8 +245,32 @@ class SB3VecEnv(VecEnv):
         self.metadata = {**self.metadata, **self.vector_env.metadata}
 
     def reset(self) -> VecEnvObs:
-        obs, infos = self.vector_env.reset(seed=self._next_seed(), options=self._next_options())
-        self.reset_infos = _unpack_infos(infos, self.num_envs)
+        seeds = self._next_seed()
+        groups = _option_groups(self._options)
+        if len(groups) == 1:  # one options dict for all: one reset
+            obs, infos = self.vector_env.reset(seed=seeds, options=groups[0][0])
+            self.reset_infos = _unpack_infos(infos, self.num_envs)
+        else:
+            # A vector env resets with one options dict: one masked reset per distinct one.
+            # Each returns every sub-env's current observation; the last has them all reset.
+            self.reset_infos = [{} for _ in range(self.num_envs)]
+            if not self._was_reset:
+                # gymnasium's SyncVectorEnv cannot batch the observations of sub-envs never
+                # reset: first all without options, then again those with options (seeded
+                # ones with the same seed)
+                obs, infos = self.vector_env.reset(seed=seeds)
+                self.reset_infos = _unpack_infos(infos, self.num_envs)
+                groups = [(options, indices) for options, indices in groups if options]
+            for options, indices in groups:
+                mask = np.zeros(self.num_envs, dtype=bool)
+                mask[indices] = True
+                obs, infos = self.vector_env.reset(
+                    seed=seeds, options={**(options or {}), "reset_mask": mask}
+                )
+                unpacked = _unpack_infos(infos, self.num_envs)
+                for i in indices:
+                    self.reset_infos[i] = unpacked[i]
+        self._was_reset = True
         self._reset_seeds()
         self._reset_options()
         return _copy_obs(self.observation_space, obs)
@@ -241,15 +280,17 @@ class SB3VecEnv(VecEnv):
             return None
         return list(self._seeds)
 
-    def _next_options(self) -> dict | None:
-        first = self._options[0]
-        if not all(options is first or options == first for options in self._options):
-            raise ValueError(
-                "set_options() gave different options per env, but a gymnasium vector env "
-                f"resets all sub-envs with one options dict; got {self._options}"
+    @property
+    def envs(self) -> list:
+        """The sub-envs, as ``DummyVecEnv.envs``, where the vector env has them in this
+        process (``SerialVectorEnv``, gymnasium's ``SyncVectorEnv``)."""
+        envs = getattr(self.vector_env, "envs", None)
+        if envs is None:
+            raise AttributeError(
+                f"{type(self.vector_env).__name__} runs its sub-envs elsewhere: no `envs` here "
+                "(use env_method/get_attr/set_attr)"
             )
-        # A copy: gymnasium's vector envs pop "reset_mask" out of the dict they are given.
-        return dict(first) if first else None
+        return list(envs)
 
     def step_async(self, actions: Any) -> None:
         self._actions = self._batch_actions(actions)
