@@ -56,17 +56,17 @@ def _apply_observation_mode(face: GymnasiumVectorEnv, mode: str | tuple, cls_nam
     for space in obs_spaces:
         if mode == "same" and space != single:
             detail = f"single_observation_space={single}, sub-environment observation_space={space}"
-            raise space_mismatch(cls_name, mode, "observation", detail)
+            raise _space_mismatch(cls_name, mode, "observation", detail)
         if mode != "same" and not is_space_dtype_shape_equiv(space, single):
             detail = f"single_observation_space={single}, sub-environment observation space={space}"
-            raise space_mismatch(cls_name, mode, "observation", detail)
+            raise _space_mismatch(cls_name, mode, "observation", detail)
     for space in action_spaces:
         if space != face.single_action_space:
             detail = f"action_space={space}, single_action_space={face.single_action_space}"
-            raise space_mismatch(cls_name, mode, "action", detail)
+            raise _space_mismatch(cls_name, mode, "action", detail)
 
 
-def space_mismatch(cls_name: str, mode: str | tuple, kind: str, detail: str) -> SpaceMismatchError:
+def _space_mismatch(cls_name: str, mode: str | tuple, kind: str, detail: str) -> SpaceMismatchError:
     """Sub-env spaces that do not batch, in the words of gymnasium's vector envs (whose tests
     match them), then ``detail``."""
     if kind == "action":
@@ -92,7 +92,7 @@ def _batched_env(cls_name: str, mode: str | tuple, make: Callable[[], Any]) -> A
     except SpaceMismatchError as exc:
         if exc.kind is None:
             raise
-        raise space_mismatch(cls_name, mode, exc.kind, str(exc)) from None
+        raise _space_mismatch(cls_name, mode, exc.kind, str(exc)) from None
 
 
 def _check_env_fns(env_fns: Sequence[Callable[[], gym.Env]]) -> list:
