@@ -486,14 +486,15 @@ class SubEnvGroup:
         self.lane = 0  # where "next"'s observations go now
         self.envs: list[Any] = []
         try:
+            built: dict[int, int] = {}  # id of each env -> its sub-env index
             for j, fn in enumerate(env_fns):
                 env = check_sub_env(fn())
-                for k, other in enumerate(self.envs):
-                    if other is env:  # e.g. `lambda: env`: the sub-envs would share one state
-                        raise ValueError(
-                            f"create_env_fn returned the same env object for sub-envs "
-                            f"{start + k} and {start + j}: each sub-env needs its own instance"
-                        )
+                if id(env) in built:  # e.g. `lambda: env`: the sub-envs would share one state
+                    raise ValueError(
+                        f"create_env_fn returned the same env object for sub-envs "
+                        f"{built[id(env)]} and {start + j}: each sub-env needs its own instance"
+                    )
+                built[id(env)] = start + j
                 self.envs.append(env)
             self.drivers = [make_driver(env, start + j, buffers) for j, env in enumerate(self.envs)]
         except BaseException:

@@ -177,6 +177,7 @@ def _option_groups(per_env: list[dict]) -> list[tuple[dict | None, list[int]]]:
     "reset_mask" out of the dict they are given; None for empty), each with its sub-envs."""
     groups: list[tuple[dict, list[int]]] = []
     for i, options in enumerate(per_env):
+        options = options or {}
         for known, indices in groups:
             if known == options:
                 indices.append(i)
