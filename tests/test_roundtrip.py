@@ -93,3 +93,58 @@ def test_next_step_over_an_env_without_partial_steps_is_refused_clearly():
         assert finished
     finally:
         face.close()
+
+
+class _CountingEnv(gym.Env):
+    """uint16 observations (torch has no masked writes for them); a settable ``scale``."""
+
+    observation_space = gym.spaces.Box(0, 1000, shape=(2,), dtype=np.uint16)
+    action_space = gym.spaces.Discrete(3)
+
+    def __init__(self):
+        self.scale = 1
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, dtype=np.uint16), {}
+
+    def step(self, action):
+        self.t += 1
+        obs = np.array([self.t, self.scale * int(action)], dtype=np.uint16)
+        return obs, 1.0, self.t >= 3, False, {}
+
+
+def test_round_trip_has_the_originals_spaces_calls_and_uint16_observations():
+    """The face over a wrapped vector env takes its single spaces (random generators included:
+    equal seeds, equal samples), reaches its sub-envs through call/set_attr, and copies rows
+    of any dtype."""
+    fns = [_CountingEnv] * 2
+    for mode in (AutoresetMode.NEXT_STEP, AutoresetMode.DISABLED):
+        original = SyncVectorEnv(fns, autoreset_mode=mode)
+        inner = SyncVectorEnv(fns, autoreset_mode=mode)
+        face = GymnasiumVectorEnv(GymVectorEnvWrapper(inner), autoreset_mode=mode)
+        assert face.single_action_space is inner.single_action_space
+        original.action_space.seed(3)
+        face.action_space.seed(3)
+        np.testing.assert_array_equal(face.action_space.sample(), original.action_space.sample())
+        for env in (original, face):
+            env.set_attr("scale", [10, 20])
+        assert face.get_attr("scale") == original.get_attr("scale") == (10, 20)
+        assert face.call("reset", seed=1)[0][0].dtype == np.uint16
+        obs_a, _ = original.reset(seed=0)
+        obs_b, _ = face.reset(seed=0)
+        np.testing.assert_array_equal(obs_b, obs_a)
+        for _ in range(2):
+            actions = np.array([1, 2])
+            a, b = original.step(actions), face.step(actions)
+            for x, y in zip(a[:4], b[:4]):
+                np.testing.assert_array_equal(y, x)
+                assert y.dtype == x.dtype
+        if mode == AutoresetMode.DISABLED:  # a masked reset writes some rows only
+            mask = np.array([True, False])
+            obs_a, _ = original.reset(options={"reset_mask": mask})
+            obs_b, _ = face.reset(options={"reset_mask": mask.copy()})
+            np.testing.assert_array_equal(obs_b, obs_a)
+        face.close()
+        original.close()

@@ -252,3 +252,13 @@ def set_next(td: TensorDictBase, next_out: TensorDictBase) -> None:
         td._set_str("next", next_out, inplace=False, validated=True)
     else:
         td.set("next", next_out)
+
+
+def copy_rows(dest: torch.Tensor, source: torch.Tensor, rows: Any) -> None:
+    """``dest[rows] = source[rows]`` for a numpy bool mask ``rows``; through numpy on the CPU,
+    where torch lacks masked writes for some dtypes (uint16, uint32)."""
+    if dest.device.type == "cpu" and source.device.type == "cpu":
+        dest.detach().numpy()[rows] = source.detach().numpy()[rows]
+    else:
+        index = torch.from_numpy(rows).to(dest.device)
+        dest[index] = source.to(dest.device)[index]

@@ -13,7 +13,7 @@ from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from tensordict import TensorDict, TensorDictBase
 
-from gymvec.envs.base import DONE_KEYS, EnvBase, make_reward_spec
+from gymvec.envs.base import DONE_KEYS, EnvBase, copy_rows, make_reward_spec
 from gymvec.envs.infos import InfoField, declared_fields
 from gymvec.envs.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.spaces import spec_from_space
@@ -418,10 +418,9 @@ def _infer_info_fields(info: dict, num_envs: int) -> dict[str, InfoField]:
 
 def _set_rows(dest: TensorDict, source: TensorDictBase, rows: np.ndarray) -> None:
     """Copy the entries of ``source`` that ``dest`` has into ``dest``, for ``rows`` only."""
-    index = torch.from_numpy(rows)
     for key in source.keys(include_nested=True, leaves_only=True):
         if key in dest.keys(include_nested=True, leaves_only=True):
-            dest.get(key)[index] = source.get(key)[index]
+            copy_rows(dest.get(key), source.get(key), rows)
 
 
 def _select_rows(info: dict, rows: np.ndarray, skip: tuple[str, ...] = ()) -> dict:

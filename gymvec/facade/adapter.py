@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from tensordict import TensorDict
@@ -24,7 +25,7 @@ from tensordict import TensorDict
 from gymvec.batched.base import spec_leaves
 from gymvec.batched.buffers import BufferLayout, Buffers, private_memory
 from gymvec.batched.driver import Mode
-from gymvec.envs.base import EnvBase
+from gymvec.envs.base import EnvBase, copy_rows
 from gymvec.envs.infos import InfoField
 from gymvec.specs import torch_to_numpy_dtype
 
@@ -140,9 +141,32 @@ class CommandAdapter:
         self.buffers.next.info_present[:] = True
 
     def request(self, name: str, indices, *args: Any, values=None) -> list:
+        """Calls and attribute writes go to a wrapped gymnasium vector env, whose sub-envs
+        they reach (``GymVectorEnvWrapper``); other envs have no sub-envs to reach."""
+        vector_env = self.vector_env
+        if vector_env is not None and indices is None and name in ("call", "set_attr"):
+            if name == "call":
+                method, args_, kwargs = args[:3]
+                return list(vector_env.call(method, *args_, **kwargs))
+            vector_env.set_attr(args[0], list(values))
+            return [None] * self.num_envs
         raise NotImplementedError(
             f"{type(self.env).__name__} has no sub-envs to call methods on ({name!r})"
         )
+
+    @property
+    def vector_env(self) -> gym.vector.VectorEnv | None:
+        """The gymnasium vector env the batched env wraps, if it wraps one."""
+        vector_env = getattr(self.env, "vector_env", None)
+        return vector_env if isinstance(vector_env, gym.vector.VectorEnv) else None
+
+    @property
+    def single_spaces(self) -> tuple[Any, Any] | None:
+        """A wrapped vector env's own single spaces (the face then has the same ones)."""
+        vector_env = self.vector_env
+        if vector_env is None:
+            return None
+        return vector_env.single_observation_space, vector_env.single_action_space
 
     def close(self) -> None:
         self.env.close()
@@ -150,10 +174,9 @@ class CommandAdapter:
 
 def _copy_rows(target: TensorDict, source: TensorDict, rows: np.ndarray) -> None:
     """Copy the entries ``target`` and ``source`` share, at ``rows``."""
-    index = torch.from_numpy(rows)
     for key in target.keys(include_nested=True, leaves_only=True):
         key_tuple = key if isinstance(key, tuple) else (key,)
         if key_tuple[0] in ("next", "action") or key not in source.keys(include_nested=True):
             continue
         value = source.get(key).to(target.get(key).dtype)
-        target.get(key)[index] = value.reshape(target.get(key).shape)[index]
+        copy_rows(target.get(key), value.reshape(target.get(key).shape), rows)

@@ -416,6 +416,9 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 # ---- helpers ---------------------------------------------------------------------------------
 def sub_env_spaces(env: Any) -> tuple[list[spaces.Space], list[spaces.Space]]:
     """The gymnasium observation and action space of each sub-env of a batched env."""
+    single = getattr(env, "single_spaces", None)  # a wrapped vector env's own
+    if single is not None:
+        return [single[0]] * env.num_envs, [single[1]] * env.num_envs
     descriptions = getattr(env, "sub_env_descriptions", None)
     if descriptions and all(d.observation_space is not None for d in descriptions):
         return [d.observation_space for d in descriptions], [d.action_space for d in descriptions]
