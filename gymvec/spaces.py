@@ -2,7 +2,9 @@
 
 `space_from_spec(spec_from_space(s)) == s` for Box, Discrete, MultiDiscrete, MultiBinary, Dict
 and Tuple, nested, with dtypes, per-element bounds and `start` kept. Other spaces raise a
-TypeError that names the space and where it sits (e.g. `observation_space["inner"][1]`).
+TypeError that names the space and where it sits (e.g. `observation_space["inner"][1]`), unless
+`objects=True`: then they become `NonTensor` specs holding the space (how `GymEnv` keeps Text,
+Graph, Sequence, OneOf and custom spaces), which convert back to it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from gymvec.specs import (
     Categorical,
     Composite,
     MultiCategorical,
+    NonTensor,
     TensorSpec,
     Unbounded,
     _as_dtype,
@@ -28,7 +31,9 @@ from gymvec.specs import (
 __all__ = ["space_from_spec", "spec_from_space"]
 
 _SUPPORTED_SPACES = "Box, Discrete, MultiDiscrete, MultiBinary, Dict and Tuple"
-_SUPPORTED_SPECS = "Bounded, Unbounded, Categorical, MultiCategorical, Binary and Composite"
+_SUPPORTED_SPECS = (
+    "Bounded, Unbounded, Categorical, MultiCategorical, Binary, Composite and NonTensor"
+)
 
 
 def _lookup(table: dict[type, Callable], obj: object) -> Callable | None:
@@ -39,13 +44,23 @@ def _lookup(table: dict[type, Callable], obj: object) -> Callable | None:
 # -- space -> spec ---------------------------------------------------------------------------
 
 
-def spec_from_space(space: spaces.Space, path: str = "space") -> TensorSpec:
-    """The spec of `space`; `path` names it in error messages (e.g. "observation_space")."""
+def spec_from_space(
+    space: spaces.Space, path: str = "space", *, objects: bool = False
+) -> TensorSpec:
+    """The spec of `space`; `path` names it in error messages (e.g. "observation_space").
+
+    `objects`: spaces without a fixed shape and dtype become `NonTensor(space)` instead of
+    raising.
+    """
     convert = _lookup(_SPACE_TO_SPEC, space)
     if convert is None:
+        if objects:
+            return NonTensor(space)
         raise TypeError(
             f"cannot convert {type(space).__name__} at {path}: gymvec supports {_SUPPORTED_SPACES}"
         )
+    if convert in (_dict_to_spec, _tuple_to_spec):
+        return convert(space, path, objects)
     return convert(space, path)
 
 
@@ -85,17 +100,20 @@ def _multi_binary_to_spec(space: spaces.MultiBinary, path: str) -> TensorSpec:
     return Binary(shape=space.n, dtype=_torch_dtype(space, path))
 
 
-def _dict_to_spec(space: spaces.Dict, path: str) -> TensorSpec:
+def _dict_to_spec(space: spaces.Dict, path: str, objects: bool) -> TensorSpec:
     specs = {}
     for key, sub in space.spaces.items():
         if not isinstance(key, str):
             raise TypeError(f"cannot convert Dict at {path}: key {key!r} is not a str")
-        specs[key] = spec_from_space(sub, f'{path}["{key}"]')
+        specs[key] = spec_from_space(sub, f'{path}["{key}"]', objects=objects)
     return Composite(specs)
 
 
-def _tuple_to_spec(space: spaces.Tuple, path: str) -> TensorSpec:
-    specs = {str(i): spec_from_space(sub, f"{path}[{i}]") for i, sub in enumerate(space.spaces)}
+def _tuple_to_spec(space: spaces.Tuple, path: str, objects: bool) -> TensorSpec:
+    specs = {
+        str(i): spec_from_space(sub, f"{path}[{i}]", objects=objects)
+        for i, sub in enumerate(space.spaces)
+    }
     return Composite(specs, sequence=True)
 
 
@@ -202,7 +220,14 @@ def _composite_to_space(spec: Composite, path: str) -> spaces.Space:
     return spaces.Tuple([space_from_spec(spec[key], f"{path}[{key}]") for key in expected])
 
 
+def _non_tensor_to_space(spec: NonTensor, path: str) -> spaces.Space:
+    if spec.space is None:
+        raise TypeError(f"cannot convert {spec!r} at {path}: it holds no gymnasium space")
+    return spec.space
+
+
 _SPEC_TO_SPACE: dict[type, Callable[..., spaces.Space]] = {
+    NonTensor: _non_tensor_to_space,
     Bounded: _bounded_to_space,
     Unbounded: _unbounded_to_space,
     Categorical: _categorical_to_space,

@@ -224,6 +224,38 @@ class SpacesEnv(gym.Env):
         return self.observation_space.sample(), float(self.t), self.t >= self.length, False, {}
 
 
+class CustomSpace(spaces.Space):
+    """A space of any string (no shape, no dtype), as gymnasium's tests define one."""
+
+    def sample(self, mask=None, probability=None):
+        return self.np_random.integers(0, 10, ()).__str__()
+
+    def contains(self, x):
+        return isinstance(x, str)
+
+    def __eq__(self, other):
+        return isinstance(other, CustomSpace)
+
+
+class CustomSpaceEnv(gym.Env):
+    """Observes "reset", then "step(<action>)"; the actions are strings."""
+
+    def __init__(self):
+        self.observation_space = CustomSpace()
+        self.action_space = CustomSpace()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return "reset", {}
+
+    def step(self, action):
+        return f"step({action})", 0.0, False, False, {}
+
+
+def make_custom_space_env() -> gym.Env:
+    return CustomSpaceEnv()
+
+
 class CountEnv(gym.Env):
     """Discrete observation = steps since reset (a reset seed starts it there); reward =
     action; terminates when the count reaches ``max_count`` (set through ``set_attr``)."""

@@ -38,6 +38,8 @@ from gymvec.specs import (
     Composite,
     DeviceLike,
     Unbounded,
+    non_tensor,
+    non_tensor_values,
     numpy_to_torch_dtype,
     stack_specs,
     torch_to_numpy_dtype,
@@ -93,7 +95,8 @@ class SubEnvDescription:
         action_space = summary.get("action_space")
         if obs_space is not None:
             observation_spec = observation_spec_from_space(obs_space)
-            full_action_spec = Composite({"action": spec_from_space(action_space, "action_space")})
+            action_spec = spec_from_space(action_space, "action_space", objects=True)
+            full_action_spec = Composite({"action": action_spec})
         else:
             observation_spec = summary["observation_spec"].clone()
             full_action_spec = summary["full_action_spec"].clone()
@@ -127,7 +130,7 @@ def spec_leaves(spec: Composite) -> list[LeafSpec]:
     for key in spec.keys(include_nested=True, leaves_only=True):
         key = key if isinstance(key, tuple) else (key,)
         leaf = spec[key]
-        leaves.append((key, tuple(leaf.shape), torch_to_numpy_dtype(leaf.dtype)))
+        leaves.append((key, tuple(leaf.shape), leaf.numpy_dtype))
     return leaves
 
 
@@ -305,6 +308,11 @@ class BatchedEnvBase(EnvBase):
         self._next_arrays = _numpy_tree(self._next_view)
         self._reward_array = self._reward_view.numpy()
         self._action_keys = [("action", *key[1:]) for key in self.layout.action_keys]
+        # (tensordict key, this process's list) of each object action leaf
+        self._action_object_stores = [
+            (("action", *key[1:]), self.buffers.action_objects[key])
+            for key in self.layout.object_action_keys
+        ]
         self._action_arrays = [view.numpy() for view in self._action_views]
         self._action_slots_of: Composite | None = None  # see _action_slots
         self._action_slot_list: list[tuple] = []
@@ -374,7 +382,10 @@ class BatchedEnvBase(EnvBase):
                     self._uniform_mode = None
         if lane or self._lane:  # last: a refused command must leave the lanes as they were
             self._set_lane(lane, modes)
-        executor.send(options)
+        if self.layout.object_action_keys:
+            executor.send(options, self.buffers.action_objects)
+        else:
+            executor.send(options)
         self._in_flight = True
 
     def _set_lane(self, lane: int, modes: np.ndarray | int) -> None:
@@ -402,7 +413,9 @@ class BatchedEnvBase(EnvBase):
     ) -> dict[int, dict]:
         """Wait for the command sent last; returns the extras by sub-env index.
 
-        Extras are the info entries without a buffer slot: ``{i: {"root": info, "next": info}}``
+        Object observations (see ``BufferLayout``) are in ``buffers.root.objects`` and
+        ``buffers.next.objects`` by then. Extras are the info entries without a buffer slot:
+        ``{i: {"root": info, "next": info}}``
         for the sub-envs that had any (``"root"``: the reset info of a reset into the root,
         ``"next"``: a step info, or a reset info written into ``"next"``), and with
         ``Mode.KEEP_FINAL_OBS`` the last observation of a sub-env autoreset, as it returned
@@ -421,7 +434,20 @@ class BatchedEnvBase(EnvBase):
             self._in_flight = False  # every worker has answered or died: the command is over
             raise
         self._in_flight = False
+        if self.layout.object_obs_keys:
+            self._store_objects(extras)
         return extras
+
+    def _store_objects(self, extras: dict[int, dict]) -> None:
+        """Object observations that worker processes sent back, into this process's lists."""
+        root, next_ = self.buffers.root.objects, self.buffers.next.objects
+        keys = self.layout.object_obs_keys
+        for i in [i for i, e in extras.items() if "objects" in e]:
+            root_values, next_values = extras[i].pop("objects")
+            for key, root_value, next_value in zip(keys, root_values, next_values):
+                root[key][i], next_[key][i] = root_value, next_value
+            if not extras[i]:
+                del extras[i]
 
     def run(
         self,
@@ -481,6 +507,10 @@ class BatchedEnvBase(EnvBase):
             # Checked where they landed: the array is at hand there, the tensor costs a wrap.
             if values_in is not None and not values_in(array):
                 spec.validate(view, key)  # raises, with the smallest and largest value
+        for key, store in self._action_object_stores:
+            action = td.get(key, None)
+            self.full_action_spec[key].validate(action, key)
+            store[:] = non_tensor_values(action)
 
     def _action_slots(self) -> list[tuple]:
         """(key, leaf spec, buffer view, its numpy array, the spec's array check) per action
@@ -505,6 +535,9 @@ class BatchedEnvBase(EnvBase):
             for key, view in zip(self._action_keys, self._action_views):
                 if key in keys["action"]:
                     view[i].copy_(row.get(key))
+            for key, store in self._action_object_stores:
+                if key in keys["action"]:
+                    store[i] = non_tensor_values(row.get(key))[0]
 
     def _step(self, td: TensorDictBase) -> TensorDictBase:
         # EnvBase.step called _check_action, which wrote the actions.
@@ -550,8 +583,22 @@ class BatchedEnvBase(EnvBase):
         """A copy of the root (observations, infos, flags) on ``self.device``."""
         # Outputs never alias the buffers, which the next command overwrites.
         if self.device.type != "cpu":
-            return self._per_task(self._root_view.to(self.device))
-        return self._per_task(_fresh_tree(self._root_arrays, self.batch_size))
+            out = self._root_view.to(self.device)
+        else:
+            out = _fresh_tree(self._root_arrays, self.batch_size)
+        return self._per_task(self._with_objects(out, self.buffers.root.objects))
+
+    def _with_objects(
+        self, out: TensorDictBase, objects: dict[tuple, list], reset: np.ndarray | None = None
+    ) -> TensorDictBase:
+        """``out`` with the object observations (NonTensorStacks); the rows ``reset`` marks
+        from the root's instead."""
+        for key, values in objects.items():
+            if reset is not None:
+                root = self.buffers.root.objects[key]
+                values = [root[i] if r else v for i, (v, r) in enumerate(zip(values, reset))]
+            out.set(key, non_tensor(values, self.batch_size))
+        return out
 
     def _next_output(self, lane: int = 0) -> TensorDictBase:
         """A copy of ``"next"``, the reward cast to the reward spec's dtype; its observations
@@ -560,12 +607,13 @@ class BatchedEnvBase(EnvBase):
             out = self._next_view.to(self.device)
             reward = self._reward_view.to(self.device, self.reward_spec.dtype, copy=True)
             out.set("reward", reward)
-            return self._per_task(out)
-        reward = self._reward_array.astype(torch_to_numpy_dtype(self.reward_spec.dtype))
-        made = {"reward": torch.from_numpy(reward)}
-        if lane:
-            made[self._lane_key] = torch.from_numpy(self.buffers.handed_out_lanes()[lane - 1])
-        return self._per_task(_fresh_tree(self._next_arrays, self.batch_size, made=made))
+        else:
+            reward = self._reward_array.astype(torch_to_numpy_dtype(self.reward_spec.dtype))
+            made = {"reward": torch.from_numpy(reward)}
+            if lane:
+                made[self._lane_key] = torch.from_numpy(self.buffers.handed_out_lanes()[lane - 1])
+            out = _fresh_tree(self._next_arrays, self.batch_size, made=made)
+        return self._per_task(self._with_objects(out, self.buffers.next.objects))
 
     def _merged_root(self, lane: int, reset: np.ndarray) -> TensorDict:
         """The root after an autoreset, on the CPU: "next" (its observations from ``lane``
@@ -576,7 +624,8 @@ class BatchedEnvBase(EnvBase):
         arrays = self._next_arrays
         if lane:
             arrays = {**arrays, self._lane_key: self.buffers.obs_lanes[lane]}
-        return _fresh_tree(arrays, self.batch_size, made, self._root_arrays, reset)
+        out = _fresh_tree(arrays, self.batch_size, made, self._root_arrays, reset)
+        return self._with_objects(out, self.buffers.next.objects, reset)
 
     def _per_task(self, out: TensorDictBase) -> TensorDictBase:
         """In a heterogeneous batch, a lazy stack where each sub-env keeps only its keys."""
@@ -584,7 +633,8 @@ class BatchedEnvBase(EnvBase):
             return out
         rows = []
         for i, keys in enumerate(self._sub_env_keys):
-            unused = [key for key in self.layout.obs_keys if key not in keys["obs"]]
+            obs_keys = self.layout.obs_keys + self.layout.object_obs_keys
+            unused = [key for key in obs_keys if key not in keys["obs"]]
             rows.append(out[i].exclude(*unused) if unused else out[i])
         return LazyStackedTensorDict(*rows, stack_dim=0)
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gymvec.envs.infos import InfoField
+from gymvec.envs.structure import OBJECT
 
 if TYPE_CHECKING:  # torch-free at run time: worker processes import this module
     from tensordict import TensorDict
@@ -67,6 +68,9 @@ class BufferLayout:
 
     ``wide_actions``: each float action leaf narrower than float64 gets a float64 twin and a
     flag per sub-env saying which of the two holds its action (see ``Buffers.write_action``).
+    Leaves of dtype ``object`` (values of spaces without a fixed shape, see
+    ``envs.structure``) get no place in the block: ``Buffers`` keeps them in per-process lists,
+    and commands carry them between processes (``object_obs_keys``, ``object_action_keys``).
     """
 
     def __init__(
@@ -79,6 +83,10 @@ class BufferLayout:
         wide_actions: bool = False,
     ):
         self.num_envs = num_envs
+        self.object_obs_keys = [key for key, _, dtype in obs_leaves if dtype == OBJECT]
+        self.object_action_keys = [key for key, _, dtype in action_leaves if dtype == OBJECT]
+        obs_leaves = [leaf for leaf in obs_leaves if leaf[2] != OBJECT]
+        action_leaves = [leaf for leaf in action_leaves if leaf[2] != OBJECT]
         self.obs_keys = [key for key, _, _ in obs_leaves]
         self.action_keys = [key for key, _, _ in action_leaves]
         self.info_fields = dict(info_fields)
@@ -106,6 +114,7 @@ class BufferLayout:
         self.obs_lanes = 0
         if (
             len(obs_leaves) == 1
+            and not self.object_obs_keys
             and self.fields[("next", "obs", self.obs_keys[0])].nbytes(num_envs) >= LANE_MIN_BYTES
         ):
             self.obs_lanes = obs_lanes
@@ -124,13 +133,23 @@ class BufferLayout:
         return max(self._size, _ALIGN)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, BufferLayout) and self.fields == other.fields
+        return (
+            isinstance(other, BufferLayout)
+            and self.fields == other.fields
+            and self.object_obs_keys == other.object_obs_keys
+            and self.object_action_keys == other.object_action_keys
+        )
 
 
 class Slot:
-    """Numpy views of one slot (``root`` or ``next``) of the buffers; rows are sub-envs."""
+    """Numpy views of one slot (``root`` or ``next``) of the buffers; rows are sub-envs.
+
+    ``objects``: a list per object leaf, one object per sub-env, of this process only.
+    """
 
     def __init__(self, views: dict[tuple, np.ndarray], slot: str, layout: BufferLayout):
+        n = layout.num_envs
+        self.objects = {key: [None] * n for key in layout.object_obs_keys}
         self.obs = {key: views[(slot, "obs", key)] for key in layout.obs_keys}
         self.info = {name: views[(slot, "info", name)] for name in layout.info_fields}
         self.info_present = views[(slot, "info_present")]
@@ -143,6 +162,10 @@ class Slot:
         """Copy ``other``'s observations, infos and flags at ``rows`` into this slot."""
         for key, array in self.obs.items():
             array[rows] = other.obs[key][rows]
+        for key, objects in self.objects.items():
+            source = other.objects[key]
+            for i in _row_indices(rows, len(objects)):
+                objects[i] = source[i]
         for name, array in self.info.items():
             array[rows] = other.info[name][rows]
         self.info_present[rows] = other.info_present[rows]
@@ -151,8 +174,20 @@ class Slot:
         self.truncated[rows] = other.truncated[rows]
 
 
+def _row_indices(rows: Any, n: int) -> Any:
+    if isinstance(rows, slice):
+        return range(*rows.indices(n))
+    if isinstance(rows, int | np.integer):
+        return (int(rows),)
+    return rows
+
+
 class Buffers:
-    """Numpy (and torch) views of a block laid out by ``layout``."""
+    """Numpy (and torch) views of a block laid out by ``layout``.
+
+    ``ship_objects``: set in worker processes, whose object leaves (kept in this process's
+    lists) travel back to the parent with each command's answer (see ``SubEnvGroup.run``).
+    """
 
     def __init__(self, layout: BufferLayout, memory: Any):
         self.layout = layout
@@ -166,6 +201,8 @@ class Buffers:
         self.root = Slot(self.views, "root", layout)
         self.next = Slot(self.views, "next", layout)
         self.action = {key: self.views[("action", key)] for key in layout.action_keys}
+        self.action_objects = {key: [None] * n for key in layout.object_action_keys}
+        self.ship_objects = False
         # (float64 twin, per-sub-env "the twin holds it" flags) of the leaves that have a twin
         self.wide_action = {
             key: (self.views[("wide_action", key)], self.views[("action_is_wide", key)])

@@ -25,7 +25,7 @@ from gymvec.arrays import any_set
 from gymvec.batched.buffers import Buffers, Slot, as_buffer
 from gymvec.envs.infos import InfoField
 from gymvec.envs.structure import build_value, get_leaf, observation_leaves, space_leaves
-from gymvec.errors import SpaceMismatchError
+from gymvec.errors import SpaceMismatchError, UnsupportedSpaceError
 
 # Worker processes import this module: torch and tensordict are imported only when a sub-env
 # needs them (a gymvec EnvBase sub-env has already imported them by being built).
@@ -95,6 +95,10 @@ def describe_sub_env(env: Any) -> dict:
     }
 
 
+def _row_store(slot: Slot, leaf: Any) -> Any:
+    return slot.objects[leaf.key] if leaf.is_object else slot.obs[leaf.key]
+
+
 class Control:
     """A command's arguments: per sub-env a ``mode`` (uint8) and a ``seed`` (int64), and the
     observation ``lane`` (int64, see ``BufferLayout``) that "next"'s observations go to."""
@@ -120,19 +124,23 @@ class GymDriver:
         layout = buffers.layout
         obs_leaves = observation_leaves(gym_env.observation_space)
         keys = [leaf.key for leaf in obs_leaves]
-        if not set(keys) <= set(layout.obs_keys):  # a multi-task batch holds several tasks' keys
+        batch_keys = layout.obs_keys + layout.object_obs_keys
+        if not set(keys) <= set(batch_keys):  # a multi-task batch holds several tasks' keys
             raise SpaceMismatchError(
-                f"sub-env {index}: observation keys {keys} are not in the batch's "
-                f"{layout.obs_keys}",
+                f"sub-env {index}: observation keys {keys} are not in the batch's {batch_keys}",
                 kind="observation",
             )
         self.obs_paths = [leaf.path for leaf in obs_leaves]
-        self.root_obs = [buffers.root.obs[leaf.key] for leaf in obs_leaves]
-        self.next_obs = [buffers.next.obs[leaf.key] for leaf in obs_leaves]
+        # per leaf, its array in the buffers, or (object leaves) its list of this process
+        self.root_obs = [_row_store(buffers.root, leaf) for leaf in obs_leaves]
+        self.next_obs = [_row_store(buffers.next, leaf) for leaf in obs_leaves]
         self.plain_obs = len(self.obs_paths) == 1 and self.obs_paths[0] == ()
         self.action_space = gym_env.action_space
         self.action_leaves = space_leaves(gym_env.action_space, ("action",))
-        self.action_arrays = [buffers.action[leaf.key] for leaf in self.action_leaves]
+        self.action_arrays = [
+            buffers.action_objects[leaf.key] if leaf.is_object else buffers.action[leaf.key]
+            for leaf in self.action_leaves
+        ]
         self.wide_actions = [buffers.wide_action.get(leaf.key) for leaf in self.action_leaves]
         self.discrete_action = isinstance(self.action_space, spaces.Discrete)
         self.fields: dict[str, InfoField] = layout.info_fields
@@ -160,8 +168,10 @@ class GymDriver:
         if self.discrete_action:
             return self.action_arrays[0][i]  # a numpy scalar, as SyncVectorEnv passes
         arrays = [
-            np.array(wide[0][i] if wide is not None and wide[1][i] else array[i])
-            for array, wide in zip(self.action_arrays, self.wide_actions)
+            array[i]
+            if leaf.is_object
+            else np.array(wide[0][i] if wide is not None and wide[1][i] else array[i])
+            for leaf, array, wide in zip(self.action_leaves, self.action_arrays, self.wide_actions)
         ]
         return build_value(self.action_space, self.action_leaves, arrays)
 
@@ -226,6 +236,13 @@ class TensorDictDriver:
     def __init__(self, env: Any, index: int, buffers: Buffers):
         if tuple(env.batch_size) != ():
             raise ValueError(f"sub-envs must have batch_size (), got {tuple(env.batch_size)}")
+        layout = buffers.layout
+        if layout.object_obs_keys or layout.object_action_keys:
+            raise UnsupportedSpaceError(
+                f"sub-env {index}: keys {layout.object_obs_keys + layout.object_action_keys} "
+                "hold Python objects (NonTensor specs), which batches carry for gymnasium "
+                "sub-envs and GymEnv only"
+            )
         self.env = env
         self.index = index
         self.root, self.next = buffers.root, buffers.next
@@ -483,6 +500,7 @@ class SubEnvGroup:
         self.seeds = control.seed[start : self.stop]
         self.lane_word = control.lane
         self.obs_lanes = buffers.obs_lanes
+        self.action_objects = buffers.action_objects
         self.lane = 0  # where "next"'s observations go now
         self.envs: list[Any] = []
         try:
@@ -502,8 +520,20 @@ class SubEnvGroup:
             raise
         self.batch_step = None
         drivers = self.drivers
-        plain = all(isinstance(d, GymDriver) and d.plain_obs for d in drivers) and all(
-            d.next_obs[0] is drivers[0].next_obs[0] for d in drivers
+        layout = buffers.layout
+        has_objects = bool(layout.object_obs_keys or layout.object_action_keys)
+        # Object observations of a worker process go back to the parent with each answer.
+        self.shipped_objects = None
+        if buffers.ship_objects and layout.object_obs_keys:
+            keys = layout.object_obs_keys
+            self.shipped_objects = (
+                [buffers.root.objects[key] for key in keys],
+                [buffers.next.objects[key] for key in keys],
+            )
+        plain = (
+            not has_objects
+            and all(isinstance(d, GymDriver) and d.plain_obs for d in drivers)
+            and all(d.next_obs[0] is drivers[0].next_obs[0] for d in drivers)
         )
         if drivers and plain and not drivers[0].action_leaves[0].path:
             self.batch_step = BatchStep(drivers, buffers, start, self.stop)
@@ -525,7 +555,20 @@ class SubEnvGroup:
         if self.lane:  # these drivers write lane 0: hand their rows over
             rows = slice(self.start, self.stop)
             self.obs_lanes[self.lane][rows] = self.obs_lanes[0][rows]
-        return take_extras(self.drivers)
+        extras = take_extras(self.drivers)
+        if self.shipped_objects is not None:
+            root, next_ = self.shipped_objects
+            for k, mode in enumerate(modes):
+                if mode:
+                    i = self.start + k
+                    row = ([objects[i] for objects in root], [objects[i] for objects in next_])
+                    extras.setdefault(i, {})["objects"] = row
+        return extras
+
+    def set_action_objects(self, values: dict[tuple, list]) -> None:
+        """Store the object actions of this group's rows (``values[key]``: one per row)."""
+        for key, objects in values.items():
+            self.action_objects[key][self.start : self.stop] = objects
 
     def _use_lane(self, lane: int) -> None:
         self.lane = lane

@@ -204,14 +204,20 @@ class ProcessExecutor:
         local = [] if self.local is None else self.local.bounds
         return local + [(h.start, h.stop) for h in self.handles]
 
-    def send(self, options: dict | None) -> None:
-        if options is None:
+    def send(self, options: dict | None, action_objects: dict[tuple, list] | None = None) -> None:
+        """Start a command on every worker; ``options`` for its resets, ``action_objects``
+        (the object action leaves' values, all sub-envs') travel with it, each worker's rows."""
+        if options is None and not action_objects:
             for handle in self.handles:
                 handle.post(Command.RUN)
         else:
-            payload = cloudpickle.dumps(options)
+            shared = None if action_objects else cloudpickle.dumps((options, None))
             for handle in self.handles:
-                handle.post(Command.RUN_WITH_OPTIONS, payload)
+                payload = shared
+                if payload is None:
+                    rows = {k: v[handle.start : handle.stop] for k, v in action_objects.items()}
+                    payload = cloudpickle.dumps((options, rows))
+                handle.post(Command.RUN_WITH_PAYLOAD, payload)
         if self.local is not None:
             self.local.send(options)
 

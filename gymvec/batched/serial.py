@@ -35,7 +35,8 @@ class LocalExecutor:
     def describe(self) -> list[dict]:
         return [summary for group in self.groups for summary in group.describe()]
 
-    def send(self, options: dict | None) -> None:
+    def send(self, options: dict | None, action_objects: dict | None = None) -> None:
+        # Object actions are already where these groups read them: this process's buffers.
         self._options = options
 
     def wait(

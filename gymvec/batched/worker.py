@@ -10,8 +10,9 @@ the next wait sees an old sequence number and waits again. Posting is cheap when
 (a futex syscall only happens when a waiter blocks).
 
 Everything that is not per-step data travels over a pipe: the worker's first message (ready or
-the factory's traceback), request replies, error tracebacks and the info entries that have no
-buffer slot ("extras"); the ``REPLY`` word says whether such a message follows a command.
+the factory's traceback), request replies, error tracebacks, the info entries that have no
+buffer slot ("extras") and the values of object leaves (see ``BufferLayout``) both ways; the
+``REPLY`` word says whether such a message follows a command.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ LIVENESS_POLL_S = 0.05
 
 class Command(enum.IntEnum):
     RUN = 1  # carry out the mode bytes of this worker's rows
-    RUN_WITH_OPTIONS = 2  # the same, with reset options read from the pipe first
+    RUN_WITH_PAYLOAD = 2  # the same, with (reset options, object actions) read from the pipe
     REQUEST = 3  # a slow-path request read from the pipe
     CLOSE = 4
 
@@ -140,7 +141,7 @@ class Worker:
         self.parent_pid = os.getppid()
         self.handlers = {
             Command.RUN: self.run,
-            Command.RUN_WITH_OPTIONS: self.run_with_options,
+            Command.RUN_WITH_PAYLOAD: self.run_with_payload,
             Command.REQUEST: self.request,
             Command.CLOSE: self.close,
         }
@@ -175,8 +176,11 @@ class Worker:
         extras = self.group.run(options)
         return extras or None
 
-    def run_with_options(self) -> dict | None:
-        return self.run(self.conn.recv())
+    def run_with_payload(self) -> dict | None:
+        options, action_objects = self.conn.recv()
+        if action_objects:
+            self.group.set_action_objects(action_objects)
+        return self.run(options)
 
     def request(self) -> Any:
         name, args = cloudpickle.loads(self.conn.recv_bytes())
@@ -267,7 +271,9 @@ def worker_main(
         if env_specs_payload is not None:
             add_missing_env_specs(cloudpickle.loads(env_specs_payload))
         control = Control(layout.num_envs, control_memory)
-        group = SubEnvGroup(env_fns, start, Buffers(layout, memory), control)
+        buffers = Buffers(layout, memory)
+        buffers.ship_objects = True
+        group = SubEnvGroup(env_fns, start, buffers, control)
         ready = ready_message(group.describe())
     except SpaceMismatchError as exc:  # not the worker's fault: the parent raises it as is
         conn.send_bytes(cloudpickle.dumps(("mismatch", (str(exc), exc.kind))))

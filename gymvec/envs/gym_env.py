@@ -30,6 +30,9 @@ class GymEnv(EnvBase):
 
     Seeding: ``set_seed(s)`` then ``reset()`` equals gymnasium's ``env.reset(seed=s)``.
 
+    Values of spaces without a fixed shape (Text, Graph, Sequence, OneOf, custom spaces) are
+    Python objects under their key (``NonTensorData``; ``NonTensor`` specs that hold the space).
+
     Example:
         >>> env = GymEnv("CartPole-v1")
         >>> env.set_seed(0)
@@ -62,7 +65,7 @@ class GymEnv(EnvBase):
         self.obs_leaves: list[Leaf] = observation_leaves(env.observation_space)
         self.action_leaves: list[Leaf] = space_leaves(env.action_space, ("action",))
         self.observation_spec = observation_spec_from_space(env.observation_space)
-        self.action_spec = spec_from_space(env.action_space, "action_space")
+        self.action_spec = spec_from_space(env.action_space, "action_space", objects=True)
         self._pending_seed: int | None = None
         self.last_reset_info: dict = {}
         self.last_step_info: dict = {}
@@ -111,7 +114,12 @@ class GymEnv(EnvBase):
     # ---- conversions --------------------------------------------------------------------------
     def action_to_gym(self, td: TensorDictBase) -> Any:
         """The action of ``td`` as the gymnasium env expects it."""
-        arrays = [td.get(leaf.key).detach().cpu().numpy() for leaf in self.action_leaves]
+        arrays = [
+            td.get_non_tensor(leaf.key)
+            if leaf.is_object
+            else td.get(leaf.key).detach().cpu().numpy()
+            for leaf in self.action_leaves
+        ]
         space = self.env.action_space
         if isinstance(space, spaces.Discrete):
             return arrays[0].item()
@@ -122,10 +130,14 @@ class GymEnv(EnvBase):
             {
                 leaf.key: torch.as_tensor(np.asarray(get_leaf(obs, leaf.path), dtype=leaf.dtype))
                 for leaf in self.obs_leaves
+                if not leaf.is_object
             },
             batch_size=(),
             device=self.device,
         )
+        for leaf in self.obs_leaves:
+            if leaf.is_object:
+                out.set_non_tensor(leaf.key, get_leaf(obs, leaf.path))
         if self.info_fields:
             declared, _ = split_info(info, self.info_fields)
             for name, field in self.info_fields.items():
@@ -177,7 +189,7 @@ class GymEnv(EnvBase):
 def observation_spec_from_space(space: spaces.Space) -> Composite:
     """The observation spec of a gymnasium observation space: a Dict's keys, or
     ``"observation"``."""
-    spec = spec_from_space(space, "observation_space")
+    spec = spec_from_space(space, "observation_space", objects=True)
     if isinstance(space, spaces.Dict):
         return spec
     return Composite({"observation": spec})

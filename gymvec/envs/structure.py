@@ -5,6 +5,10 @@ each array leaf under its own tensordict key: a Box observation under ``"observa
 observation under its own keys (nested dicts give nested keys), a Tuple under
 ``("observation", "0")``, ``("observation", "1")``... A :class:`Leaf` records both the key and
 the path of dict keys / tuple indices that reaches the array inside the gymnasium value.
+
+Spaces without a fixed shape and dtype (Text, Graph, Sequence, OneOf, custom spaces) are
+"object leaves": one Python object per sub-env (dtype ``object``), kept beside the shared
+buffers instead of in them; gymnasium's vector envs batch such values as tuples.
 """
 
 from __future__ import annotations
@@ -20,18 +24,32 @@ from gymvec.errors import UnsupportedSpaceError
 RESERVED_KEYS = ("action", "reward", "done", "terminated", "truncated", "next", "info", "_reset")
 
 
+OBJECT = np.dtype(object)  # the dtype of an object leaf
+ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
+def is_object_space(space: spaces.Space) -> bool:
+    """Whether values of ``space`` are object leaves (anything but arrays, dicts, tuples)."""
+    return not isinstance(space, ARRAY_SPACES + (spaces.Dict, spaces.Tuple))
+
+
 @dataclass(frozen=True)
 class Leaf:
-    """One array inside a (possibly nested) gymnasium value."""
+    """One array (or, with dtype ``object``, one Python object) inside a (possibly nested)
+    gymnasium value."""
 
     key: tuple[str, ...]
     path: tuple[Any, ...]
     shape: tuple[int, ...]
     dtype: np.dtype
 
+    @property
+    def is_object(self) -> bool:
+        return self.dtype == OBJECT
+
 
 def space_leaves(space: spaces.Space, key: tuple[str, ...], path: tuple = ()) -> list[Leaf]:
-    """The array leaves of ``space``; ``key`` is the tensordict key of the whole value."""
+    """The leaves of ``space``; ``key`` is the tensordict key of the whole value."""
     if isinstance(space, spaces.Dict):
         leaves = []
         for name, sub in space.spaces.items():
@@ -42,13 +60,22 @@ def space_leaves(space: spaces.Space, key: tuple[str, ...], path: tuple = ()) ->
         for index, sub in enumerate(space.spaces):
             leaves += space_leaves(sub, (*key, str(index)), (*path, index))
         return leaves
-    if space.shape is None or space.dtype is None:  # Text, Sequence, Graph, OneOf, custom
-        raise UnsupportedSpaceError(
-            f"{'/'.join(key)}: {space} has a dynamic shape so its not possible to make a static "
-            "shared memory. gymvec's buffers hold Box, Discrete, MultiDiscrete, MultiBinary, "
-            "Dict and Tuple spaces"
-        )
+    if is_object_space(space):
+        return [Leaf(key, path, (), OBJECT)]
     return [Leaf(key, path, tuple(space.shape), np.dtype(space.dtype))]
+
+
+def refuse_object_leaves(space: spaces.Space, leaves: list[Leaf], where: str, allowed=()) -> None:
+    """Raise UnsupportedSpaceError for an object leaf of ``space`` (unless its space is one of
+    the ``allowed`` classes), in the words of gymnasium's ``AsyncVectorEnv(shared_memory=True)``,
+    whose tests match them; ``where`` says what cannot hold it."""
+    for leaf in leaves:
+        sub = get_leaf(space, leaf.path)
+        if leaf.is_object and not isinstance(sub, allowed):
+            raise UnsupportedSpaceError(
+                f"{'/'.join(leaf.key)}: {sub} has a dynamic shape so its not possible to make "
+                f"a static shared memory. {where}"
+            )
 
 
 def observation_leaves(space: spaces.Space) -> list[Leaf]:

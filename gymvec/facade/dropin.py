@@ -22,13 +22,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
-from gymnasium.spaces import Space
+from gymnasium.spaces import OneOf, Space, Text
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces
 
 from gymvec.batched.parallel import ParallelEnv, usable_cores
 from gymvec.batched.serial import SerialEnv
+from gymvec.envs.structure import observation_leaves, refuse_object_leaves, space_leaves
 from gymvec.errors import SpaceMismatchError
 from gymvec.facade.vector_env import GymnasiumVectorEnv
 
@@ -66,20 +67,27 @@ def _apply_observation_mode(face: GymnasiumVectorEnv, mode: str | tuple, cls_nam
             raise _space_mismatch(cls_name, mode, "action", detail)
 
 
+_GYMNASIUM_NAMES = {"SerialVectorEnv": "SyncVectorEnv", "ParallelVectorEnv": "AsyncVectorEnv"}
+
+
 def _space_mismatch(cls_name: str, mode: str | tuple, kind: str, detail: str) -> SpaceMismatchError:
     """Sub-env spaces that do not batch, in the words of gymnasium's vector envs (whose tests
-    match them), then ``detail``."""
+    match them, with the name of the gymnasium class the drop-in stands for), then
+    ``detail``."""
+    gym_name = _GYMNASIUM_NAMES[cls_name]
     if kind == "action":
         text = f"Sub-environment action space doesn't make the `single_action_space`, {detail}"
     elif mode == "same":
         text = (
-            f"{cls_name}(..., observation_mode='same') however the sub-environments observation "
+            f"{cls_name}, gymvec's {gym_name}: "
+            f"{gym_name}(..., observation_mode='same') however the sub-environments observation "
             f"spaces are not equivalent. {detail}. If this is intentional, use "
             "`observation_mode='different'` instead."
         )
     else:
         text = (
-            f"{cls_name}(..., observation_mode='different' or custom space) however the "
+            f"{cls_name}, gymvec's {gym_name}: "
+            f"{gym_name}(..., observation_mode='different' or custom space) however the "
             f"sub-environments observation spaces do not share a common shape and dtype, {detail}"
         )
     return SpaceMismatchError(text, kind=kind)
@@ -93,6 +101,20 @@ def _batched_env(cls_name: str, mode: str | tuple, make: Callable[[], Any]) -> A
         if exc.kind is None:
             raise
         raise _space_mismatch(cls_name, mode, exc.kind, str(exc)) from None
+
+
+def _refuse_unshareable(env: Any) -> None:
+    """``shared_memory=True`` refuses the spaces gymnasium's ``AsyncVectorEnv`` cannot share
+    (Graph, Sequence, custom spaces), as it does; their values travel pickled otherwise."""
+    from gymvec.facade.vector_env import sub_env_spaces
+
+    where = "Use shared_memory=False: the sub-envs' values of such spaces then travel pickled"
+    obs_spaces, action_spaces = sub_env_spaces(env)
+    for space in obs_spaces:
+        refuse_object_leaves(space, observation_leaves(space), where, allowed=(Text, OneOf))
+    for space in action_spaces:
+        leaves = space_leaves(space, ("action",))
+        refuse_object_leaves(space, leaves, where, allowed=(Text, OneOf))
 
 
 def _check_env_fns(env_fns: Sequence[Callable[[], gym.Env]]) -> list:
@@ -158,7 +180,9 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
     cores), this process steps one share itself, inside ``step_wait``: a ``timeout`` then
     counts only once that share is done.
 
-    Args (gymnasium's): env_fns, shared_memory (always on; accepted for compatibility), copy,
+    Args (gymnasium's): env_fns, shared_memory (arrays always go through shared memory; True
+        refuses Graph, Sequence and custom spaces as gymnasium does, False lets their values
+        travel pickled beside the shared arrays), copy,
         context (start method, default: multiprocessing's), daemon, worker (not supported:
         must be None), observation_mode, autoreset_mode, max_concurrency (accepted; every
         worker steps its sub-envs concurrently).
@@ -217,6 +241,8 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
             ),
         )
         try:
+            if shared_memory:
+                _refuse_unshareable(env)
             super().__init__(env, autoreset_mode=autoreset_mode, output=output, copy=copy)
             _apply_observation_mode(self, observation_mode, "ParallelVectorEnv")
         except BaseException:

@@ -133,13 +133,20 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self._action_targets = [
             (leaf, actions[leaf.key], leaf.key in self.buffers.wide_action)
             for leaf in self._action_leaves
+            if not leaf.is_object
+        ]
+        # (leaf, this process's list) of each object action leaf (a space without fixed shape)
+        self._action_objects = [
+            (leaf, self.buffers.action_objects[leaf.key])
+            for leaf in self._action_leaves
+            if leaf.is_object
         ]
         self._plain_action = [leaf.path for leaf in self._action_leaves] == [()]
         # The usual case, one array of observations and numpy output, skips build_value.
+        one_array = [leaf.path for leaf in self._obs_leaves] == [()]
+        one_array = one_array and not self._obs_leaves[0].is_object
         self._plain_obs = (
-            self._slot.obs[self._obs_leaves[0].key]
-            if [leaf.path for leaf in self._obs_leaves] == [()] and output == "numpy"
-            else None
+            self._slot.obs[self._obs_leaves[0].key] if one_array and output == "numpy" else None
         )
         self._early_obs: tuple[np.ndarray, int] | None = None  # see _copy_local_rows
         early = self._plain_obs is not None and copy and self._plain_obs.nbytes >= EARLY_COPY_BYTES
@@ -151,7 +158,6 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         # output on the CPU: torch.from_numpy of it). A lane is free when nothing but the
         # buffers refers to its array (numpy makes every view of it refer to it,
         # torch.from_numpy too); with none free, the call copies as before.
-        one_array = [leaf.path for leaf in self._obs_leaves] == [()]
         on_cpu = self._torch_device is None or self._torch_device.type == "cpu"
         cpu_output = output == "numpy" or on_cpu
         self._lanes = bool(
@@ -305,6 +311,19 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 self.buffers.write_action(leaf.key, array)
             else:
                 target[...] = array
+        for leaf, store in self._action_objects:
+            values = actions if self._plain_action else get_leaf(actions, leaf.path)
+            if isinstance(values, str | bytes) or not hasattr(values, "__len__"):
+                raise TypeError(
+                    f"actions{_path_str(leaf.path)}: expected a tuple of {self.num_envs} "
+                    f"values for {self.action_space}, got {type(values).__name__}"
+                )
+            if len(values) != self.num_envs:
+                raise ValueError(
+                    f"actions{_path_str(leaf.path)}: expected {self.num_envs} values for "
+                    f"{self.action_space}, got {len(values)}"
+                )
+            store[:] = values
         # NEXT_STEP ignores the actions of the sub-envs it resets, whatever their values
         resetting = self._needs_reset if self._any_needs_reset and not self._same_step else None
         _check_discrete(self._discrete_bounds, resetting)
@@ -323,19 +342,28 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 out[stop:] = self._plain_obs[stop:]
                 return out
             return self._plain_obs.copy() if self.copy else self._plain_obs
-        arrays = [self._slot.obs[leaf.key] for leaf in self._obs_leaves]
+        arrays = [self._slot.obs.get(leaf.key) for leaf in self._obs_leaves]
         if self.output == "torch":
             import torch
 
-            arrays = [torch.tensor(a, device=self._torch_device) for a in arrays]
+            to_tensor = functools.partial(torch.tensor, device=self._torch_device)
+            arrays = [a if a is None else to_tensor(a) for a in arrays]
         elif self.copy:
-            arrays = [a.copy() for a in arrays]
+            arrays = [a if a is None else a.copy() for a in arrays]
+        # object leaves: a tuple of the sub-envs' objects, as gymnasium batches them
+        for k, leaf in enumerate(self._obs_leaves):
+            if leaf.is_object:
+                arrays[k] = tuple(self._slot.objects[leaf.key])
         return build_value(self.single_observation_space, self._obs_leaves, arrays)
 
     def _single_observation(self, slot: Slot, i: int) -> Any:
         # Array leaves come back as arrays (0-d ones too), Discrete leaves as numpy integers.
         arrays = [
-            slot.obs[leaf.key][i] if discrete else np.array(slot.obs[leaf.key][i])
+            slot.objects[leaf.key][i]
+            if leaf.is_object
+            else slot.obs[leaf.key][i]
+            if discrete
+            else np.array(slot.obs[leaf.key][i])
             for leaf, discrete in zip(self._obs_leaves, self._obs_leaf_discrete)
         ]
         return build_value(self.single_observation_space, self._obs_leaves, arrays)
@@ -474,6 +502,8 @@ def discrete_bounds(space: spaces.Space, leaves: list[Leaf], arrays: dict) -> li
     bounds = []
     for leaf in leaves:
         sub = get_leaf(space, leaf.path)
+        if leaf.is_object:
+            continue
         array = arrays[leaf.key]
         if isinstance(sub, spaces.Discrete):
             low, high = int(sub.start), int(sub.start + sub.n - 1)
