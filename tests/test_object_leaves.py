@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 
 import _face_envs as fe
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -19,6 +20,7 @@ from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from tensordict import NonTensorData, NonTensorStack, TensorDict
 
+import gymvec
 from gymvec import (
     GymEnv,
     ParallelEnv,
@@ -168,6 +170,22 @@ def test_shared_memory_takes_text_and_one_of():
     reference.close()
 
 
+def test_make_vec_takes_every_space():
+    """gymvec's own make_vec has no gymnasium parity to keep: Sequence works in parallel."""
+    space = spaces.Sequence(spaces.Discrete(4))
+    env_id = "gymvec-test/SequenceObs-v0"
+    gym.register(env_id, entry_point=functools.partial(fe.make_spaces_env, space, TEXT_ACTION))
+    try:
+        env = gymvec.make_vec(env_id, 3, num_workers=2, context="fork")
+        reference = SyncVectorEnv(spaces_fns(space, TEXT_ACTION))
+        assert data_equivalence(env.reset(seed=2), reference.reset(seed=2))
+        assert data_equivalence(env.step(text_actions(0, 3)), reference.step(text_actions(0, 3)))
+        env.close()
+        reference.close()
+    finally:
+        del gym.registry[env_id]
+
+
 # ---- the tensordict API -----------------------------------------------------------------------
 def make_text_env():
     return GymEnv(fe.make_spaces_env(MIXED_OBS, TEXT_ACTION, 3))
@@ -297,3 +315,14 @@ def test_spec_from_space_with_objects_round_trips():
         spec_from_space(spaces.Text(3))  # the default: API.md's TypeError
     with pytest.raises(TypeError, match="holds no gymnasium space"):
         space_from_spec(NonTensor())
+
+
+def test_vector_env_wrapper_refuses_object_spaces():
+    from gymvec import GymVectorEnvWrapper
+
+    vector_env = SyncVectorEnv(spaces_fns(MIXED_OBS, spaces.Discrete(2), n=2))
+    with pytest.raises(
+        TypeError, match=r'cannot convert Graph at single_observation_space\["nested"\]\[0\]'
+    ):
+        GymVectorEnvWrapper(vector_env)
+    vector_env.close()

@@ -83,6 +83,9 @@ def make_vec(
             output=output,
             local_worker=local_worker,
             context=context,
+            # Arrays go through shared memory either way; False also takes the spaces that
+            # gymnasium's AsyncVectorEnv cannot share (Graph, Sequence, custom), pickled.
+            shared_memory=False,
         )
     envs.spec = spec
     return envs
