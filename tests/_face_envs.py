@@ -256,6 +256,15 @@ def make_custom_space_env() -> gym.Env:
     return CustomSpaceEnv()
 
 
+class UnpicklableObsEnv(CustomSpaceEnv):
+    """Observes a lock after its first step: an object no pickle can carry."""
+
+    def step(self, action):
+        import threading
+
+        return threading.Lock(), 0.0, False, False, {}
+
+
 class CountEnv(gym.Env):
     """Discrete observation = steps since reset (a reset seed starts it there); reward =
     action; terminates when the count reaches ``max_count`` (set through ``set_attr``)."""

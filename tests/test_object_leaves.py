@@ -129,6 +129,19 @@ def test_custom_space(face_cls):
     env.close()
 
 
+def test_an_object_no_pickle_carries_is_a_worker_error(no_leaks):
+    """The worker's answer is pickled before it is posted: the failure comes back as the
+    command's error, with its traceback, and the worker stays usable."""
+    fns = [fe.CustomSpaceEnv, fe.UnpicklableObsEnv]
+    env = ParallelVectorEnv(fns, shared_memory=False, context="fork", num_workers=2)
+    assert env.reset() == (("reset", "reset"), {})
+    with pytest.raises(gymvec.WorkerError, match="worker 1 raised") as caught:
+        env.step(("a", "b"))
+    assert "cannot pickle '_thread.lock' object" in caught.value.worker_traceback
+    assert env.reset()[0] == ("reset", "reset")
+    env.close()
+
+
 def test_object_actions_are_checked_for_count_and_type(face_cls):
     env = face_cls(spaces_fns(spaces.Discrete(2), TEXT_ACTION))
     env.reset(seed=0)

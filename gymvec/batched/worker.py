@@ -24,6 +24,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import cloudpickle
@@ -158,18 +159,22 @@ class Worker:
                 wait_for(self.words, CMD_SEQ, seq, self.wake, self.spin, self.parent_alive)
             except PeerDied:
                 break  # the parent is gone: nothing left to serve
-            reply, status = None, Status.OK
+            payload, status = None, Status.OK
             try:
                 reply = self.handlers[int(self.words[CMD])]()  # IntEnum keys hash as ints
+                # Pickled before the answer is posted: a reply that cannot be (an object
+                # observation or info entry, say) is then this command's error.
+                payload = None if reply is None else ForkingPickler.dumps(reply)
             except BaseException:
-                reply, status = traceback.format_exc(), Status.ERROR
+                payload = ForkingPickler.dumps(traceback.format_exc())
+                status = Status.ERROR
             self.words[STATUS] = int(status)
-            self.words[REPLY] = reply is not None
+            self.words[REPLY] = payload is not None
             self.words[DONE_SEQ] = seq
             self.done.release()
             # After the done post: a large reply can then fill the pipe while the parent reads.
-            if reply is not None:
-                self.conn.send(reply)
+            if payload is not None:
+                self.conn.send_bytes(payload)
         self.group.close()
 
     def run(self, options: dict | None = None) -> dict | None:
