@@ -23,6 +23,8 @@ from tensordict import NonTensorData, NonTensorStack, TensorDict
 import gymvec
 from gymvec import (
     GymEnv,
+    GymnasiumVectorEnv,
+    GymVectorEnvWrapper,
     ParallelEnv,
     ParallelVectorEnv,
     SerialEnv,
@@ -330,12 +332,59 @@ def test_spec_from_space_with_objects_round_trips():
         space_from_spec(NonTensor())
 
 
-def test_vector_env_wrapper_refuses_object_spaces():
-    from gymvec import GymVectorEnvWrapper
+@pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.value)
+def test_round_trip_through_the_vector_env_wrapper_equals_sync(mode):
+    """gymnasium's vector env as a tensordict env (object leaves as NonTensorStacks) and back
+    through the face steps exactly like the vector env itself."""
+    fns = spaces_fns(MIXED_OBS, TEXT_ACTION)
+    inner = SyncVectorEnv(fns, autoreset_mode=mode)
+    env = GymnasiumVectorEnv(GymVectorEnvWrapper(inner), autoreset_mode=mode)
+    reference = SyncVectorEnv(fns, autoreset_mode=mode)
+    assert data_equivalence(env.reset(seed=3), reference.reset(seed=3))
+    for step in range(8):
+        if mode == AutoresetMode.DISABLED and step in (3, 6):
+            mask = np.ones(3, dtype=bool)
+            out = env.reset(options={"reset_mask": mask})
+            assert data_equivalence(out, reference.reset(options={"reset_mask": mask}))
+        out, expected = env.step(text_actions(step, 3)), reference.step(text_actions(step, 3))
+        assert data_equivalence(out, expected), f"step {step}"
+    env.close()
+    reference.close()
 
-    vector_env = SyncVectorEnv(spaces_fns(MIXED_OBS, spaces.Discrete(2), n=2))
-    with pytest.raises(
-        TypeError, match=r'cannot convert Graph at single_observation_space\["nested"\]\[0\]'
-    ):
-        GymVectorEnvWrapper(vector_env)
-    vector_env.close()
+
+def test_vector_env_wrapper_partial_reset_keeps_the_other_objects():
+    env = GymVectorEnvWrapper(SyncVectorEnv(spaces_fns(MIXED_OBS, TEXT_ACTION)))
+    assert env.observation_spec["text"] == NonTensor(spaces.Text(6), shape=(3,))
+    env.set_seed(0)
+    before = objects_of(env.reset(), "text")
+    env.set_seed([None, 9, None])
+    reset_mask = torch.tensor([[False], [True], [False]])
+    after = objects_of(env.reset(TensorDict({"_reset": reset_mask}, batch_size=[3])), "text")
+    alone = fe.make_spaces_env(MIXED_OBS, TEXT_ACTION)
+    assert after == [before[0], alone.reset(seed=9)[0]["text"], before[2]]
+    td = env.rand_action(env.reset())
+    assert all(a in TEXT_ACTION for a in objects_of(td, "action"))
+    td, root = env.step_and_maybe_reset(td)
+    assert all(text in MIXED_OBS["text"] for text in objects_of(td, ("next", "text")))
+    env.close()
+
+
+def test_gym_env_step_and_maybe_reset_takes_the_reset_objects():
+    """EnvBase.step_and_maybe_reset merges the reset rows' objects as it merges tensors."""
+    space = spaces.Dict({"text": spaces.Text(4), "box": BOX2})
+    env = GymEnv(fe.make_spaces_env(space, TEXT_ACTION, 2))
+    alone = fe.make_spaces_env(space, TEXT_ACTION, 2)
+    env.set_seed(5)
+    td = env.reset()
+    obs, _ = alone.reset(seed=5)
+    for _ in range(5):
+        td.set_non_tensor("action", "ab")
+        td, root = env.step_and_maybe_reset(td)
+        obs, _, terminated, truncated, _ = alone.step("ab")
+        assert td.get_non_tensor(("next", "text")) == obs["text"]
+        if terminated or truncated:
+            obs, _ = alone.reset()
+        assert root.get_non_tensor("text") == obs["text"]
+        assert np.array_equal(root["box"].numpy(), obs["box"])
+        td = root
+    env.close()

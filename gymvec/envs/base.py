@@ -21,10 +21,19 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase, is_non_tensor
 
 from gymvec.errors import ClosedEnvError
-from gymvec.specs import Categorical, Composite, DeviceLike, ShapeLike, TensorSpec, Unbounded
+from gymvec.specs import (
+    Categorical,
+    Composite,
+    DeviceLike,
+    ShapeLike,
+    TensorSpec,
+    Unbounded,
+    non_tensor,
+    non_tensor_values,
+)
 
 if TYPE_CHECKING:
     from gymvec.facade.vector_env import GymnasiumVectorEnv
@@ -224,15 +233,32 @@ def _merge_reset(root: TensorDictBase, reset_td: TensorDictBase, mask: torch.Ten
     """``root`` with the entries of ``reset_td`` where ``mask`` (shape B + (1,)) is set."""
     root = root.exclude("_reset")
     mask = mask.reshape(root.batch_size)
-    for key in reset_td.keys(include_nested=True, leaves_only=True):
-        value = reset_td.get(key)
-        if key in root.keys(include_nested=True):
+    for key, value in _leaves(reset_td):
+        if key not in root.keys(include_nested=True):
+            root.set(key, value)
+        elif is_non_tensor(value):  # objects (values of spaces without a fixed shape)
+            fresh, current = non_tensor_values(value), non_tensor_values(root.get(key))
+            rows = mask.reshape(-1).tolist()
+            merged = [new if m else old for new, old, m in zip(fresh, current, rows)]
+            root.set(key, non_tensor(merged, root.batch_size))
+        else:
             current = root.get(key)
             row_mask = mask.reshape(mask.shape + (1,) * (current.ndim - mask.ndim))
             root.set(key, torch.where(row_mask, value, current))
-        else:
-            root.set(key, value)
     return root
+
+
+def _leaves(td: TensorDictBase, prefix: tuple = ()) -> list[tuple[tuple, Any]]:
+    """(key, value) of every tensor and non-tensor leaf (tensordict's ``keys(leaves_only)``
+    leaves the non-tensor ones out)."""
+    leaves = []
+    for name, value in td.items():
+        key = (*prefix, name)
+        if isinstance(value, TensorDictBase) and not is_non_tensor(value):
+            leaves += _leaves(value, key)
+        else:
+            leaves.append((key, value))
+    return leaves
 
 
 def _describe(value: Any) -> str:

@@ -17,7 +17,14 @@ from gymvec.envs.base import DONE_KEYS, EnvBase, copy_rows, make_reward_spec
 from gymvec.envs.infos import InfoField, declared_fields
 from gymvec.envs.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.spaces import spec_from_space
-from gymvec.specs import Composite, DeviceLike, Unbounded, numpy_to_torch_dtype
+from gymvec.specs import (
+    Composite,
+    DeviceLike,
+    Unbounded,
+    non_tensor,
+    non_tensor_values,
+    numpy_to_torch_dtype,
+)
 
 PENDING_KEY = "reset_pending"
 
@@ -121,11 +128,13 @@ class GymVectorEnvWrapper(EnvBase):
         action_space = vector_env.single_action_space
         self.obs_leaves: list[Leaf] = observation_leaves(obs_space)
         self.action_leaves: list[Leaf] = space_leaves(action_space, ("action",))
-        obs_spec = spec_from_space(obs_space, "single_observation_space")
+        # Values of spaces without a fixed shape are NonTensorStacks (see envs.structure).
+        obs_spec = spec_from_space(obs_space, "single_observation_space", objects=True)
         if not isinstance(obs_space, spaces.Dict):
             obs_spec = Composite({"observation": obs_spec})
         self.observation_spec = obs_spec.expand(num_envs)
-        self.action_spec = spec_from_space(action_space, "single_action_space").expand(num_envs)
+        action_spec = spec_from_space(action_space, "single_action_space", objects=True)
+        self.action_spec = action_spec.expand(num_envs)
         self.reward_spec = make_reward_spec(self.batch_size, reward_dtype)
 
         self._fields_known = info_fields is not None
@@ -195,9 +204,9 @@ class GymVectorEnvWrapper(EnvBase):
         root = self._root
         if obs is not None:
             fresh = self._observation_td(obs, info)
-            _set_rows(root, fresh, real)
+            self._set_rows(root, fresh, real)
         if from_stash.any():
-            _set_rows(root, self._stash, from_stash)
+            self._set_rows(root, self._stash, from_stash)
         if defer:
             self._pending |= real
         elif real.all():
@@ -297,8 +306,27 @@ class GymVectorEnvWrapper(EnvBase):
             )
         return True
 
+    def _set_rows(self, dest: TensorDict, source: TensorDictBase, rows: np.ndarray) -> None:
+        """Copy the entries of ``source`` that ``dest`` has into ``dest``, for ``rows`` only
+        (object observations too, which tensordict does not list among the leaves)."""
+        for key in source.keys(include_nested=True, leaves_only=True):
+            if key in dest.keys(include_nested=True, leaves_only=True):
+                copy_rows(dest.get(key), source.get(key), rows)
+        for leaf in self.obs_leaves:
+            if leaf.is_object:
+                values = non_tensor_values(dest.get(leaf.key))
+                fresh = non_tensor_values(source.get(leaf.key))
+                for i in np.flatnonzero(rows).tolist():
+                    values[i] = fresh[i]
+                dest.set(leaf.key, non_tensor(values, self.batch_size))
+
     def _gym_action(self, td: TensorDictBase) -> Any:
-        arrays = [td.get(leaf.key).detach().cpu().numpy() for leaf in self.action_leaves]
+        arrays = [
+            tuple(non_tensor_values(td.get(leaf.key)))  # batched as gymnasium does: a tuple
+            if leaf.is_object
+            else td.get(leaf.key).detach().cpu().numpy()
+            for leaf in self.action_leaves
+        ]
         return build_value(self.vector_env.single_action_space, self.action_leaves, arrays)
 
     def _observation_td(self, obs: Any, info: dict) -> TensorDict:
@@ -307,9 +335,13 @@ class GymVectorEnvWrapper(EnvBase):
             {
                 leaf.key: torch.as_tensor(np.asarray(get_leaf(obs, leaf.path), dtype=leaf.dtype))
                 for leaf in self.obs_leaves
+                if not leaf.is_object
             },
             batch_size=self.batch_size,
         )
+        for leaf in self.obs_leaves:
+            if leaf.is_object:  # a tuple of the sub-envs' objects
+                out.set(leaf.key, non_tensor(get_leaf(obs, leaf.path), self.batch_size))
         for name, value in self._info_values(info).items():
             out.set(("info", name), value)
         return out
@@ -333,8 +365,14 @@ class GymVectorEnvWrapper(EnvBase):
                 f"{type(self.vector_env).__name__} (SAME_STEP) finished sub-envs "
                 f"{np.flatnonzero(done).tolist()} without infos['final_obs']"
             )
-        for i in np.flatnonzero(done):
-            for leaf in self.obs_leaves:
+        for leaf in self.obs_leaves:
+            if leaf.is_object:
+                values = non_tensor_values(out.get(leaf.key))
+                for i in np.flatnonzero(done):
+                    values[i] = get_leaf(final_obs[i], leaf.path)
+                out.set(leaf.key, non_tensor(values, self.batch_size))
+                continue
+            for i in np.flatnonzero(done):
                 row = np.asarray(get_leaf(final_obs[i], leaf.path), dtype=leaf.dtype)
                 out.get(leaf.key)[i] = torch.from_numpy(row)
         if self.info_fields:
@@ -414,13 +452,6 @@ def _infer_info_fields(info: dict, num_envs: int) -> dict[str, InfoField]:
         kind = np.ndarray if shape else value.dtype.type
         fields[name] = InfoField(name, kind, shape, value.dtype)
     return fields
-
-
-def _set_rows(dest: TensorDict, source: TensorDictBase, rows: np.ndarray) -> None:
-    """Copy the entries of ``source`` that ``dest`` has into ``dest``, for ``rows`` only."""
-    for key in source.keys(include_nested=True, leaves_only=True):
-        if key in dest.keys(include_nested=True, leaves_only=True):
-            copy_rows(dest.get(key), source.get(key), rows)
 
 
 def _select_rows(info: dict, rows: np.ndarray, skip: tuple[str, ...] = ()) -> dict:

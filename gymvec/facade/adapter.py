@@ -23,11 +23,11 @@ import torch
 from tensordict import TensorDict
 
 from gymvec.batched.base import spec_leaves
-from gymvec.batched.buffers import BufferLayout, Buffers, private_memory
+from gymvec.batched.buffers import BufferLayout, Buffers, Slot, private_memory
 from gymvec.batched.driver import Mode
 from gymvec.envs.base import EnvBase, copy_rows
 from gymvec.envs.infos import InfoField
-from gymvec.specs import torch_to_numpy_dtype
+from gymvec.specs import non_tensor, non_tensor_values, torch_to_numpy_dtype
 
 _STEP, _RESET, _AUTORESET = int(Mode.STEP), int(Mode.RESET), int(Mode.AUTORESET)
 _SYNC_ROOT, _INTO_NEXT = int(Mode.SYNC_ROOT), int(Mode.RESET_INTO_NEXT)
@@ -64,6 +64,7 @@ class CommandAdapter:
         self._action_keys = [("action", *key[1:]) for key in self.layout.action_keys]
         self._command: tuple | None = None
         self._in_flight = False
+        self._all = np.ones(self.num_envs, dtype=bool)
 
     def send(self, modes, seeds=None, options=None, lane: int = 0) -> None:
         if lane:  # the buffers here have no observation lanes (see BufferLayout)
@@ -115,8 +116,8 @@ class CommandAdapter:
         td = TensorDict({"_reset": torch.from_numpy(mask.copy()).unsqueeze(-1)}, [self.num_envs])
         out = self.env.reset(td if not mask.all() else None)
         target = self._views.get("next") if into_next else self._views
-        _copy_rows(target, out, mask)
         slot = self.buffers.next if into_next else self.buffers.root
+        self._copy_rows(target, slot, out, mask)
         slot.info_present[mask] = True
         if into_next:
             slot.reward[mask] = 0.0
@@ -125,7 +126,7 @@ class CommandAdapter:
         td = self._action_td()
         if autoreset:
             td, root = self.env.step_and_maybe_reset(td)
-            _copy_rows(self._views, root, np.ones(self.num_envs, dtype=bool))
+            self._copy_rows(self._views, self.buffers.root, root, self._all)
             self.buffers.root.info_present[:] = True
         else:
             td = self.env.step(td)
@@ -134,11 +135,23 @@ class CommandAdapter:
     def _action_td(self) -> TensorDict:
         """The actions the face wrote into the buffers, as the env's input."""
         actions = {key: self._views.get(key).clone() for key in self._action_keys}
-        return TensorDict(actions, [self.num_envs])
+        td = TensorDict(actions, [self.num_envs])
+        for key, values in self.buffers.action_objects.items():
+            td.set(("action", *key[1:]), non_tensor(values, td.batch_size))
+        return td
 
     def _write_next(self, next_td: TensorDict) -> None:
-        _copy_rows(self._views.get("next"), next_td, np.ones(self.num_envs, dtype=bool))
+        self._copy_rows(self._views.get("next"), self.buffers.next, next_td, self._all)
         self.buffers.next.info_present[:] = True
+
+    def _copy_rows(self, target: TensorDict, slot: Slot, source: TensorDict, rows) -> None:
+        """Copy ``source``'s values at ``rows`` into the buffers: into ``target`` (views of
+        ``slot``) the tensors they share, into ``slot.objects`` the object observations."""
+        _copy_rows(target, source, rows)
+        for key, objects in slot.objects.items():
+            values = non_tensor_values(source.get(key))
+            for i in np.flatnonzero(rows).tolist():
+                objects[i] = values[i]
 
     def request(self, name: str, indices, *args: Any, values=None) -> list:
         """Calls and attribute writes go to a wrapped gymnasium vector env, whose sub-envs
