@@ -659,7 +659,9 @@ class NonTensor(TensorSpec):
     space without a fixed shape and dtype (Text, Graph, Sequence, OneOf, custom spaces).
 
     Tensordicts hold them as ``NonTensorData`` (no batch dims) or ``NonTensorStack``. With a
-    ``space``, ``rand`` samples it and ``is_in`` checks every object against it.
+    ``space``, ``rand`` samples it and ``is_in`` checks every object against it if it is one
+    of gymnasium's own spaces; the ``contains`` of a custom space may not describe what its
+    env takes (gymnasium's vector envs never call it), so its objects are taken as they are.
     """
 
     _scalar_fields = ("space",)
@@ -690,14 +692,20 @@ class NonTensor(TensorSpec):
         return (
             values is not None
             and tuple(value.batch_size) == tuple(self.shape)
-            and (self.space is None or all(v in self.space for v in values))
+            and not self._outside(values)
         )
+
+    def _outside(self, values: list) -> list:
+        """The objects that are not in the space (checked for gymnasium's own spaces)."""
+        if self.space is None or type(self.space).__module__.split(".")[0] != "gymnasium":
+            return []
+        return [v for v in values if v not in self.space]
 
     def validate(self, value: Any, key: NestedKey | None = None) -> None:
         values = non_tensor_values(value)
         if values is None or tuple(value.batch_size) != tuple(self.shape):
             raise ValueError(f"{_fmt_key(key)}: expected {self!r}, got {_describe(value)}")
-        outside = [v for v in values if self.space is not None and v not in self.space]
+        outside = self._outside(values)
         if outside:
             raise ValueError(f"{_fmt_key(key)}: {outside[0]!r} is not in {self.space}")
 

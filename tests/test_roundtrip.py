@@ -148,3 +148,23 @@ def test_round_trip_has_the_originals_spaces_calls_and_uint16_observations():
             np.testing.assert_array_equal(obs_b, obs_a)
         face.close()
         original.close()
+
+
+def _round_trip_face(env_fns, autoreset_mode):
+    inner = SyncVectorEnv(env_fns, autoreset_mode=autoreset_mode)
+    wrapper = GymVectorEnvWrapper(inner, reward_dtype=torch.float64)
+    return GymnasiumVectorEnv(wrapper, autoreset_mode=autoreset_mode)
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.value)
+def test_round_trip_infos_equal_the_originals(mode):
+    """Every kind of info value (strings, nested dicts, numpy scalars, keys at some steps
+    only) comes back as the original vector env laid it out, with its types; so do SAME_STEP's
+    final observations, as the sub-envs returned them."""
+    import functools
+
+    import _face_envs as fe
+
+    fns = [functools.partial(fe.make_rich, tag) for tag in range(3)]
+    ends = fe.run_against_sync(_round_trip_face, fns, mode, steps=30, partial_every=7)
+    assert ends.sum() >= 3

@@ -144,6 +144,7 @@ class GymVectorEnvWrapper(EnvBase):
         self.last_reset_info: dict = {}
         self.last_step_info: dict = {}
         self._pending_seed: int | Sequence[int | None] | None = None
+        self._pending_options: dict | None = None
         self._root: TensorDict | None = None  # the current root of every sub-env (CPU)
         n = num_envs
         self._finished = np.zeros(n, dtype=bool)  # finished and not reset yet
@@ -168,6 +169,11 @@ class GymVectorEnvWrapper(EnvBase):
     def _set_seed(self, seed: int | Sequence[int | None] | None) -> None:
         self._pending_seed = seed
 
+    def set_reset_options(self, options: dict | None) -> None:
+        """Reset options (gymnasium's ``reset(options=...)``) for the vector env's next reset,
+        as ``set_seed`` gives its seed; a partial reset adds its ``"reset_mask"`` to them."""
+        self._pending_options = dict(options) if options else None
+
     def _reset(self, td: TensorDictBase | None) -> TensorDictBase:
         n = self.num_envs
         mask = np.ones(n, dtype=bool)
@@ -188,11 +194,13 @@ class GymVectorEnvWrapper(EnvBase):
             defer = self._check_deferrable(real, seed)
 
         obs = info = None
+        options, self._pending_options = self._pending_options, None
         if real.all():
-            obs, info = self.vector_env.reset(seed=seed)
+            obs, info = self.vector_env.reset(seed=seed, options=options)
         elif real.any() and not defer:
             # a fresh options dict each call: gymnasium pops "reset_mask" out of it
-            obs, info = self.vector_env.reset(seed=seed, options={"reset_mask": real.copy()})
+            options = {**(options or {}), "reset_mask": real.copy()}
+            obs, info = self.vector_env.reset(seed=seed, options=options)
         self._pending_seed = None
         if info is not None and not self._fields_known:
             self.info_fields = _infer_info_fields(info, n)

@@ -69,7 +69,8 @@ class CommandAdapter:
     def send(self, modes, seeds=None, options=None, lane: int = 0) -> None:
         if lane:  # the buffers here have no observation lanes (see BufferLayout)
             raise ValueError(f"lane: expected 0 (no observation lanes here), got {lane!r}")
-        self._command = (np.broadcast_to(np.asarray(modes), (self.num_envs,)).copy(), seeds)
+        modes = np.broadcast_to(np.asarray(modes), (self.num_envs,)).copy()
+        self._command = (modes, seeds, options)
         self._in_flight = True
 
     def recv(
@@ -77,24 +78,64 @@ class CommandAdapter:
     ) -> dict[int, dict]:
         # The wrapped env carries out the whole command here: ``on_local_done`` has nothing to
         # overlap with.
-        modes, seeds = self._command
+        modes, seeds, options = self._command
         self._in_flight = False
         stepping = (modes & _STEP).astype(bool)
         resetting = (modes & _RESET).astype(bool)
         if stepping.any() and resetting.any() and self._autoreset_step(resetting):
-            return {}
+            return self._extras("next", self._step_infos())
         if stepping.any() and resetting.any():
             raise NotImplementedError(
                 f"{type(self.env).__name__} cannot step some sub-envs while resetting others "
                 "(NEXT_STEP autoreset): use autoreset_mode='same_step' or 'disabled'"
             )
         if resetting.any():
-            self._reset(resetting, seeds, into_next=bool((modes & _INTO_NEXT).any()))
-        elif stepping.any():
+            into_next = bool((modes & _INTO_NEXT).any())
+            self._reset(resetting, seeds, options, into_next)
+            infos = self._infos("last_reset_info")
+            return self._extras("next" if into_next else "root", infos, resetting)
+        if stepping.any():
             if not stepping.all():
                 raise NotImplementedError(f"{type(self.env).__name__} cannot step a subset")
-            self._step(autoreset=bool((modes & _AUTORESET).any()))
+            return self._step(autoreset=bool((modes & _AUTORESET).any()))
         return {}
+
+    # Infos: a wrapped gymnasium vector env's own (GymVectorEnvWrapper keeps the last ones),
+    # per sub-env, as the extras the face lays out again as gymnasium does; the info fields
+    # are in the buffers already.
+    def _infos(self, name: str) -> list[dict] | None:
+        info = getattr(self.env, name, None)
+        if not isinstance(info, dict):
+            return None
+        per_env = unbatch_info(info, self.num_envs)
+        if self.layout.info_fields:
+            per_env = [
+                {k: v for k, v in row.items() if k not in self.layout.info_fields}
+                for row in per_env
+            ]
+        return per_env
+
+    def _step_infos(self) -> list[dict] | None:
+        """The step's infos; a SAME_STEP vector env's finished sub-envs report their last
+        step's in ``final_info`` (and the reset's at the top, which a reset hands out)."""
+        per_env = self._infos("last_step_info")
+        info = getattr(self.env, "last_step_info", None)
+        if per_env is None or "final_info" not in info:
+            return per_env
+        finals = unbatch_info(info["final_info"], self.num_envs)
+        for i in np.flatnonzero(info.get("_final_info", ())).tolist():
+            per_env[i] = {k: v for k, v in finals[i].items() if k not in self.layout.info_fields}
+        return per_env
+
+    @staticmethod
+    def _extras(
+        slot: str, infos: list[dict] | None, rows: np.ndarray | None = None
+    ) -> dict[int, dict]:
+        if infos is None:
+            return {}
+        return {
+            i: {slot: info} for i, info in enumerate(infos) if info and (rows is None or rows[i])
+        }
 
     def _autoreset_step(self, resetting: np.ndarray) -> bool:
         """NEXT_STEP over an env that resets finished sub-envs in its own step (a
@@ -105,7 +146,11 @@ class CommandAdapter:
         self._write_next(self.env.autoreset_step(self._action_td()).get("next"))
         return True
 
-    def _reset(self, mask: np.ndarray, seeds, into_next: bool) -> None:
+    def _reset(self, mask: np.ndarray, seeds, options: dict | None, into_next: bool) -> None:
+        # Reset options reach envs that take them (GymVectorEnvWrapper); others never had any.
+        set_reset_options = getattr(self.env, "set_reset_options", None)
+        if set_reset_options is not None:
+            set_reset_options(options)
         if seeds is not None:
             first = seeds[0]
             if mask.all() and first is not None and seeds == [first + i for i in range(len(seeds))]:
@@ -122,15 +167,28 @@ class CommandAdapter:
         if into_next:
             slot.reward[mask] = 0.0
 
-    def _step(self, autoreset: bool) -> None:
+    def _step(self, autoreset: bool) -> dict[int, dict]:
         td = self._action_td()
-        if autoreset:
-            td, root = self.env.step_and_maybe_reset(td)
-            self._copy_rows(self._views, self.buffers.root, root, self._all)
-            self.buffers.root.info_present[:] = True
-        else:
+        if not autoreset:
             td = self.env.step(td)
+            self._write_next(td.get("next"))
+            return self._extras("next", self._step_infos())
+        td, root = self.env.step_and_maybe_reset(td)
         self._write_next(td.get("next"))
+        extras = self._extras("next", self._step_infos())
+        self._copy_rows(self._views, self.buffers.root, root, self._all)
+        self.buffers.root.info_present[:] = True
+        done = self.buffers.next.done.copy()
+        if done.any():
+            for i, info in self._extras("root", self._infos("last_reset_info"), done).items():
+                extras.setdefault(i, {}).update(info)
+            # A SAME_STEP vector env hands the finished sub-envs' last observations over as
+            # they returned them.
+            final_obs = getattr(self.env, "last_step_info", {}).get("final_obs")
+            if final_obs is not None:
+                for i in np.flatnonzero(done).tolist():
+                    extras.setdefault(i, {})["final_obs"] = final_obs[i]
+        return extras
 
     def _action_td(self) -> TensorDict:
         """The actions the face wrote into the buffers, as the env's input."""
@@ -183,6 +241,28 @@ class CommandAdapter:
 
     def close(self) -> None:
         self.env.close()
+
+
+def unbatch_info(info: dict, n: int) -> list[dict]:
+    """Each sub-env's info dict, from gymnasium's vector infos (arrays with ``_key`` masks,
+    nested dicts with their own): the inverse of ``VectorEnv._add_info``, so that batching
+    them again gives the same arrays (object arrays hold the sub-envs' own objects)."""
+    per_env: list[dict] = [{} for _ in range(n)]
+    for key, value in info.items():
+        mask = info.get(f"_{key}")
+        if (key.startswith("_") and key[1:] in info) or mask is None:
+            continue  # a mask, or an entry without one (not gymnasium's layout)
+        rows = np.flatnonzero(mask).tolist()
+        if isinstance(value, dict):
+            below = unbatch_info(value, n)
+            for i in rows:
+                per_env[i][key] = below[i]
+            continue
+        as_bool = isinstance(value, np.ndarray) and value.dtype == np.bool_ and value.ndim == 1
+        for i in rows:
+            # a bool array holds Python bools (np.bool_ items would batch as objects)
+            per_env[i][key] = bool(value[i]) if as_bool else value[i]
+    return per_env
 
 
 def _copy_rows(target: TensorDict, source: TensorDict, rows: np.ndarray) -> None:
