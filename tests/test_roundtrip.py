@@ -168,3 +168,50 @@ def test_round_trip_infos_equal_the_originals(mode):
     fns = [functools.partial(fe.make_rich, tag) for tag in range(3)]
     ends = fe.run_against_sync(_round_trip_face, fns, mode, steps=30, partial_every=7)
     assert ends.sum() >= 3
+
+
+def test_unbatch_info_inverts_gymnasiums_add_info():
+    """Per-sub-env infos batched by gymnasium and unbatched give the same batch again."""
+    from gymvec.facade.adapter import unbatch_info
+
+    vector = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 3)
+    per_env = [
+        {"a": 1, "flag": True, "name": "x", "nested": {"v": 1.5}},
+        {},
+        {"a": 3, "np_flag": np.bool_(False), "arr": np.ones(2, np.float32), "nested": {}},
+    ]
+    batched: dict = {}
+    for i, info in enumerate(per_env):
+        batched = vector._add_info(batched, info, i)
+    unbatched = unbatch_info(batched, 3)
+    assert unbatched[1] == {} and unbatched[0]["nested"] == {"v": 1.5}
+    assert type(unbatched[0]["flag"]) is bool and type(unbatched[2]["np_flag"]) is np.bool_
+    again: dict = {}
+    for i, info in enumerate(unbatched):
+        again = vector._add_info(again, info, i)
+    import _face_envs as fe
+
+    fe.assert_same(again, batched)
+    vector.close()
+
+
+def test_vector_env_wrapper_passes_reset_options():
+    import functools
+
+    import _face_envs as fe
+
+    wrapper = GymVectorEnvWrapper(SyncVectorEnv([functools.partial(fe.make_rich, 0)] * 2))
+    wrapper.set_reset_options({"level": 3})
+    wrapper.reset()
+    assert wrapper.last_reset_info["options_seen"].tolist() == [["level"], ["level"]]
+    wrapper.reset()  # options are for one reset
+    assert "options_seen" not in wrapper.last_reset_info
+    wrapper.set_reset_options({"level": 4})
+    from tensordict import TensorDict
+
+    mask = torch.tensor([[False], [True]])
+    wrapper.reset(TensorDict({"_reset": mask}, batch_size=[2]))
+    seen = wrapper.last_reset_info
+    assert seen["_options_seen"].tolist() == [False, True]
+    assert seen["options_seen"][1] == ["level"]  # SyncVectorEnv pops "reset_mask"
+    wrapper.close()
