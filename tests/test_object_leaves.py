@@ -392,3 +392,23 @@ def test_gym_env_step_and_maybe_reset_takes_the_reset_objects():
         assert np.array_equal(root["box"].numpy(), obs["box"])
         td = root
     env.close()
+
+
+def test_multi_task_batch_with_an_object_task(no_leaks):
+    """A task with Text observations beside one with a Box: each sub-env shows its own keys."""
+    text_task = functools.partial(
+        fe.make_spaces_env, spaces.Dict({"words": spaces.Text(4)}), spaces.Discrete(2)
+    )
+    box_task = functools.partial(fe.make_spaces_env, spaces.Dict({"box": BOX2}), spaces.Discrete(2))
+    env = ParallelEnv(2, [text_task, box_task], mp_start_method="fork")
+    assert env.heterogeneous
+    env.set_seed(0)
+    td = env.reset()
+    alone = text_task()
+    assert td[0].get_non_tensor("words") == alone.reset(seed=0)[0]["words"]
+    assert "words" not in td[1].keys() and td[1]["box"].shape == (2,)
+    td["action"] = torch.zeros(2, dtype=torch.int64)
+    td, root = env.step_and_maybe_reset(td)
+    assert td[0].get_non_tensor(("next", "words")) == alone.step(0)[0]["words"]
+    assert "words" not in td[1]["next"].keys()
+    env.close()
