@@ -42,6 +42,7 @@ _EXPORTS = {
     "MultiCategorical": "gymvec.specs",
     "Binary": "gymvec.specs",
     "Composite": "gymvec.specs",
+    "NonTensor": "gymvec.specs",
 }
 
 __all__ = [

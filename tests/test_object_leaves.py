@@ -25,6 +25,7 @@ from gymvec import (
     GymEnv,
     GymnasiumVectorEnv,
     GymVectorEnvWrapper,
+    NonTensor,
     ParallelEnv,
     ParallelVectorEnv,
     SerialEnv,
@@ -32,7 +33,7 @@ from gymvec import (
     UnsupportedSpaceError,
 )
 from gymvec.spaces import space_from_spec, spec_from_space
-from gymvec.specs import Composite, NonTensor, non_tensor, non_tensor_values
+from gymvec.specs import Composite, non_tensor, non_tensor_values
 
 BOX2 = spaces.Box(-1.0, 1.0, (2,), dtype=np.float32)
 # an observation with every kind of object leaf, nested beside array leaves
