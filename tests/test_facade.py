@@ -422,8 +422,42 @@ def test_sub_env_error_parallel_raises_worker_error_and_close_works(context, no_
     with pytest.raises(WorkerError, match="step failed on purpose") as caught:
         env.step(np.array([0, 1]))
     assert caught.value.worker_index == 1
+    # also the sub-env's own ValueError, as gymnasium's AsyncVectorEnv raises it
+    assert isinstance(caught.value, ValueError)
+    assert type(caught.value).__name__ == "WorkerValueError"
     env.close()
     assert env.closed
+
+
+def test_worker_error_classes():
+    """A WorkerError is also the worker's exception class where Python can make that class."""
+    from gymvec.errors import worker_error
+
+    class Custom(KeyError):
+        pass
+
+    def made(type_name):
+        return worker_error(
+            "worker 0 raised", worker_index=0, worker_traceback="tb", type_name=type_name
+        )
+
+    custom = made((__name__, "test_worker_error_classes.<locals>.Custom"))
+    assert type(custom) is WorkerError  # a local class cannot be found by name
+    error = made(("builtins", "KeyError"))
+    assert isinstance(error, KeyError) and isinstance(error, WorkerError)
+    assert error.worker_traceback == "tb" and "worker 0 raised" in str(error)
+    assert type(made(("builtins", "KeyError"))) is type(error)  # one class per type
+    import pickle
+
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is type(error) and str(back) == str(error) and back.worker_index == 0
+    plain = pickle.loads(pickle.dumps(WorkerError("died", worker_index=3)))
+    assert type(plain) is WorkerError and plain.worker_index == 3 and str(plain) == "died"
+    assert isinstance(made(("builtins", "FileNotFoundError")), FileNotFoundError)
+    for name in ("KeyError", "UnicodeDecodeError", "SyntaxError"):  # their own __str__
+        assert str(made(("builtins", name))).startswith("worker 0 raised\n")
+    assert type(made(("no_such_module", "Error"))) is WorkerError
+    assert type(made(("builtins", "KeyboardInterrupt"))) is WorkerError  # not an Exception
 
 
 # ---- float64 actions and the tensordict API on one batched env -------------------------------

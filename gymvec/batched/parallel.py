@@ -39,7 +39,7 @@ from gymvec.batched.worker import (
     wait_for,
     worker_main,
 )
-from gymvec.errors import SpaceMismatchError, WorkerError
+from gymvec.errors import SpaceMismatchError, WorkerError, worker_error
 
 if TYPE_CHECKING:
     from gymvec.specs import DeviceLike
@@ -90,8 +90,12 @@ class WorkerHandle:
         self.answered = self.seq
         # int() first: numpy compares an IntEnum through slow generic paths (~5-20 us)
         if int(self.words[STATUS]) == Status.ERROR:
-            raise WorkerError(
-                f"worker {self.index} raised", worker_index=self.index, worker_traceback=reply
+            text, type_name = reply
+            raise worker_error(
+                f"worker {self.index} raised",
+                worker_index=self.index,
+                worker_traceback=text,
+                type_name=type_name,
             )
         return reply
 
@@ -186,10 +190,12 @@ class ProcessExecutor:
                 message, what = detail
                 raise SpaceMismatchError(f"worker {handle.index}: {message}", kind=what)
             if kind == "error":
-                raise WorkerError(
+                text, type_name = detail
+                raise worker_error(
                     f"worker {handle.index}: create_env_fn raised",
                     worker_index=handle.index,
-                    worker_traceback=detail,
+                    worker_traceback=text,
+                    type_name=type_name,
                 )
             handle.description = detail
             return

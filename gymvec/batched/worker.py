@@ -32,7 +32,7 @@ import numpy as np
 
 from gymvec.batched.buffers import BufferLayout, Buffers
 from gymvec.batched.driver import REQUESTS, Control, SubEnvGroup
-from gymvec.errors import SpaceMismatchError
+from gymvec.errors import SpaceMismatchError, exception_type_name
 
 SYNC_WORDS = 8  # int64 words per worker: one 64-byte cache line
 CMD_SEQ, CMD, DONE_SEQ, STATUS, REPLY = range(5)
@@ -165,8 +165,8 @@ class Worker:
                 # Pickled before the answer is posted: a reply that cannot be (an object
                 # observation or info entry, say) is then this command's error.
                 payload = None if reply is None else ForkingPickler.dumps(reply)
-            except BaseException:
-                payload = ForkingPickler.dumps(traceback.format_exc())
+            except BaseException as exc:
+                payload = ForkingPickler.dumps((traceback.format_exc(), exception_type_name(exc)))
                 status = Status.ERROR
             self.words[STATUS] = int(status)
             self.words[REPLY] = payload is not None
@@ -283,8 +283,9 @@ def worker_main(
     except SpaceMismatchError as exc:  # not the worker's fault: the parent raises it as is
         conn.send_bytes(cloudpickle.dumps(("mismatch", (str(exc), exc.kind))))
         return
-    except BaseException:
-        conn.send_bytes(cloudpickle.dumps(("error", traceback.format_exc())))
+    except BaseException as exc:
+        detail = (traceback.format_exc(), exception_type_name(exc))
+        conn.send_bytes(cloudpickle.dumps(("error", detail)))
         return
     torch = sys.modules.get("torch")
     if torch is not None and num_threads is not None:  # the sub-envs use torch
