@@ -429,6 +429,31 @@ def test_sub_env_error_parallel_raises_worker_error_and_close_works(context, no_
     assert env.closed
 
 
+@pytest.mark.parametrize("kind", ["serial", "local-worker", "workers"])
+def test_after_a_sub_env_error_the_env_goes_on(kind, no_leaks):
+    """As SyncVectorEnv does: the failed call raises, the next ones work (with a local share,
+    every worker has answered before the local sub-env's own exception is raised)."""
+    fns = [fe.make_raising] * 4
+    if kind == "serial":
+        env = SerialVectorEnv(fns)
+    else:
+        local = kind == "local-worker"
+        env = ParallelVectorEnv(fns, context="fork", num_workers=2, local_worker=local)
+    env.reset(seed=0)
+    env.step(np.array([0, 0, 0, 0]))
+    # sub-env 0 runs in this process except with "workers"; sub-env 3 in a worker except serial
+    with pytest.raises(ValueError, match="step failed on purpose") as caught:
+        env.step(np.array([1, 0, 0, 1]))
+    assert isinstance(caught.value, WorkerError) == (kind == "workers")
+    _, rewards, *_ = env.step(np.array([0, 0, 0, 0]))
+    assert rewards.tolist() == [0.0] * 4
+    obs, _ = env.reset(seed=1)
+    assert obs.shape == (4, 2)
+    # the workers' pipes hold no stale answer: a request reads its own reply
+    assert env.get_attr("t") == (0, 0, 0, 0)
+    env.close()
+
+
 def test_worker_error_classes():
     """A WorkerError is also the worker's exception class where Python can make that class."""
     from gymvec.errors import worker_error

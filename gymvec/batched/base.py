@@ -32,7 +32,7 @@ from gymvec.batched.driver import Control, Mode, describe_sub_env
 from gymvec.envs.base import DONE_KEYS, EnvBase, make_done_spec, make_reward_spec, set_next
 from gymvec.envs.gym_env import GymEnv, observation_spec_from_space
 from gymvec.envs.infos import InfoField
-from gymvec.errors import SpaceMismatchError, WorkerError
+from gymvec.errors import SpaceMismatchError
 from gymvec.spaces import spec_from_space
 from gymvec.specs import (
     Composite,
@@ -430,8 +430,12 @@ class BatchedEnvBase(EnvBase):
             raise RuntimeError("no command in flight: call send() first")
         try:
             extras = self.executor.wait(timeout, on_local_done)
-        except WorkerError:
-            self._in_flight = False  # every worker has answered or died: the command is over
+        except TimeoutError:
+            raise  # still in flight: a later recv() resumes the wait (so does an interrupt)
+        except Exception:
+            # A sub-env raised (or a worker died): every worker has answered or is gone, so
+            # the command is over, and the env takes the next one.
+            self._in_flight = False
             raise
         self._in_flight = False
         if self.layout.object_obs_keys:

@@ -121,6 +121,7 @@ class ProcessExecutor:
         self.handles: list[WorkerHandle] = []
         self.local: LocalExecutor | None = None
         self._extras: dict | None = None  # answers collected so far by a wait
+        self._local_error: Exception | None = None  # raised by this process's share
         self.worker_spin_s = env.worker_spin_s
         self.parent_spin = Spin(env.parent_spin_s)
         self.sync_memory = None
@@ -240,8 +241,11 @@ class ProcessExecutor:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         if self._extras is None:  # the local share runs once, even if the wait is resumed
-            self._extras = self.local.wait() if self.local is not None else {}
-            if on_local_done is not None:
+            try:
+                self._extras = self.local.wait() if self.local is not None else {}
+            except Exception as exc:  # a sub-env of this process raised: raised once every
+                self._extras, self._local_error = {}, exc  # worker has answered (below)
+            if on_local_done is not None and self._local_error is None:
                 on_local_done(self.local.bounds[-1][1] if self.local is not None else 0)
             if deadline is not None and time.monotonic() > deadline and self.handles:
                 raise TimeoutError(f"the local share outlasted the timeout of {timeout} s")
@@ -261,6 +265,9 @@ class ProcessExecutor:
             if reply:
                 self._extras.update(reply)
         extras, self._extras = self._extras, None
+        local_error, self._local_error = self._local_error, None
+        if local_error is not None:  # the sub-env's own exception, as SerialEnv raises it
+            raise local_error
         if error is not None:
             raise error
         return extras
