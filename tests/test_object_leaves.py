@@ -413,3 +413,21 @@ def test_multi_task_batch_with_an_object_task(no_leaks):
     assert td[0].get_non_tensor(("next", "words")) == alone.step(0)[0]["words"]
     assert "words" not in td[1]["next"].keys()
     env.close()
+
+
+def test_torch_output_keeps_objects_as_tuples():
+    env = SerialVectorEnv(spaces_fns(MIXED_OBS, TEXT_ACTION), output="torch")
+    reference = SyncVectorEnv(spaces_fns(MIXED_OBS, TEXT_ACTION))
+    obs, _ = env.reset(seed=4)
+    ref_obs, _ = reference.reset(seed=4)
+    assert isinstance(obs["box"], torch.Tensor) and np.array_equal(
+        obs["box"].numpy(), ref_obs["box"]
+    )
+    assert obs["text"] == ref_obs["text"]
+    obs, rewards, *_ = env.step(text_actions(0, 3))
+    assert (
+        isinstance(rewards, torch.Tensor)
+        and obs["text"] == reference.step(text_actions(0, 3))[0]["text"]
+    )
+    env.close()
+    reference.close()
