@@ -65,7 +65,24 @@ def _register_vector_ids() -> None:
 _register_vector_ids()
 
 
+# Submodules reachable as attributes (``gymvec.specs.Bounded`` after ``import gymvec``).
+_SUBMODULES = (
+    "arrays",
+    "batched",
+    "bench",
+    "envs",
+    "errors",
+    "facade",
+    "integrations",
+    "sb3",
+    "spaces",
+    "specs",
+)
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"gymvec.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'gymvec' has no attribute {name!r}")

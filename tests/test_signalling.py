@@ -68,3 +68,17 @@ def test_wait_for_raises_timeout_and_peer_died():
         wait_for(words, 0, 1, sem, Spin(0.0), lambda: True, timeout=0.1)
     with pytest.raises(PeerDied):
         wait_for(words, 0, 1, sem, Spin(0.0), lambda: False, timeout=5.0)
+
+
+def test_worker_processes_import_no_torch():
+    """A worker of gymnasium sub-envs imports gymvec's worker module and never needs torch
+    (seconds of start-up per spawned worker): importing gymvec must not pull it in."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, gymvec, gymvec.batched.worker, gymvec.batched.driver; "
+        "print(sorted(m for m in ('torch', 'tensordict') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

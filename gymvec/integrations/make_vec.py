@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 
-from gymvec.facade.vector_env import GymnasiumVectorEnv
+if TYPE_CHECKING:  # importing gymvec registers the ids: torch is not imported for that
+    from gymvec.facade.vector_env import GymnasiumVectorEnv
 
 BACKENDS = ("serial", "parallel")
 _GYMVEC_OPTIONS = ("backend", "num_workers", "autoreset_mode", "output", "local_worker", "context")
