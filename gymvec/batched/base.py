@@ -636,8 +636,8 @@ class BatchedEnvBase(EnvBase):
         if not self.heterogeneous:
             return out
         rows = []
+        obs_keys = self.layout.obs_keys + self.layout.object_obs_keys
         for i, keys in enumerate(self._sub_env_keys):
-            obs_keys = self.layout.obs_keys + self.layout.object_obs_keys
             unused = [key for key in obs_keys if key not in keys["obs"]]
             rows.append(out[i].exclude(*unused) if unused else out[i])
         return LazyStackedTensorDict(*rows, stack_dim=0)

@@ -90,14 +90,16 @@ class WorkerHandle:
         self.answered = self.seq
         # int() first: numpy compares an IntEnum through slow generic paths (~5-20 us)
         if int(self.words[STATUS]) == Status.ERROR:
-            text, type_name = reply
-            raise worker_error(
-                f"worker {self.index} raised",
-                worker_index=self.index,
-                worker_traceback=text,
-                type_name=type_name,
-            )
+            raise self.raised(f"worker {self.index} raised", reply)
         return reply
+
+    def raised(self, message: str, detail: tuple) -> WorkerError:
+        """The error for what the worker sent when it raised: (traceback text, the name of
+        the exception's class)."""
+        text, type_name = detail
+        return worker_error(
+            message, worker_index=self.index, worker_traceback=text, type_name=type_name
+        )
 
     def alive(self) -> bool:
         return self.process.is_alive()
@@ -191,13 +193,7 @@ class ProcessExecutor:
                 message, what = detail
                 raise SpaceMismatchError(f"worker {handle.index}: {message}", kind=what)
             if kind == "error":
-                text, type_name = detail
-                raise worker_error(
-                    f"worker {handle.index}: create_env_fn raised",
-                    worker_index=handle.index,
-                    worker_traceback=text,
-                    type_name=type_name,
-                )
+                raise handle.raised(f"worker {handle.index}: create_env_fn raised", detail)
             handle.description = detail
             return
         if ready:
@@ -217,14 +213,14 @@ class ProcessExecutor:
         if options is None and not action_objects:
             for handle in self.handles:
                 handle.post(Command.RUN)
-        else:
-            shared = None if action_objects else cloudpickle.dumps((options, None))
+        elif not action_objects:  # one payload for all
+            payload = cloudpickle.dumps((options, None))
             for handle in self.handles:
-                payload = shared
-                if payload is None:
-                    rows = {k: v[handle.start : handle.stop] for k, v in action_objects.items()}
-                    payload = cloudpickle.dumps((options, rows))
                 handle.post(Command.RUN_WITH_PAYLOAD, payload)
+        else:
+            for handle in self.handles:
+                rows = {key: v[handle.start : handle.stop] for key, v in action_objects.items()}
+                handle.post(Command.RUN_WITH_PAYLOAD, cloudpickle.dumps((options, rows)))
         if self.local is not None:
             self.local.send(options)
 

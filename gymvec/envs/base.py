@@ -237,10 +237,7 @@ def _merge_reset(root: TensorDictBase, reset_td: TensorDictBase, mask: torch.Ten
         if key not in root.keys(include_nested=True):
             root.set(key, value)
         elif is_non_tensor(value):  # objects (values of spaces without a fixed shape)
-            fresh, current = non_tensor_values(value), non_tensor_values(root.get(key))
-            rows = mask.reshape(-1).tolist()
-            merged = [new if m else old for new, old, m in zip(fresh, current, rows)]
-            root.set(key, non_tensor(merged, root.batch_size))
+            copy_object_rows(root, reset_td, key, mask.reshape(-1).tolist())
         else:
             current = root.get(key)
             row_mask = mask.reshape(mask.shape + (1,) * (current.ndim - mask.ndim))
@@ -278,6 +275,14 @@ def set_next(td: TensorDictBase, next_out: TensorDictBase) -> None:
         td._set_str("next", next_out, inplace=False, validated=True)
     else:
         td.set("next", next_out)
+
+
+def copy_object_rows(dest: TensorDictBase, source: TensorDictBase, key: Any, rows: Any) -> None:
+    """``dest[key]`` takes ``source[key]``'s objects at ``rows`` (bools over the flattened
+    batch) and keeps its own elsewhere: non-tensor entries cannot be written in place."""
+    current, fresh = non_tensor_values(dest.get(key)), non_tensor_values(source.get(key))
+    merged = [new if row else old for new, old, row in zip(fresh, current, rows)]
+    dest.set(key, non_tensor(merged, dest.batch_size))
 
 
 def copy_rows(dest: torch.Tensor, source: torch.Tensor, rows: Any) -> None:

@@ -13,7 +13,7 @@ from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from tensordict import TensorDict, TensorDictBase
 
-from gymvec.envs.base import DONE_KEYS, EnvBase, copy_rows, make_reward_spec
+from gymvec.envs.base import DONE_KEYS, EnvBase, copy_object_rows, copy_rows, make_reward_spec
 from gymvec.envs.infos import InfoField, declared_fields
 from gymvec.envs.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.spaces import spec_from_space
@@ -322,11 +322,7 @@ class GymVectorEnvWrapper(EnvBase):
                 copy_rows(dest.get(key), source.get(key), rows)
         for leaf in self.obs_leaves:
             if leaf.is_object:
-                values = non_tensor_values(dest.get(leaf.key))
-                fresh = non_tensor_values(source.get(leaf.key))
-                for i in np.flatnonzero(rows).tolist():
-                    values[i] = fresh[i]
-                dest.set(leaf.key, non_tensor(values, self.batch_size))
+                copy_object_rows(dest, source, leaf.key, rows)
 
     def _gym_action(self, td: TensorDictBase) -> Any:
         arrays = [
