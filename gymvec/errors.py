@@ -23,7 +23,7 @@ class WorkerError(RuntimeError):
     _type_name: tuple[str, str] | None = None  # the worker's exception class (typed ones)
 
     def __init__(self, message: str, *, worker_index: int | None = None, worker_traceback=None):
-        self._parts = (message, worker_index, worker_traceback)
+        self._unformatted = message  # what __reduce__ rebuilds the error from
         if worker_traceback:
             message = f"{message}\n\n--- traceback in the worker ---\n{worker_traceback}"
         super().__init__(message)
@@ -38,8 +38,8 @@ class WorkerError(RuntimeError):
 
     def __reduce__(self):
         # typed classes are made at run time: rebuild them by the name of the worker's class
-        message, index, text = self._parts
-        return _rebuild, (message, index, text, self._type_name)
+        parts = (self._unformatted, self.worker_index, self.worker_traceback)
+        return _rebuild, (*parts, self._type_name)
 
 
 def _rebuild(message, worker_index, worker_traceback, type_name) -> WorkerError:

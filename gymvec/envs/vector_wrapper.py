@@ -317,8 +317,9 @@ class GymVectorEnvWrapper(EnvBase):
     def _set_rows(self, dest: TensorDict, source: TensorDictBase, rows: np.ndarray) -> None:
         """Copy the entries of ``source`` that ``dest`` has into ``dest``, for ``rows`` only
         (object observations too, which tensordict does not list among the leaves)."""
+        in_dest = dest.keys(include_nested=True, leaves_only=True)
         for key in source.keys(include_nested=True, leaves_only=True):
-            if key in dest.keys(include_nested=True, leaves_only=True):
+            if key in in_dest:
                 copy_rows(dest.get(key), source.get(key), rows)
         for leaf in self.obs_leaves:
             if leaf.is_object:

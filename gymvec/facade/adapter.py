@@ -204,8 +204,15 @@ class CommandAdapter:
 
     def _copy_rows(self, target: TensorDict, slot: Slot, source: TensorDict, rows) -> None:
         """Copy ``source``'s values at ``rows`` into the buffers: into ``target`` (views of
-        ``slot``) the tensors they share, into ``slot.objects`` the object observations."""
-        _copy_rows(target, source, rows)
+        ``slot``) the tensors they share but actions and "next", into ``slot.objects`` the
+        object observations."""
+        in_source = source.keys(include_nested=True)
+        for key in target.keys(include_nested=True, leaves_only=True):
+            key_tuple = key if isinstance(key, tuple) else (key,)
+            if key_tuple[0] in ("next", "action") or key not in in_source:
+                continue
+            dest = target.get(key)
+            copy_rows(dest, source.get(key).to(dest.dtype).reshape(dest.shape), rows)
         for key, objects in slot.objects.items():
             values = non_tensor_values(source.get(key))
             for i in np.flatnonzero(rows).tolist():
@@ -263,13 +270,3 @@ def unbatch_info(info: dict, n: int) -> list[dict]:
             # a bool array holds Python bools (np.bool_ items would batch as objects)
             per_env[i][key] = bool(value[i]) if as_bool else value[i]
     return per_env
-
-
-def _copy_rows(target: TensorDict, source: TensorDict, rows: np.ndarray) -> None:
-    """Copy the entries ``target`` and ``source`` share, at ``rows``."""
-    for key in target.keys(include_nested=True, leaves_only=True):
-        key_tuple = key if isinstance(key, tuple) else (key,)
-        if key_tuple[0] in ("next", "action") or key not in source.keys(include_nested=True):
-            continue
-        value = source.get(key).to(target.get(key).dtype)
-        copy_rows(target.get(key), value.reshape(target.get(key).shape), rows)
