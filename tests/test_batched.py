@@ -406,8 +406,15 @@ def test_dispatch_attributes_and_methods(kind):
         ref = gym.make(DICT_ENV_ID, render_mode="rgb_array")
         ref.reset(seed=1)
         np.testing.assert_array_equal(frames[1], ref.render())
-        with pytest.raises(AttributeError, match="no_such_thing"):
+        # the message says whose attribute was looked for, and what a sub-env said
+        name = type(env).__name__
+        with pytest.raises(
+            AttributeError,
+            match=f"'{name}' object has no attribute 'no_such_thing', and its sub-envs have "
+            "none either \\(.*no_such_thing",
+        ):
             env.no_such_thing  # noqa: B018
+        assert not hasattr(env, "no_such_thing")
         pids = env.request("apply", None, getpid, (), {})
         if kind == "serial":
             assert pids == [os.getpid()] * 2

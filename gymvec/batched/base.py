@@ -665,7 +665,15 @@ class BatchedEnvBase(EnvBase):
         # sub-envs. Attributes come back as a list; methods as a callable returning a list.
         if name.startswith("_") or "_create_env_fns" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        if all(self.request("is_callable", None, name)):
+        try:
+            is_callable = self.request("is_callable", None, name)
+        except AttributeError as exc:  # say whose attribute was looked for, not only a wrapper's
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise AttributeError(
+                f"{type(self).__name__!r} object has no attribute {name!r}, and its sub-envs "
+                f"have none either ({reason})"
+            ) from exc
+        if all(is_callable):
             return SubEnvMethod(self, name)
         return self.request("get_attr", None, name)
 
