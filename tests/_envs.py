@@ -183,6 +183,35 @@ class HangingEnv(FailingEnv):
         return super().step(action)
 
 
+class StallingCartPole(gym.Wrapper):
+    """CartPole whose step number ``stall_step`` after a reset takes ``stall_s`` seconds, or
+    raises KeyboardInterrupt when ``stall_s`` is None (a Ctrl-C that lands in the middle of a
+    command); once in its life."""
+
+    def __init__(self, stall_step: int = 2, stall_s: float | None = 0.5):
+        super().__init__(gym.make("CartPole-v1"))
+        self.stall_step, self.stall_s = stall_step, stall_s
+        self.steps = 0
+        self.stalled = False
+
+    def reset(self, **kwargs):
+        self.steps = 0
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.stall_step and not self.stalled:
+            self.stalled = True
+            if self.stall_s is None:
+                raise KeyboardInterrupt
+            time.sleep(self.stall_s)
+        return self.env.step(action)
+
+
+def make_gym_stalling(**kwargs) -> gym.Env:
+    return StallingCartPole(**kwargs)
+
+
 def make_gym_hanging() -> gym.Env:
     return HangingEnv()
 

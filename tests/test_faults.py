@@ -6,6 +6,7 @@ Every test here runs under a pytest timeout: a hang fails the test instead of bl
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import os
@@ -15,8 +16,10 @@ import sys
 import time
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 from _envs import (
     make_broken,
     make_gym_cartpole,
@@ -25,6 +28,7 @@ from _envs import (
     make_gym_exiting_in_worker,
     make_gym_failing,
     make_gym_hanging,
+    make_gym_stalling,
 )
 from conftest import child_pids, open_fds
 
@@ -272,3 +276,120 @@ def test_killed_worker_cycles_leak_no_file_descriptor(no_leaks):
         cycle()
     gc.collect()
     assert open_fds() == before
+
+
+# ---- interrupts (Ctrl-C) ----------------------------------------------------------------------
+@contextlib.contextmanager
+def interrupted_after(seconds: float):
+    """A KeyboardInterrupt in this (the main) thread after ``seconds``, as Ctrl-C raises it."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def assert_usable_after_a_full_reset(env) -> None:
+    """Stepping without a full reset is refused; attribute requests work; a full reset makes
+    the env step as a fresh one does."""
+    some = torch.zeros(env.num_envs, 1, dtype=torch.bool)
+    some[0] = True
+    for attempt in (
+        lambda: env.step(env.rand_action()),
+        lambda: env.reset(env.rand_action().set("_reset", some)),  # a partial reset
+    ):
+        with pytest.raises(RuntimeError, match="reset every sub-env"):
+            attempt()
+    assert len(env.steps) == env.num_envs  # requests go through
+    env.set_seed(7)
+    root = env.reset()
+    with SerialEnv(env.num_envs, make_gym_cartpole) as reference:
+        reference.set_seed(7)
+        expected = reference.reset()
+        assert (root["observation"] == expected["observation"]).all()
+        for _ in range(3):
+            root["action"] = expected["action"] = reference.rand_action()["action"]
+            (_, root), (_, expected) = (
+                env.step_and_maybe_reset(root),
+                reference.step_and_maybe_reset(expected),
+            )
+            assert (root["observation"] == expected["observation"]).all()
+
+
+@pytest.mark.parametrize("local_worker", [False, True])
+def test_interrupt_while_waiting_for_workers(local_worker, no_leaks):
+    # The second step of every sub-env takes 0.5 s; Ctrl-C lands while the parent waits.
+    env = ParallelEnv(2, make_gym_stalling, mp_start_method="fork", local_worker=local_worker)
+    td = env.rand_action(env.reset())
+    env.step(td)
+    with pytest.raises(KeyboardInterrupt), interrupted_after(0.2):
+        env.step(td)
+    assert_usable_after_a_full_reset(env)
+    assert_closed_cleanly(env)
+
+
+def test_interrupt_inside_a_sub_env_of_this_process(no_leaks):
+    # SerialEnv, and ParallelEnv's own share: the interrupt stops the sub-envs' loop midway.
+    kwargs = [{"stall_step": 2, "stall_s": None}, {"stall_step": 0}]  # sub-env 0 only
+    for env in (
+        SerialEnv(2, make_gym_stalling, kwargs),
+        ParallelEnv(2, make_gym_stalling, kwargs, mp_start_method="fork", local_worker=True),
+    ):
+        td = env.rand_action(env.reset())
+        env.step(td)
+        with pytest.raises(KeyboardInterrupt):
+            env.step(td)
+        assert_usable_after_a_full_reset(env)
+        assert_closed_cleanly(env)
+
+
+def test_interrupted_recv_of_the_low_level_api(no_leaks):
+    env = ParallelEnv(2, make_gym_stalling, mp_start_method="fork")
+    env.reset()
+    env.run(Mode.STEP)
+    env.send(Mode.STEP)
+    with pytest.raises(KeyboardInterrupt), interrupted_after(0.2):
+        env.recv()
+    with pytest.raises(RuntimeError, match="interrupted: its results are lost"):
+        env.recv()
+    with pytest.raises(RuntimeError, match="no command in flight"):
+        env.recv()
+    assert_usable_after_a_full_reset(env)
+    assert_closed_cleanly(env)
+
+
+def test_interrupted_step_of_the_drop_in(no_leaks):
+    from gymvec import ParallelVectorEnv
+
+    envs = ParallelVectorEnv([make_gym_stalling] * 2, context="fork")
+    envs.reset(seed=3)
+    envs.step(np.array([0, 1]))
+    with pytest.raises(KeyboardInterrupt), interrupted_after(0.2):
+        envs.step(np.array([0, 1]))
+    with pytest.raises(RuntimeError, match="reset every sub-env"):
+        envs.step(np.array([0, 1]))
+    obs, _ = envs.reset(seed=3)
+    reference = gym.vector.SyncVectorEnv([make_gym_cartpole] * 2)
+    expected, _ = reference.reset(seed=3)
+    np.testing.assert_array_equal(obs, expected)
+    np.testing.assert_array_equal(envs.step(np.array([0, 1]))[0], reference.step([0, 1])[0])
+    reference.close()
+    envs.close()
+
+
+def test_workers_ignore_sigint(no_leaks):
+    # A terminal's Ctrl-C reaches the whole process group: what it means is the caller's call.
+    env = ParallelEnv(2, make_gym_cartpole, mp_start_method="fork")
+    td = env.rand_action(env.reset())
+    for handle in env._executor.handles:
+        os.kill(handle.process.pid, signal.SIGINT)
+    time.sleep(0.2)
+    env.step(td)
+    assert all(handle.process.is_alive() for handle in env._executor.handles)
+    assert_closed_cleanly(env)

@@ -32,7 +32,7 @@ from gymvec.batched.driver import Control, Mode, describe_sub_env
 from gymvec.envs.base import DONE_KEYS, EnvBase, make_done_spec, make_reward_spec, set_next
 from gymvec.envs.gym_env import GymEnv, observation_spec_from_space
 from gymvec.envs.infos import InfoField
-from gymvec.errors import SpaceMismatchError
+from gymvec.errors import SpaceMismatchError, WorkerError
 from gymvec.spaces import spec_from_space
 from gymvec.specs import (
     Composite,
@@ -179,6 +179,9 @@ class BatchedEnvBase(EnvBase):
         self._executor = None
         self._pending_seeds: list[int | None] | None = None
         self._in_flight = False
+        # An interrupt (Ctrl-C) during a wait leaves the command running: see recv()
+        self._interrupted = False
+        self._reset_required = False
         self.heterogeneous = False  # multi-task with different keys: see _set_specs
         self._multi_task = self._one_factory_per_worker()
         if self._multi_task:
@@ -365,8 +368,12 @@ class BatchedEnvBase(EnvBase):
         without a lane has the sub-envs first write "next"'s own buffer again.
         """
         executor = self.executor
+        if self._interrupted:
+            self._abandon()
         if self._in_flight:
             raise RuntimeError("a command is already in flight: call recv() first")
+        if self._reset_required:
+            self._check_resets_all(modes)
         # Step after step the same mode goes to every sub-env: the bytes already hold it.
         uniform = int(modes) if isinstance(modes, int | np.integer) else None
         if uniform is None or uniform != self._uniform_mode:
@@ -428,14 +435,26 @@ class BatchedEnvBase(EnvBase):
         """
         if not self._in_flight:
             raise RuntimeError("no command in flight: call send() first")
+        if self._interrupted:  # its results are gone with the interrupted wait
+            self._abandon(timeout)
+            raise RuntimeError(
+                "the command in flight was interrupted: its results are lost, and every "
+                "sub-env must be reset before the next step"
+            )
         try:
             extras = self.executor.wait(timeout, on_local_done)
         except TimeoutError:
-            raise  # still in flight: a later recv() resumes the wait (so does an interrupt)
+            raise  # still in flight: a later recv() resumes the wait
         except Exception:
             # A sub-env raised (or a worker died): every worker has answered or is gone, so
             # the command is over, and the env takes the next one.
             self._in_flight = False
+            raise
+        except BaseException:
+            # An interrupt (KeyboardInterrupt): the worker processes run on, and a sub-env of
+            # this process may have stopped mid-step. The next command first waits the
+            # workers out; the sub-envs' states are then unknown, so it must reset them all.
+            self._interrupted = True
             raise
         self._in_flight = False
         if self.layout.object_obs_keys:
@@ -452,6 +471,30 @@ class BatchedEnvBase(EnvBase):
                 root[key][i], next_[key][i] = root_value, next_value
             if not extras[i]:
                 del extras[i]
+
+    def _abandon(self, timeout: float | None = None) -> None:
+        """End an interrupted command: wait for the worker processes' answers and drop them
+        (a dead worker still raises WorkerError); the next command must reset every sub-env.
+
+        Interrupted again, or past ``timeout``, the command stays in flight.
+        """
+        self._reset_required = True
+        try:
+            self.executor.drain(timeout)
+        except WorkerError:  # a worker died: the command is over all the same
+            self._interrupted = self._in_flight = False
+            raise
+        self._interrupted = self._in_flight = False
+
+    def _check_resets_all(self, modes: np.ndarray | int) -> None:
+        resets = np.bitwise_and(np.asarray(modes, dtype=np.uint8), np.uint8(Mode.RESET))
+        if not resets.all():
+            raise RuntimeError(
+                f"{type(self).__name__}: a call was interrupted while its sub-envs ran, so "
+                "their states are unknown: reset every sub-env (reset() without a mask) "
+                "before anything else"
+            )
+        self._reset_required = False
 
     def run(
         self,
@@ -656,6 +699,8 @@ class BatchedEnvBase(EnvBase):
         for i in indices:
             if not 0 <= i < self.num_envs:
                 raise IndexError(f"sub-env index {i} out of range for {self.num_envs} sub-envs")
+        if self._interrupted:
+            self._abandon()
         if self._in_flight:
             raise RuntimeError("a command is in flight: call recv() first")
         return self.executor.request(name, indices, args, values)

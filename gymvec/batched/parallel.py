@@ -245,21 +245,7 @@ class ProcessExecutor:
                 on_local_done(self.local.bounds[-1][1] if self.local is not None else 0)
             if deadline is not None and time.monotonic() > deadline and self.handles:
                 raise TimeoutError(f"the local share outlasted the timeout of {timeout} s")
-        error = None
-        for handle in self.handles:
-            if handle.answered == handle.seq:
-                continue
-            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            try:
-                reply = handle.wait(self.parent_spin, left)
-            except WorkerError as exc:  # answer every worker first: no reply left unread
-                error = error or exc
-                continue
-            finally:
-                if handle.answered != handle.seq and not handle.process.is_alive():
-                    handle.answered = handle.seq
-            if reply:
-                self._extras.update(reply)
+        error = self._collect(deadline, self._extras.update)
         extras, self._extras = self._extras, None
         local_error, self._local_error = self._local_error, None
         if local_error is not None:  # the sub-env's own exception, as SerialEnv raises it
@@ -267,6 +253,37 @@ class ProcessExecutor:
         if error is not None:
             raise error
         return extras
+
+    def drain(self, timeout: float | None = None) -> None:
+        """End a command whose wait was interrupted: read the worker processes' answers and
+        drop them, and the errors of their sub-envs; this process's share does not run again.
+        A dead worker raises WorkerError. After a TimeoutError, calling again resumes."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._extras, self._local_error = None, None
+        error = self._collect(deadline, lambda reply: None)
+        if error is not None and error.worker_traceback is None:  # died, not raised
+            raise error
+
+    def _collect(self, deadline: float | None, on_reply: Callable[[dict], Any]) -> Any:
+        """Read the answer of each worker that has not answered the command in flight,
+        handing the replies to ``on_reply``; returns the first WorkerError (None if none),
+        once every worker has answered or is gone, so that no reply is left unread."""
+        error = None
+        for handle in self.handles:
+            if handle.answered == handle.seq:
+                continue
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            try:
+                reply = handle.wait(self.parent_spin, left)
+            except WorkerError as exc:
+                error = error or exc
+                continue
+            finally:
+                if handle.answered != handle.seq and not handle.process.is_alive():
+                    handle.answered = handle.seq
+            if reply:
+                on_reply(reply)
+        return error
 
     def request(self, name: str, indices: list[int], args: tuple, values: Sequence | None):
         results: list[Any] = [None] * len(indices)

@@ -48,6 +48,9 @@ class LocalExecutor:
             extras.update(group.run(self._options))
         return extras
 
+    def drain(self, timeout: float | None = None) -> None:
+        """End an interrupted command: nothing runs elsewhere, so nothing is left to wait for."""
+
     def request(self, name: str, indices: list[int], args: tuple, values: Sequence | None):
         results: list[Any] = [None] * len(indices)
         for group, positions in group_indices(indices, self.bounds):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import enum
 import gc
 import os
+import signal
 import sys
 import time
 import traceback
@@ -264,6 +265,9 @@ def worker_main(
     ``env_specs_payload``: the parent's gymnasium registry (spawn and forkserver workers start
     from a fresh one), so that ids registered at run time in the parent work in factories.
     """
+    # A Ctrl-C in a terminal reaches every process of its group: it is the caller's to handle
+    # (see BatchedEnvBase.recv), and close() or the parent's death ends this process.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if num_threads is not None:
         # Before anything imports torch (or numpy's BLAS): they read these when they load.
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -296,5 +300,5 @@ def worker_main(
     conn.send_bytes(ready)
     try:
         Worker(group, words, conn, wake, done, spin_s).loop()
-    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+    except (EOFError, BrokenPipeError):
         pass

@@ -273,7 +273,8 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
                 f"The call to `{call}_wait` has timed out after {timeout} second(s)."
             ) from None
         finally:
-            if not self.env._in_flight:
+            # Over, or interrupted (Ctrl-C): the next call then ends it (see BatchedEnvBase.recv)
+            if not self.env._in_flight or self.env._interrupted:
                 self._state = AsyncState.DEFAULT
         return extras
 
