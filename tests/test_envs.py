@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from _envs import DICT_ENV_ID, DictEnv, obs_leaves
+from _envs import DICT_ENV_ID, DictEnv, MisshapenEnv, obs_leaves
 from _td_envs import CounterEnv
 from tensordict import TensorDict
 
@@ -332,3 +332,21 @@ def test_wrong_reset_mask_raises(mask):
         env.reset(TensorDict({"_reset": mask}))
     env.reset(TensorDict({"_reset": torch.tensor([[True], [False]])}, batch_size=[2]))
     env.close()
+
+
+@pytest.mark.parametrize(
+    "obs_kind, expected",
+    [
+        (
+            "plain",
+            r"MisshapenEnv returned observation 'observation' of shape \(3,\); its "
+            r"observation space has shape \(4,\)",
+        ),
+        ("dict", r"MisshapenEnv returned an observation without the entry 'b'"),
+    ],
+)
+def test_gym_env_names_an_observation_that_does_not_fit(obs_kind, expected):
+    env = GymEnv(MisshapenEnv(bad_step=2, kind=obs_kind))
+    td = env.step(env.rand_action(env.reset()))
+    with pytest.raises(ValueError, match=expected):
+        env.step(env.rand_action(td))

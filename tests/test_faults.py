@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 from _envs import (
+    MisshapenEnv,
     make_broken,
     make_gym_cartpole,
     make_gym_env,
@@ -32,7 +33,16 @@ from _envs import (
 )
 from conftest import child_pids, open_fds
 
-from gymvec import ClosedEnvError, Mode, ParallelEnv, SerialEnv, SpaceMismatchError, WorkerError
+from gymvec import (
+    ClosedEnvError,
+    Mode,
+    ParallelEnv,
+    ParallelVectorEnv,
+    SerialEnv,
+    SerialVectorEnv,
+    SpaceMismatchError,
+    WorkerError,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -393,3 +403,38 @@ def test_workers_ignore_sigint(no_leaks):
     env.step(td)
     assert all(handle.process.is_alive() for handle in env._executor.handles)
     assert_closed_cleanly(env)
+
+
+# ---- sub-envs whose outputs do not fit their spaces ---------------------------------------------
+@pytest.mark.parametrize("kind", ["serial", "fork"])
+@pytest.mark.parametrize(
+    "obs_kind, expected",
+    [
+        (
+            "plain",
+            r"sub-env 1 returned observation 'observation' of shape \(3,\) and dtype "
+            r"float32; its observation space has shape \(4,\) and dtype float32",
+        ),
+        (
+            "dict",
+            r"sub-env 1 returned an observation without the entry 'b' that its "
+            r"observation space has",
+        ),
+    ],
+)
+def test_an_observation_that_does_not_fit_names_the_sub_env_and_key(kind, obs_kind, expected):
+    # Sub-env 1 misbehaves from its second step; sub-env 0 from its third.
+    fns = [
+        functools.partial(MisshapenEnv, bad_step=3, kind=obs_kind),
+        functools.partial(MisshapenEnv, bad_step=2, kind=obs_kind),
+    ]
+    cls = SerialVectorEnv if kind == "serial" else ParallelVectorEnv
+    extra = {} if kind == "serial" else {"context": "fork"}
+    envs = cls(fns, **extra)
+    try:
+        envs.reset(seed=0)
+        envs.step(np.array([0, 1]))
+        with pytest.raises(ValueError, match=expected):
+            envs.step(np.array([0, 1]))
+    finally:
+        envs.close()

@@ -131,6 +131,7 @@ class GymDriver:
                 kind="observation",
             )
         self.obs_paths = [leaf.path for leaf in obs_leaves]
+        self.obs_keys = keys
         # per leaf, its array in the buffers, or (object leaves) its list of this process
         self.root_obs = [_row_store(buffers.root, leaf) for leaf in obs_leaves]
         self.next_obs = [_row_store(buffers.next, leaf) for leaf in obs_leaves]
@@ -201,11 +202,40 @@ class GymDriver:
         self._write_info(slot, "next" if slot is self.next else "root", info)
 
     def _write_obs(self, arrays: list[np.ndarray], obs: Any) -> None:
-        if self.plain_obs:
-            arrays[0][self.index] = obs
-        else:
-            for array, path in zip(arrays, self.obs_paths):
-                array[self.index] = get_leaf(obs, path)
+        try:
+            if self.plain_obs:
+                arrays[0][self.index] = obs
+            else:
+                for array, path in zip(arrays, self.obs_paths):
+                    array[self.index] = get_leaf(obs, path)
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            raise self.observation_error(obs) from exc
+
+    def observation_error(self, obs: Any) -> ValueError:
+        """The error for an observation of this sub-env that does not fit its buffer rows:
+        it names the sub-env, the key, the shape and dtype expected and those given."""
+        name = f"sub-env {self.index}"
+        for key, path, store in zip(self.obs_keys, self.obs_paths, self.next_obs):
+            if not isinstance(store, np.ndarray):  # an object leaf takes anything
+                continue
+            key = key[0] if len(key) == 1 else key
+            row = store[self.index]
+            try:
+                value = np.asarray(get_leaf(obs, path))
+            except (KeyError, IndexError, TypeError):
+                return ValueError(
+                    f"{name} returned an observation without the entry {key!r} that its "
+                    f"observation space has: {_brief(obs)}"
+                )
+            except ValueError:  # ragged nested sequences
+                return ValueError(f"{name} returned observation {key!r} as {_brief(obs)}")
+            if value.shape != row.shape or not np.can_cast(value.dtype, row.dtype, "unsafe"):
+                return ValueError(
+                    f"{name} returned observation {key!r} of shape {value.shape} and dtype "
+                    f"{value.dtype}; its observation space has shape {row.shape} and dtype "
+                    f"{row.dtype}"
+                )
+        return ValueError(f"{name} returned an observation its space cannot hold: {_brief(obs)}")
 
     def _write_info(self, slot: Slot, slot_name: str, info: dict) -> None:
         if not self.fields:
@@ -428,6 +458,16 @@ class BatchStep:
     def _take_extras(self) -> dict[int, dict]:
         return take_extras(self.drivers)
 
+    def _observation_error(self, observations: tuple, stepping: Sequence[int]) -> ValueError:
+        for k, obs in zip(stepping, observations):
+            try:
+                fits = np.shape(obs) == self.obs_shape
+            except ValueError:  # ragged
+                fits = False
+            if not fits or np.asarray(obs).dtype.kind not in "biuf":
+                return self.drivers[k].observation_error(obs)
+        return self.drivers[stepping[0]].observation_error(observations[0])
+
     def _write(self, results: list[tuple], stepping: Sequence[int]) -> bool:
         """Write the transitions of the sub-envs at ``stepping`` (a range of all of them, or
         a list); their finished ones go to ``self.done_rows``.
@@ -445,7 +485,10 @@ class BatchStep:
         if everyone and self.concat_out is not None and self._shaped(observations):
             np.concatenate(observations, out=self.concat_out, casting="unsafe")
         else:  # also where a shape is off: the assignment then raises
-            self.obs[rows] = observations
+            try:
+                self.obs[rows] = observations
+            except (ValueError, TypeError) as exc:
+                raise self._observation_error(observations, stepping) from exc
         self.reward[rows] = rewards
         self.terminated[rows] = terminations
         self.truncated[rows] = truncations
@@ -465,6 +508,11 @@ class BatchStep:
 
 
 _shape_of = operator.attrgetter("shape")
+
+
+def _brief(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def take_extras(drivers: Sequence[Any]) -> dict[int, dict]:

@@ -128,7 +128,7 @@ class GymEnv(EnvBase):
     def _observation_td(self, obs: Any, info: dict) -> TensorDict:
         out = TensorDict(
             {
-                leaf.key: torch.as_tensor(np.asarray(get_leaf(obs, leaf.path), dtype=leaf.dtype))
+                leaf.key: torch.as_tensor(self._observation_leaf(obs, leaf))
                 for leaf in self.obs_leaves
                 if not leaf.is_object
             },
@@ -144,6 +144,26 @@ class GymEnv(EnvBase):
                 value = declared.get(name, np.zeros(field.shape, field.dtype))
                 out.set(("info", name), torch.as_tensor(np.asarray(value, dtype=field.dtype)))
         return out
+
+    def _observation_leaf(self, obs: Any, leaf: Leaf) -> np.ndarray:
+        """``leaf``'s array of ``obs``, checked against the observation space's shape."""
+        key = leaf.key[0] if len(leaf.key) == 1 else leaf.key
+        try:
+            array = np.asarray(get_leaf(obs, leaf.path), dtype=leaf.dtype)
+        except (KeyError, IndexError, TypeError) as exc:
+            raise ValueError(
+                f"{type(self.env.unwrapped).__name__} returned an observation without the "
+                f"entry {key!r} that its observation space has: {obs!r:.200}"
+            ) from exc
+        if array.shape != leaf.shape:
+            try:  # what SyncVectorEnv's (and the batched envs') array writes accept
+                return np.broadcast_to(array, leaf.shape).copy()
+            except ValueError:
+                raise ValueError(
+                    f"{type(self.env.unwrapped).__name__} returned observation {key!r} of "
+                    f"shape {array.shape}; its observation space has shape {leaf.shape}"
+                ) from None
+        return array
 
     def _find_info_fields(self, given: dict[str, Any] | None, probe: bool) -> dict[str, InfoField]:
         fields: dict[str, InfoField] = {}
