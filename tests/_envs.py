@@ -11,6 +11,7 @@ import gymvec when they are called.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import signal
@@ -240,6 +241,14 @@ class MisshapenEnv(gym.Env):
     def step(self, action):
         self.steps += 1
         return self._obs(self.steps >= self.bad_step), 0.0, False, False, {}
+
+
+def make_gym_cartpole_after_collecting() -> gym.Env:
+    """CartPole; in a worker process, first runs the cyclic garbage collector, which frees
+    the garbage a forked worker inherited from its parent."""
+    if multiprocessing.parent_process() is not None:
+        gc.collect()
+    return gym.make("CartPole-v1")
 
 
 def make_gym_hanging() -> gym.Env:

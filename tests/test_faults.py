@@ -438,3 +438,36 @@ def test_an_observation_that_does_not_fit_names_the_sub_env_and_key(kind, obs_ki
             envs.step(np.array([0, 1]))
     finally:
         envs.close()
+
+
+INHERITING_SCRIPT = """
+import gc, sys
+sys.path.insert(0, sys.argv[1])
+import _envs
+from gymvec import ParallelEnv
+gc.disable()
+old = ParallelEnv(2, _envs.make_gym_cartpole, mp_start_method="fork")
+old.reset()
+old.cycle = old  # garbage that only the cyclic collector frees
+del old
+env = ParallelEnv(2, _envs.make_gym_cartpole_after_collecting, mp_start_method="fork")
+env.reset()
+gc.enable()
+gc.collect()
+env.close()
+print("done")
+"""
+
+
+def test_a_forked_worker_leaves_inherited_envs_to_their_owner():
+    # An unclosed env is still garbage in this process when the next env forks its workers;
+    # freed in a worker, it must not try to shut down what is not the worker's.
+    tests_dir = str(Path(__file__).parent)
+    run = subprocess.run(
+        [sys.executable, "-c", INHERITING_SCRIPT, tests_dir],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0 and run.stdout.strip() == "done", run.stderr
+    assert "Exception ignored" not in run.stderr, run.stderr

@@ -456,7 +456,7 @@ class ParallelEnv(BatchedEnvBase):
         executor = ProcessExecutor(self)
         # Stop the workers and remove a memmap file even if the user never calls close()
         # (and before multiprocessing's own exit handler would wait for the workers forever).
-        self._finalizer = weakref.finalize(self, _shutdown, executor, self._memmaps())
+        self._finalizer = weakref.finalize(self, _shutdown, executor, self._memmaps(), os.getpid())
         return executor
 
     def _close(self) -> None:
@@ -473,7 +473,11 @@ class ParallelEnv(BatchedEnvBase):
             memory.release()
 
 
-def _shutdown(executor: ProcessExecutor, memmaps: list[MemmapMemory]) -> None:
+def _shutdown(executor: ProcessExecutor, memmaps: list[MemmapMemory], owner_pid: int) -> None:
+    # A forked process inherits the env, garbage or not: its collector may free it there too,
+    # but the workers and the memory are the owner's to end.
+    if os.getpid() != owner_pid:
+        return
     executor.close()
     for memory in memmaps:
         memory.release()
