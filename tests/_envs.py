@@ -215,18 +215,21 @@ def make_gym_stalling(**kwargs) -> gym.Env:
 
 class MisshapenEnv(gym.Env):
     """From its step number ``bad_step`` on, returns an observation that does not fit its
-    space: of another shape (``plain``), or (``dict``) a Dict without its "b" entry."""
+    space: of another shape (``plain``), a scalar that numpy would broadcast (``scalar``), or
+    (``dict``) a Dict without its "b" entry."""
 
     def __init__(self, bad_step: int = 2, kind: str = "plain"):
         box = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
         self.kind = kind
-        self.observation_space = box if kind == "plain" else spaces.Dict(a=box, b=box)
+        self.observation_space = box if kind != "dict" else spaces.Dict(a=box, b=box)
         self.action_space = spaces.Discrete(2)
         self.bad_step = bad_step
         self.steps = 0
 
     def _obs(self, bad: bool):
-        if self.kind == "plain":
+        if self.kind == "scalar" and bad:
+            return 0.5
+        if self.kind != "dict":
             return np.zeros(3 if bad else 4, dtype=np.float32)
         obs = {"a": np.zeros(4, dtype=np.float32), "b": np.zeros(4, dtype=np.float32)}
         if bad:

@@ -416,6 +416,11 @@ def test_workers_ignore_sigint(no_leaks):
             r"float32; its observation space has shape \(4,\) and dtype float32",
         ),
         (
+            "scalar",
+            r"sub-env 1 returned observation 'observation' of shape \(\) and dtype float64; "
+            r"its observation space has shape \(4,\)",
+        ),
+        (
             "dict",
             r"sub-env 1 returned an observation without the entry 'b' that its "
             r"observation space has",

@@ -135,6 +135,10 @@ class GymDriver:
         # per leaf, its array in the buffers, or (object leaves) its list of this process
         self.root_obs = [_row_store(buffers.root, leaf) for leaf in obs_leaves]
         self.next_obs = [_row_store(buffers.next, leaf) for leaf in obs_leaves]
+        # each array leaf's shape (None: an object leaf, which takes anything)
+        self.obs_shapes = [
+            store.shape[1:] if isinstance(store, np.ndarray) else None for store in self.next_obs
+        ]
         self.plain_obs = len(self.obs_paths) == 1 and self.obs_paths[0] == ()
         self.action_space = gym_env.action_space
         self.action_leaves = space_leaves(gym_env.action_space, ("action",))
@@ -202,12 +206,19 @@ class GymDriver:
         self._write_info(slot, "next" if slot is self.next else "root", info)
 
     def _write_obs(self, arrays: list[np.ndarray], obs: Any) -> None:
+        # Shapes must match exactly, as SyncVectorEnv's np.stack wants (no broadcasting).
         try:
             if self.plain_obs:
+                shape = self.obs_shapes[0]
+                if shape is not None and np.shape(obs) != shape:
+                    raise ValueError
                 arrays[0][self.index] = obs
             else:
-                for array, path in zip(arrays, self.obs_paths):
-                    array[self.index] = get_leaf(obs, path)
+                for array, path, shape in zip(arrays, self.obs_paths, self.obs_shapes):
+                    value = get_leaf(obs, path)
+                    if shape is not None and np.shape(value) != shape:
+                        raise ValueError
+                    array[self.index] = value
         except (ValueError, TypeError, KeyError, IndexError) as exc:
             raise self.observation_error(obs) from exc
 
@@ -215,8 +226,10 @@ class GymDriver:
         """The error for an observation of this sub-env that does not fit its buffer rows:
         it names the sub-env, the key, the shape and dtype expected and those given."""
         name = f"sub-env {self.index}"
-        for key, path, store in zip(self.obs_keys, self.obs_paths, self.next_obs):
-            if not isinstance(store, np.ndarray):  # an object leaf takes anything
+        for key, path, shape, store in zip(
+            self.obs_keys, self.obs_paths, self.obs_shapes, self.next_obs
+        ):
+            if shape is None:
                 continue
             key = key[0] if len(key) == 1 else key
             row = store[self.index]
@@ -484,8 +497,10 @@ class BatchStep:
                 self.last_obs[k] = value
         if everyone and self.concat_out is not None and self._shaped(observations):
             np.concatenate(observations, out=self.concat_out, casting="unsafe")
-        else:  # also where a shape is off: the assignment then raises
+        else:  # lists, say, or a shape that is off (no broadcasting, as in SyncVectorEnv)
             try:
+                if not all(np.shape(obs) == self.obs_shape for obs in observations):
+                    raise ValueError
                 self.obs[rows] = observations
             except (ValueError, TypeError) as exc:
                 raise self._observation_error(observations, stepping) from exc

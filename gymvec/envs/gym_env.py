@@ -155,14 +155,11 @@ class GymEnv(EnvBase):
                 f"{type(self.env.unwrapped).__name__} returned an observation without the "
                 f"entry {key!r} that its observation space has: {obs!r:.200}"
             ) from exc
-        if array.shape != leaf.shape:
-            try:  # what SyncVectorEnv's (and the batched envs') array writes accept
-                return np.broadcast_to(array, leaf.shape).copy()
-            except ValueError:
-                raise ValueError(
-                    f"{type(self.env.unwrapped).__name__} returned observation {key!r} of "
-                    f"shape {array.shape}; its observation space has shape {leaf.shape}"
-                ) from None
+        if array.shape != leaf.shape:  # no broadcasting, as in SyncVectorEnv
+            raise ValueError(
+                f"{type(self.env.unwrapped).__name__} returned observation {key!r} of shape "
+                f"{array.shape}; its observation space has shape {leaf.shape}"
+            )
         return array
 
     def _find_info_fields(self, given: dict[str, Any] | None, probe: bool) -> dict[str, InfoField]:
