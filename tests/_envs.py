@@ -254,6 +254,24 @@ def make_gym_cartpole_after_collecting() -> gym.Env:
     return gym.make("CartPole-v1")
 
 
+class BadStepResultEnv(MisshapenEnv):
+    """From its step number ``bad_step`` on, returns a ``field`` ("reward" or "terminated")
+    that is an array, not a scalar."""
+
+    def __init__(self, bad_step: int = 2, field: str = "reward"):
+        super().__init__(bad_step=2**62)  # observations that fit
+        self.field, self.bad_field_step = field, bad_step
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.steps >= self.bad_field_step:
+            if self.field == "reward":
+                reward = np.array([1.0])
+            else:
+                terminated = np.array([True, False])
+        return obs, reward, terminated, truncated, info
+
+
 def make_gym_hanging() -> gym.Env:
     return HangingEnv()
 

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 from _envs import (
+    BadStepResultEnv,
     MisshapenEnv,
     make_broken,
     make_gym_cartpole,
@@ -428,14 +429,15 @@ def test_workers_ignore_sigint(no_leaks):
     ],
 )
 def test_an_observation_that_does_not_fit_names_the_sub_env_and_key(kind, obs_kind, expected):
-    # Sub-env 1 misbehaves from its second step; sub-env 0 from its third.
-    fns = [
-        functools.partial(MisshapenEnv, bad_step=3, kind=obs_kind),
-        functools.partial(MisshapenEnv, bad_step=2, kind=obs_kind),
-    ]
+    assert_second_step_raises(kind, functools.partial(MisshapenEnv, kind=obs_kind), expected)
+
+
+def assert_second_step_raises(kind: str, make_env, expected: str) -> None:
+    """Sub-env 1 misbehaves from its second step (sub-env 0 from its third): the second step
+    raises a ValueError whose message matches ``expected``."""
+    fns = [functools.partial(make_env, bad_step=3), functools.partial(make_env, bad_step=2)]
     cls = SerialVectorEnv if kind == "serial" else ParallelVectorEnv
-    extra = {} if kind == "serial" else {"context": "fork"}
-    envs = cls(fns, **extra)
+    envs = cls(fns, **({} if kind == "serial" else {"context": "fork"}))
     try:
         envs.reset(seed=0)
         envs.step(np.array([0, 1]))
@@ -476,3 +478,15 @@ def test_a_forked_worker_leaves_inherited_envs_to_their_owner():
     )
     assert run.returncode == 0 and run.stdout.strip() == "done", run.stderr
     assert "Exception ignored" not in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("kind", ["serial", "fork"])
+@pytest.mark.parametrize(
+    "field, expected",
+    [
+        ("reward", r"sub-env 1 returned reward array\(\[1\.\]\); expected a number"),
+        ("terminated", r"sub-env 1 returned terminated array\(\[ True, False\]\); expected a bool"),
+    ],
+)
+def test_a_step_result_that_is_not_a_scalar_names_the_sub_env_and_entry(kind, field, expected):
+    assert_second_step_raises(kind, functools.partial(BadStepResultEnv, field=field), expected)

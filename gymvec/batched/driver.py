@@ -185,10 +185,13 @@ class GymDriver:
         obs, reward, terminated, truncated, info = self.gym.step(self.read_action())
         self.step_value = obs
         self._write_obs(self.next_obs, obs)
-        done = terminated or truncated
-        slot.reward[i] = reward
-        slot.terminated[i] = terminated
-        slot.truncated[i] = truncated
+        try:
+            done = bool(terminated or truncated)
+            slot.reward[i] = reward
+            slot.terminated[i] = terminated
+            slot.truncated[i] = truncated
+        except (ValueError, TypeError) as exc:
+            raise transition_error([i], [reward], [terminated], [truncated]) from exc
         slot.done[i] = done
         if info or self.fields:
             self._write_info(slot, "next", info)
@@ -504,9 +507,13 @@ class BatchStep:
                 self.obs[rows] = observations
             except (ValueError, TypeError) as exc:
                 raise self._observation_error(observations, stepping) from exc
-        self.reward[rows] = rewards
-        self.terminated[rows] = terminations
-        self.truncated[rows] = truncations
+        try:
+            self.reward[rows] = rewards
+            self.terminated[rows] = terminations
+            self.truncated[rows] = truncations
+        except (ValueError, TypeError) as exc:
+            indices = [self.drivers[k].index for k in stepping]
+            raise transition_error(indices, rewards, terminations, truncations) from exc
         done = self.done
         if everyone:
             np.logical_or(self.terminated, self.truncated, out=done)
@@ -523,6 +530,25 @@ class BatchStep:
 
 
 _shape_of = operator.attrgetter("shape")
+
+
+def transition_error(
+    indices: Sequence[int], rewards: Sequence, terminations: Sequence, truncations: Sequence
+) -> ValueError:
+    """The error for a step result that is not a scalar reward and two scalar flags, naming
+    the sub-env (of ``indices``, global) and the entry."""
+    fields = (("reward", rewards, "a number"), ("terminated", terminations, "a bool"))
+    for name, values, expected in (*fields, ("truncated", truncations, "a bool")):
+        for index, value in zip(indices, values):
+            try:
+                fits = np.ndim(value) == 0 and np.asarray(value).dtype.kind in "biuf"
+            except ValueError:  # ragged
+                fits = False
+            if not fits:
+                return ValueError(
+                    f"sub-env {index} returned {name} {_brief(value)}; expected {expected}"
+                )
+    return ValueError(f"sub-envs {list(indices)} returned step results that cannot be stored")
 
 
 def _brief(value: Any, limit: int = 200) -> str:
