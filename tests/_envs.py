@@ -272,6 +272,29 @@ class BadStepResultEnv(MisshapenEnv):
         return obs, reward, terminated, truncated, info
 
 
+CLOSED: list[int] = []  # the ``tag`` of each BadCloseCartPole closed in this process
+
+
+class BadCloseCartPole(gym.Wrapper):
+    """CartPole whose ``close`` raises once it has stepped (the info probe steps it once, so
+    a batched env builds) when ``fails``; every close records ``tag`` in ``CLOSED``."""
+
+    def __init__(self, tag: int = 0, fails: bool = True):
+        super().__init__(gym.make("CartPole-v1"))
+        self.tag, self.fails = tag, fails
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        return self.env.step(action)
+
+    def close(self):
+        CLOSED.append(self.tag)
+        super().close()
+        if self.fails and self.steps >= 2:
+            raise RuntimeError("close failed on purpose")
+
+
 def make_gym_hanging() -> gym.Env:
     return HangingEnv()
 

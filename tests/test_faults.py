@@ -21,6 +21,8 @@ import numpy as np
 import pytest
 import torch
 from _envs import (
+    CLOSED,
+    BadCloseCartPole,
     BadStepResultEnv,
     MisshapenEnv,
     make_broken,
@@ -490,3 +492,32 @@ def test_a_forked_worker_leaves_inherited_envs_to_their_owner():
 )
 def test_a_step_result_that_is_not_a_scalar_names_the_sub_env_and_entry(kind, field, expected):
     assert_second_step_raises(kind, functools.partial(BadStepResultEnv, field=field), expected)
+
+
+@pytest.mark.parametrize("kind", ["serial", "parallel"])
+def test_a_sub_env_whose_close_raises(kind, no_leaks):
+    # Every other sub-env is closed, the workers stopped and the memory released; the
+    # error reaches the caller, and the env counts as closed.
+    kwargs = [{"tag": 0}, {"tag": 1, "fails": False}, {"tag": 2, "fails": False}]
+    if kind == "serial":
+        env = SerialEnv(3, BadCloseCartPole, kwargs)
+    else:  # sub-env 0 in this process, the others in a worker
+        env = ParallelEnv(
+            2,
+            BadCloseCartPole,
+            kwargs,
+            envs_per_worker=[1, 2],
+            local_worker=True,
+            mp_start_method="fork",
+            memmap=True,
+        )
+    memmaps = [m.path for m in env._memmaps()] if kind == "parallel" else []
+    td = env.rand_action(env.reset())
+    env.step(td)
+    env.step(td)
+    CLOSED.clear()
+    with pytest.raises(RuntimeError, match="close failed on purpose"):
+        env.close()
+    assert sorted(CLOSED) == ([0, 1, 2] if kind == "serial" else [0])
+    assert all(not os.path.exists(path) for path in memmaps)
+    assert_closed_cleanly(env)

@@ -740,15 +740,17 @@ class BatchedEnvBase(EnvBase):
         updates = _per_sub_env(kwargs, self.worker_bounds, is_item=_is_kwargs)
         for current, update in zip(self._create_env_kwargs, updates):
             current.update(update)
-        if self._executor is not None:
-            self._executor.close()
-            self._executor = None
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.close()
 
     def _close(self) -> None:
-        if self._executor is not None:
-            self._executor.close()
-            self._executor = None
-        self._release_memory()
+        executor, self._executor = self._executor, None
+        try:
+            if executor is not None:
+                executor.close()  # a sub-env's close may raise: the memory goes all the same
+        finally:
+            self._release_memory()
 
     def _release_memory(self) -> None:
         pass

@@ -711,9 +711,20 @@ class SubEnvGroup:
         return [None] * len(indices)
 
     def close(self) -> None:
-        for env in self.envs:
-            env.close()
-        self.envs = []
+        envs, self.envs = self.envs, []
+        close_each(envs)
+
+
+def close_each(items: Sequence[Any]) -> None:
+    """Close every item, even after one of them raised; then raise the first error."""
+    error = None
+    for item in items:
+        try:
+            item.close()
+        except Exception as exc:
+            error = error or exc
+    if error is not None:
+        raise error
 
 
 def _get(target: Any, name: str) -> Any:

@@ -329,10 +329,10 @@ class ProcessExecutor:
             handle.conn.close()
             handle.process.close()
         self.handles = []
-        if self.local is not None:
-            self.local.close()
-            self.local = None
         self.sync_memory = None
+        local, self.local = self.local, None
+        if local is not None:
+            local.close()  # last: a sub-env's close may raise
 
 
 def _stop_process(process, timeout: float) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from gymvec.batched.base import BatchedEnvBase, group_indices
 from gymvec.batched.buffers import Buffers, private_memory
-from gymvec.batched.driver import REQUESTS, Control, SubEnvGroup
+from gymvec.batched.driver import REQUESTS, Control, SubEnvGroup, close_each
 
 
 class LocalExecutor:
@@ -62,8 +62,8 @@ class LocalExecutor:
         return results
 
     def close(self) -> None:
-        for group in self.groups:
-            group.close()
+        groups, self.groups = self.groups, []
+        close_each(groups)
 
 
 class SerialEnv(BatchedEnvBase):
