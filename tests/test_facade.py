@@ -309,6 +309,32 @@ def test_bad_dict_action_names_the_key():
     env.close()
 
 
+def test_actions_of_a_dtype_a_cast_would_change_are_refused():
+    # A cast would truncate 0.5 to 0 or parse "1": gymnasium's Discrete spaces take integers
+    # only; MultiBinary takes the 0./1. floats SB3 hands it, Box any numbers.
+    env = SerialVectorEnv([lambda: gym.make("CartPole-v1")] * 2)
+    env.reset(seed=0)
+    for bad in (np.array([0.5, 1.0]), np.array([True, False]), np.array(["0", "1"])):
+        with pytest.raises(
+            ValueError, match=rf"actions: expected integers .*got dtype {bad.dtype}"
+        ):
+            env.step(bad)
+    env.step(np.array([0, 1], dtype=np.uint8))
+    env.close()
+    env = SerialVectorEnv(ENV_FNS["dict"])
+    env.reset(seed=0)
+    actions = env.action_space.sample()
+    actions["move"] = actions["move"].astype(str)
+    with pytest.raises(ValueError, match=r"actions\['move'\]: expected numbers .*got dtype <U"):
+        env.step(actions)
+    env.close()
+    space = gym.spaces.MultiBinary(3)
+    env = SerialVectorEnv([lambda: fe.SpacesEnv(gym.spaces.Discrete(2), space)] * 2)
+    env.reset(seed=0)
+    env.step(np.array([[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]], dtype=np.float32))
+    env.close()
+
+
 # ---- torch output, copies, apply, errors ------------------------------------------------
 @pytest.mark.parametrize("backend", ["serial", "parallel"])
 def test_torch_output_and_tensor_actions(backend):

@@ -130,8 +130,17 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         actions = self.buffers.action
         # (leaf, buffer, whether the buffer has a float64 twin), looked up once: every step
         # writes them
+        # (leaf, its buffer, whether it has a float64 twin, the dtype kinds it takes) of each
+        # array action leaf: Discrete and MultiDiscrete take integers (as their spaces'
+        # `contains` says), Box and MultiBinary numbers or bools (SB3 hands MultiBinary floats)
+        discrete = {path for path, *_ in self._discrete_bounds}
         self._action_targets = [
-            (leaf, actions[leaf.key], leaf.key in self.buffers.wide_action)
+            (
+                leaf,
+                actions[leaf.key],
+                leaf.key in self.buffers.wide_action,
+                "iu" if leaf.path in discrete else "biuf",
+            )
             for leaf in self._action_leaves
             if not leaf.is_object
         ]
@@ -298,7 +307,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     # ---- buffers -> gymnasium values ----------------------------------------------------------
     def _write_actions(self, actions: Any) -> None:
-        for leaf, target, has_twin in self._action_targets:
+        for leaf, target, has_twin, kinds in self._action_targets:
             array = _as_numpy(actions if self._plain_action else get_leaf(actions, leaf.path))
             if array.shape != target.shape:
                 # gymnasium's vector envs iterate the actions: a scalar is a TypeError there
@@ -306,6 +315,12 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 raise error(
                     f"actions{_path_str(leaf.path)}: expected shape {target.shape} for "
                     f"{self.action_space}, got shape {array.shape}"
+                )
+            if array.dtype.kind not in kinds:  # a cast would truncate or parse them
+                expected = "integers" if kinds == "iu" else "numbers"
+                raise ValueError(
+                    f"actions{_path_str(leaf.path)}: expected {expected} for "
+                    f"{self.action_space}, got dtype {array.dtype}"
                 )
             if has_twin:  # float64 actions reach the sub-envs as float64
                 self.buffers.write_action(leaf.key, array)
