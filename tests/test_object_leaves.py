@@ -431,3 +431,18 @@ def test_torch_output_keeps_objects_as_tuples():
     )
     env.close()
     reference.close()
+
+
+def test_an_object_action_no_pickle_carries_leaves_the_env_usable(no_leaks):
+    """Every worker's command is pickled before any is posted: a failure starts nothing."""
+    import threading
+
+    env = ParallelVectorEnv(
+        [fe.CustomSpaceEnv] * 3, shared_memory=False, context="fork", num_workers=3
+    )
+    assert env.reset()[0] == ("reset",) * 3
+    with pytest.raises(TypeError, match="lock"):
+        env.step(("a", "b", threading.Lock()))  # the last sub-env's worker is the second
+    assert env.step(("a", "b", "c"))[0] == ("step(a)", "step(b)", "step(c)")
+    assert env.reset()[0] == ("reset",) * 3
+    env.close()

@@ -389,10 +389,15 @@ class BatchedEnvBase(EnvBase):
                     self._uniform_mode = None
         if lane or self._lane:  # last: a refused command must leave the lanes as they were
             self._set_lane(lane, modes)
-        if self.layout.object_action_keys:
-            executor.send(options, self.buffers.action_objects)
-        else:
-            executor.send(options)
+        try:
+            if self.layout.object_action_keys:
+                executor.send(options, self.buffers.action_objects)
+            else:
+                executor.send(options)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # interrupted while posting: some workers run
+                self._in_flight = self._interrupted = True
+            raise
         self._in_flight = True
 
     def _set_lane(self, lane: int, modes: np.ndarray | int) -> None:

@@ -217,10 +217,13 @@ class ProcessExecutor:
             payload = cloudpickle.dumps((options, None))
             for handle in self.handles:
                 handle.post(Command.RUN_WITH_PAYLOAD, payload)
-        else:
+        else:  # all pickled before any is posted: a value that cannot be starts nothing
+            payloads = []
             for handle in self.handles:
                 rows = {key: v[handle.start : handle.stop] for key, v in action_objects.items()}
-                handle.post(Command.RUN_WITH_PAYLOAD, cloudpickle.dumps((options, rows)))
+                payloads.append(cloudpickle.dumps((options, rows)))
+            for handle, payload in zip(self.handles, payloads):
+                handle.post(Command.RUN_WITH_PAYLOAD, payload)
         if self.local is not None:
             self.local.send(options)
 
