@@ -199,6 +199,10 @@ class StallingCartPole(gym.Wrapper):
         self.steps = 0
         return self.env.reset(**kwargs)
 
+    def pause(self, seconds: float) -> str:
+        time.sleep(seconds)
+        return "paused"
+
     def step(self, action):
         self.steps += 1
         if self.steps == self.stall_step and not self.stalled:

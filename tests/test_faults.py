@@ -521,3 +521,30 @@ def test_a_sub_env_whose_close_raises(kind, no_leaks):
     assert sorted(CLOSED) == ([0, 1, 2] if kind == "serial" else [0])
     assert all(not os.path.exists(path) for path in memmaps)
     assert_closed_cleanly(env)
+
+
+def test_an_interrupted_request_leaves_no_answer_unread(no_leaks):
+    # The next request reads the interrupted one's answers first, not as its own.
+    envs = ParallelVectorEnv([make_gym_stalling] * 3, context="fork", num_workers=3)
+    envs.reset(seed=0)
+    with pytest.raises(KeyboardInterrupt), interrupted_after(0.2):
+        envs.call("pause", 0.5)
+    assert envs.get_attr("steps") == (0, 0, 0)
+    assert envs.call("pause", 0.0) == ("paused",) * 3
+    envs.step(np.array([0, 1, 0]))
+    assert envs.get_attr("steps") == (1, 1, 1)
+    envs.close()
+
+
+def test_a_request_value_no_pickle_carries_changes_nothing(no_leaks):
+    import threading
+
+    envs = ParallelVectorEnv([make_gym_cartpole] * 3, context="fork", num_workers=3)
+    envs.reset(seed=0)
+    with pytest.raises(TypeError, match="lock"):
+        envs.set_attr("tag", [1, 2, threading.Lock()])  # the last value is the second worker's
+    with pytest.raises(AttributeError, match="tag"):
+        envs.get_attr("tag")
+    envs.set_attr("tag", [1, 2, 3])
+    assert envs.get_attr("tag") == (1, 2, 3)
+    envs.close()

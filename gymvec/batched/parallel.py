@@ -124,6 +124,7 @@ class ProcessExecutor:
         self.local: LocalExecutor | None = None
         self._extras: dict | None = None  # answers collected so far by a wait
         self._local_error: Exception | None = None  # raised by this process's share
+        self._stale = False  # a request's wait was interrupted: answers are left to read
         self.worker_spin_s = env.worker_spin_s
         self.parent_spin = Spin(env.parent_spin_s)
         self.sync_memory = None
@@ -210,6 +211,8 @@ class ProcessExecutor:
     def send(self, options: dict | None, action_objects: dict[tuple, list] | None = None) -> None:
         """Start a command on every worker; ``options`` for its resets, ``action_objects``
         (the object action leaves' values, all sub-envs') travel with it, each worker's rows."""
+        if self._stale:
+            self.drain()
         if options is None and not action_objects:
             for handle in self.handles:
                 handle.post(Command.RUN)
@@ -264,6 +267,7 @@ class ProcessExecutor:
         deadline = None if timeout is None else time.monotonic() + timeout
         self._extras, self._local_error = None, None
         error = self._collect(deadline, lambda reply: None)
+        self._stale = False
         if error is not None and error.worker_traceback is None:  # died, not raised
             raise error
 
@@ -289,22 +293,37 @@ class ProcessExecutor:
         return error
 
     def request(self, name: str, indices: list[int], args: tuple, values: Sequence | None):
+        """Run request ``name`` on the sub-envs at ``indices`` (``values``: one per index).
+
+        Every worker's request is pickled before any is posted, and every answer is read
+        before an error is raised: a failure leaves no worker a step ahead or an answer unread.
+        """
+        if self._stale:
+            self.drain()
         results: list[Any] = [None] * len(indices)
         offset = 0 if self.local is None else 1
-        asked = []
+        local, asked = None, []
         for group, positions in group_indices(indices, self.bounds):
             sub_indices = [indices[p] for p in positions]
             extra = () if values is None else ([values[p] for p in positions],)
             if group < offset:
-                answers = self.local.request(name, sub_indices, args, values and extra[0])
+                local = (positions, sub_indices, values and extra[0])
+            else:
+                payload = cloudpickle.dumps((name, (sub_indices, *args, *extra)))
+                asked.append((self.handles[group - offset], positions, payload))
+        self._stale = True  # until every answer is read (an interrupt may come first)
+        for handle, _, payload in asked:
+            handle.post(Command.REQUEST, payload)
+        error = None
+        if local is not None:  # while the workers run theirs
+            positions, sub_indices, local_values = local
+            try:
+                answers = self.local.request(name, sub_indices, args, local_values)
                 for p, answer in zip(positions, answers):
                     results[p] = answer
-                continue
-            handle = self.handles[group - offset]
-            handle.post(Command.REQUEST, cloudpickle.dumps((name, (sub_indices, *args, *extra))))
-            asked.append((handle, positions))
-        error = None
-        for handle, positions in asked:
+            except Exception as exc:
+                error = exc
+        for handle, positions, _ in asked:
             try:
                 reply = handle.wait(self.parent_spin, None)
             except WorkerError as exc:
@@ -316,6 +335,7 @@ class ProcessExecutor:
             elif reply[0] == "ok":
                 for p, answer in zip(positions, reply[1]):
                     results[p] = answer
+        self._stale = False
         if error is not None:
             raise error
         return results
