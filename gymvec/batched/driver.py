@@ -24,7 +24,15 @@ from gymnasium import spaces
 from gymvec.arrays import any_set
 from gymvec.batched.buffers import Buffers, Slot, as_buffer
 from gymvec.envs.infos import InfoField
-from gymvec.envs.structure import build_value, get_leaf, observation_leaves, space_leaves
+from gymvec.envs.structure import (
+    brief,
+    build_value,
+    get_leaf,
+    leaf_name,
+    missing_entry_error,
+    observation_leaves,
+    space_leaves,
+)
 from gymvec.errors import SpaceMismatchError, UnsupportedSpaceError
 
 # Worker processes import this module: torch and tensordict are imported only when a sub-env
@@ -228,30 +236,25 @@ class GymDriver:
     def observation_error(self, obs: Any) -> ValueError:
         """The error for an observation of this sub-env that does not fit its buffer rows:
         it names the sub-env, the key, the shape and dtype expected and those given."""
-        name = f"sub-env {self.index}"
+        who = f"sub-env {self.index}"
         for key, path, shape, store in zip(
             self.obs_keys, self.obs_paths, self.obs_shapes, self.next_obs
         ):
             if shape is None:
                 continue
-            key = key[0] if len(key) == 1 else key
-            row = store[self.index]
             try:
                 value = np.asarray(get_leaf(obs, path))
             except (KeyError, IndexError, TypeError):
-                return ValueError(
-                    f"{name} returned an observation without the entry {key!r} that its "
-                    f"observation space has: {_brief(obs)}"
-                )
+                return missing_entry_error(who, key, obs)
             except ValueError:  # ragged nested sequences
-                return ValueError(f"{name} returned observation {key!r} as {_brief(obs)}")
-            if value.shape != row.shape or not np.can_cast(value.dtype, row.dtype, "unsafe"):
+                return ValueError(f"{who} returned observation {leaf_name(key)!r} as {brief(obs)}")
+            if value.shape != shape or not np.can_cast(value.dtype, store.dtype, "unsafe"):
                 return ValueError(
-                    f"{name} returned observation {key!r} of shape {value.shape} and dtype "
-                    f"{value.dtype}; its observation space has shape {row.shape} and dtype "
-                    f"{row.dtype}"
+                    f"{who} returned observation {leaf_name(key)!r} of shape {value.shape} and "
+                    f"dtype {value.dtype}; its observation space has shape {shape} and dtype "
+                    f"{store.dtype}"
                 )
-        return ValueError(f"{name} returned an observation its space cannot hold: {_brief(obs)}")
+        return ValueError(f"{who} returned an observation its space cannot hold: {brief(obs)}")
 
     def _write_info(self, slot: Slot, slot_name: str, info: dict) -> None:
         if not self.fields:
@@ -537,8 +540,12 @@ def transition_error(
 ) -> ValueError:
     """The error for a step result that is not a scalar reward and two scalar flags, naming
     the sub-env (of ``indices``, global) and the entry."""
-    fields = (("reward", rewards, "a number"), ("terminated", terminations, "a bool"))
-    for name, values, expected in (*fields, ("truncated", truncations, "a bool")):
+    entries = (
+        ("reward", rewards, "a number"),
+        ("terminated", terminations, "a bool"),
+        ("truncated", truncations, "a bool"),
+    )
+    for name, values, expected in entries:
         for index, value in zip(indices, values):
             try:
                 fits = np.ndim(value) == 0 and np.asarray(value).dtype.kind in "biuf"
@@ -546,14 +553,9 @@ def transition_error(
                 fits = False
             if not fits:
                 return ValueError(
-                    f"sub-env {index} returned {name} {_brief(value)}; expected {expected}"
+                    f"sub-env {index} returned {name} {brief(value)}; expected {expected}"
                 )
     return ValueError(f"sub-envs {list(indices)} returned step results that cannot be stored")
-
-
-def _brief(value: Any, limit: int = 200) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def take_extras(drivers: Sequence[Any]) -> dict[int, dict]:

@@ -12,7 +12,15 @@ from tensordict import TensorDict, TensorDictBase
 
 from gymvec.envs.base import DONE_KEYS, EnvBase
 from gymvec.envs.infos import InfoField, declared_fields, infer_info_fields, split_info
-from gymvec.envs.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
+from gymvec.envs.structure import (
+    Leaf,
+    build_value,
+    get_leaf,
+    leaf_name,
+    missing_entry_error,
+    observation_leaves,
+    space_leaves,
+)
 from gymvec.spaces import spec_from_space
 from gymvec.specs import Composite, DeviceLike, Unbounded, numpy_to_torch_dtype
 
@@ -147,18 +155,15 @@ class GymEnv(EnvBase):
 
     def _observation_leaf(self, obs: Any, leaf: Leaf) -> np.ndarray:
         """``leaf``'s array of ``obs``, checked against the observation space's shape."""
-        key = leaf.key[0] if len(leaf.key) == 1 else leaf.key
         try:
             array = np.asarray(get_leaf(obs, leaf.path), dtype=leaf.dtype)
         except (KeyError, IndexError, TypeError) as exc:
-            raise ValueError(
-                f"{type(self.env.unwrapped).__name__} returned an observation without the "
-                f"entry {key!r} that its observation space has: {obs!r:.200}"
-            ) from exc
+            raise missing_entry_error(type(self.env.unwrapped).__name__, leaf.key, obs) from exc
         if array.shape != leaf.shape:  # no broadcasting, as in SyncVectorEnv
             raise ValueError(
-                f"{type(self.env.unwrapped).__name__} returned observation {key!r} of shape "
-                f"{array.shape}; its observation space has shape {leaf.shape}"
+                f"{type(self.env.unwrapped).__name__} returned observation "
+                f"{leaf_name(leaf.key)!r} of shape {array.shape}; its observation space has "
+                f"shape {leaf.shape}"
             )
         return array
 

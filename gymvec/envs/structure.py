@@ -92,6 +92,25 @@ def observation_leaves(space: spaces.Space) -> list[Leaf]:
     return space_leaves(space, ("observation",))
 
 
+def leaf_name(key: tuple[str, ...]) -> str | tuple[str, ...]:
+    """A leaf's key as error messages show it: ``'observation'``, or a tuple when nested."""
+    return key[0] if len(key) == 1 else key
+
+
+def brief(value: Any, limit: int = 200) -> str:
+    """``repr(value)``, cut to ``limit`` characters for an error message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def missing_entry_error(who: str, key: tuple[str, ...], obs: Any) -> ValueError:
+    """The error for an observation of ``who`` that lacks the leaf ``key`` of its space."""
+    return ValueError(
+        f"{who} returned an observation without the entry {leaf_name(key)!r} that its "
+        f"observation space has: {brief(obs)}"
+    )
+
+
 def get_leaf(value: Any, path: tuple) -> Any:
     for part in path:
         value = value[part]
