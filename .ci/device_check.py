@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from gymvec import GymEnv, ParallelEnv, SerialEnv
-from gymvec.facade.vector_env import GymnasiumVectorEnv
+from gymvec.vector.vector_env import GymnasiumVectorEnv
 
 STEPS = 60  # CartPole episodes end within this many steps under random actions
 

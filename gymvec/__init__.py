@@ -1,8 +1,10 @@
 """gymvec: many RL environments at once, fast.
 
-Tensordict-native batched envs (``SerialEnv``, ``ParallelEnv``) over shared memory, and a
-gymnasium ``VectorEnv`` face (``GymnasiumVectorEnv``, ``SerialVectorEnv``,
-``ParallelVectorEnv``, ``make_vec``) for everything that speaks gymnasium.
+One batch engine (``gymvec.engine``: shared-memory buffers, sub-envs in this process or in
+worker processes) under two front ends: tensordict-native batched envs (``gymvec.envs``:
+``SerialEnv``, ``ParallelEnv``, ``GymEnv``, ``GymVectorEnvWrapper``) and a gymnasium
+``VectorEnv`` face (``gymvec.vector``: ``GymnasiumVectorEnv``, ``SerialVectorEnv``,
+``ParallelVectorEnv``), with ``make_vec`` and SB3 in ``gymvec.integrations``.
 
 Names are imported on first use: worker processes import parts of gymvec, and must not pay for
 importing torch when their sub-envs do not need it.
@@ -24,13 +26,12 @@ _EXPORTS = {
     "EnvBase": "gymvec.envs.base",
     "step_mdp": "gymvec.envs.base",
     "GymEnv": "gymvec.envs.gym_env",
-    "GymVectorEnvWrapper": "gymvec.envs.vector_wrapper",
-    "SerialEnv": "gymvec.batched.serial",
-    "ParallelEnv": "gymvec.batched.parallel",
-    "Mode": "gymvec.batched.driver",
-    "GymnasiumVectorEnv": "gymvec.facade.vector_env",
-    "SerialVectorEnv": "gymvec.facade.dropin",
-    "ParallelVectorEnv": "gymvec.facade.dropin",
+    "GymVectorEnvWrapper": "gymvec.envs.gym_vector_wrapper",
+    "SerialEnv": "gymvec.envs.batched",
+    "ParallelEnv": "gymvec.envs.batched",
+    "GymnasiumVectorEnv": "gymvec.vector.vector_env",
+    "SerialVectorEnv": "gymvec.vector.dropin",
+    "ParallelVectorEnv": "gymvec.vector.dropin",
     "make_vec": "gymvec.integrations.make_vec",
     "register_vector_ids": "gymvec.integrations.make_vec",
     "spec_from_space": "gymvec.spaces",
@@ -67,16 +68,16 @@ _register_vector_ids()
 
 # Submodules reachable as attributes (``gymvec.specs.Bounded`` after ``import gymvec``).
 _SUBMODULES = (
-    "arrays",
-    "batched",
     "bench",
+    "common",
+    "engine",
     "envs",
     "errors",
-    "facade",
     "integrations",
     "sb3",
     "spaces",
     "specs",
+    "vector",
 )
 
 

@@ -235,3 +235,16 @@ _SPEC_TO_SPACE: dict[type, Callable[..., spaces.Space]] = {
     Binary: _binary_to_space,
     Composite: _composite_to_space,
 }
+
+
+def spaces_of_specs(
+    observation_spec: Composite, full_action_spec: Composite
+) -> tuple[spaces.Space, spaces.Space]:
+    """The gymnasium (observation, action) spaces of an env's unbatched specs: a lone
+    ``"observation"`` key gives its own space, other observation keys a Dict."""
+    keys = list(observation_spec.keys())
+    if keys == ["observation"]:
+        obs_space = space_from_spec(observation_spec["observation"], "observation_spec")
+    else:
+        obs_space = space_from_spec(observation_spec, "observation_spec")
+    return obs_space, space_from_spec(full_action_spec["action"], "action_spec")

@@ -17,7 +17,9 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from gymvec.arrays import all_below
+from gymvec.common.arrays import all_below
+from gymvec.common.infos import InfoField
+from gymvec.common.structure import LeafSpec
 
 __all__ = [
     "Binary",
@@ -963,3 +965,31 @@ def stack_specs(specs: Sequence[TensorSpec]) -> TensorSpec:
     if not specs:
         raise ValueError("stack_specs needs at least one spec")
     return _stack(specs, ())
+
+
+def spec_leaves(spec: Composite) -> list[LeafSpec]:
+    """(key, shape, numpy dtype) of each leaf of an unbatched Composite spec."""
+    leaves = []
+    for key in spec.keys(include_nested=True, leaves_only=True):
+        key = key if isinstance(key, tuple) else (key,)
+        leaf = spec[key]
+        leaves.append((key, tuple(leaf.shape), leaf.numpy_dtype))
+    return leaves
+
+
+def info_fields_of(info_spec: Composite) -> dict[str, InfoField]:
+    """The info fields (see ``common.infos``) of an unbatched ``info_spec``."""
+    return {
+        name: InfoField(name, np.ndarray, tuple(spec.shape), torch_to_numpy_dtype(spec.dtype))
+        for name, spec in info_spec.items()
+    }
+
+
+def info_spec_of(fields: dict[str, InfoField]) -> Composite:
+    """The unbatched ``info_spec`` of info fields: one Unbounded spec per field."""
+    return Composite(
+        {
+            name: Unbounded(shape=field.shape, dtype=numpy_to_torch_dtype(field.dtype))
+            for name, field in fields.items()
+        }
+    )

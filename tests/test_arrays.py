@@ -1,9 +1,9 @@
-"""The hot-path checks of gymvec.arrays agree with plain numpy on every kind of input."""
+"""The hot-path checks of gymvec.common.arrays agree with plain numpy on every kind of input."""
 
 import numpy as np
 import pytest
 
-from gymvec.arrays import all_below, any_set
+from gymvec.common.arrays import all_below, any_set
 
 INT64 = np.iinfo(np.int64)
 

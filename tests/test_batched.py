@@ -34,7 +34,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from tensordict import TensorDict
 
 from gymvec import Categorical, ParallelEnv, SerialEnv, WorkerError, step_mdp
-from gymvec.batched.driver import Mode
+from gymvec.engine import Autoreset
 
 FORK = {"mp_start_method": "fork"}
 SPAWN = {"mp_start_method": "spawn"}
@@ -160,17 +160,17 @@ def test_dict_env_extras_reach_the_parent():
     with ParallelEnv(2, make_dict_env, {"max_steps": 2}, **FORK) as env:
         env.set_seed(0)
         root = env.reset()
-        assert env.last_extras[1]["root"]["phase"] == "run"
+        assert env.last_extras[1].root["phase"] == "run"
         td = env.rand_action(root)
         td, root = env.step_and_maybe_reset(td)
-        assert env.last_extras[0]["next"]["detail"]["name"] == "dict-env"
-        assert "bonus" not in env.last_extras[0]["next"]
+        assert env.last_extras[0].next["detail"]["name"] == "dict-env"
+        assert "bonus" not in env.last_extras[0].next
         td, root = env.step_and_maybe_reset(env.rand_action(root))
         for i in range(2):  # both truncated at step 2: the episode-end entries are there
             assert td.get(("next", "truncated"))[i].item()
-            assert env.last_extras[i]["next"]["bonus"] == 1.5
-            assert env.last_extras[i]["next"]["phase"] == "end"
-            assert env.last_extras[i]["root"]["phase"] == "run"  # the reset info
+            assert env.last_extras[i].next["bonus"] == 1.5
+            assert env.last_extras[i].next["phase"] == "end"
+            assert env.last_extras[i].root["phase"] == "run"  # the reset info
 
 
 @pytest.mark.parametrize("kind", ["serial", "fork"])
@@ -185,11 +185,12 @@ def test_episode_statistics_reach_the_parent(kind):
             lengths += 1
             for i in td.get(("next", "done")).squeeze(-1).nonzero().flatten().tolist():
                 if i not in seen:
-                    assert env.last_extras[i]["next"]["episode"]["l"] == lengths[i]
+                    assert env.last_extras[i].next["episode"]["l"] == lengths[i]
                     seen.add(i)
             for i in range(2):
                 if i not in seen:
-                    assert "episode" not in env.last_extras.get(i, {}).get("next", {})
+                    extras = env.last_extras.get(i)
+                    assert extras is None or "episode" not in (extras.next or {})
 
 
 def test_lambda_and_closure_factories_with_spawn(no_leaks):
@@ -415,7 +416,7 @@ def test_dispatch_attributes_and_methods(kind):
         ):
             env.no_such_thing  # noqa: B018
         assert not hasattr(env, "no_such_thing")
-        pids = env.request("apply", None, getpid, (), {})
+        pids = env.engine.request("apply", fn=getpid)
         if kind == "serial":
             assert pids == [os.getpid()] * 2
         else:
@@ -480,7 +481,7 @@ def test_memmap_buffers_equal_gymnasium_and_leave_no_file(no_leaks):
 
 def test_local_worker_equals_gymnasium(no_leaks):
     with ParallelEnv(2, make_cartpole, envs_per_worker=2, local_worker=True, **FORK) as env:
-        pids = env.request("apply", None, getpid, (), {})
+        pids = env.engine.request("apply", fn=getpid)
         assert pids[:2] == [os.getpid()] * 2 and os.getpid() not in pids[2:]
         compare_with_gymnasium(env, [make_gym_cartpole] * 4, seed=9, steps=100)
 
@@ -491,7 +492,7 @@ def test_workers_of_different_sizes_equal_gymnasium(local_worker, no_leaks):
         2, make_cartpole, envs_per_worker=[1, 3], local_worker=local_worker, **FORK
     ) as env:
         assert env.batch_size == (4,) and env.worker_bounds == [(0, 1), (1, 4)]
-        pids = env.request("apply", None, getpid, (), {})
+        pids = env.engine.request("apply", fn=getpid)
         assert len(set(pids[1:])) == 1 and pids[0] != pids[1]
         assert (pids[0] == os.getpid()) == local_worker
         _, ends = compare_with_gymnasium(env, [make_gym_cartpole] * 4, seed=3, steps=100)
@@ -575,50 +576,96 @@ def test_on_local_done_runs_once_with_the_rows_stepped_here(local_worker, rows, 
     with ParallelEnv(2, make_cartpole, envs_per_worker=2, local_worker=local_worker, **FORK) as env:
         env.reset()
         calls = []
-        env.send(np.uint8(Mode.STEP))
-        env.recv(on_local_done=calls.append)
+        env.engine.step_send()
+        env.engine.recv(on_local_done=calls.append)
         assert calls == [rows]
 
 
 @pytest.mark.parametrize("kind", ["serial", "fork"])
-def test_low_level_modes_per_sub_env(kind):
-    # "Step these, reset those" in one command; each row follows its own mode byte.
+def test_engine_verbs_per_sub_env(kind):
+    # The engine under both front ends: partial resets with seeds, steps that leave the root
+    # behind, a reset into the root that brings the others' roots up to date.
     refs = [gym.make("CartPole-v1") for _ in range(4)]
     with make_batched(kind, 2, make_gym_cartpole, envs_per_worker=2) as env:
-        env.run(np.uint8(Mode.RESET | Mode.SEED), seeds=[10, 11, 12, 13])
+        engine = env.engine
+        engine.reset(seeds=[10, 11, 12, 13])
         for i, ref in enumerate(refs):
             ref.reset(seed=10 + i)
         obs_key = ("observation",)
-        root, nxt = env.buffers.root.obs[obs_key], env.buffers.next.obs[obs_key]
-        env.buffers.action[("action",)][:] = [1, 0, 0, 1]
-        before_next, before_root = nxt.copy(), root.copy()
-        modes = np.array([Mode.STEP, 0, Mode.STEP | Mode.SYNC_ROOT, Mode.RESET], np.uint8)
-        env.run(modes, seeds=[None, None, None, 7])
-        np.testing.assert_array_equal(nxt[0], refs[0].step(1)[0])
-        np.testing.assert_array_equal(root[0], before_root[0])  # no SYNC_ROOT: root stays
-        np.testing.assert_array_equal(nxt[1], before_next[1])  # mode 0: untouched
-        np.testing.assert_array_equal(root[1], before_root[1])
-        np.testing.assert_array_equal(nxt[2], refs[2].step(0)[0])
-        np.testing.assert_array_equal(root[2], nxt[2])
+        root, nxt = engine.buffers.root.obs[obs_key], engine.buffers.next.obs[obs_key]
+        engine.buffers.action[("action",)][:] = [1, 0, 0, 1]
+        before_root = root.copy()
+        received = engine.step(Autoreset.NONE)
+        assert received.kind == "step" and received.mask is None
+        for i, action in enumerate([1, 0, 0, 1]):
+            np.testing.assert_array_equal(nxt[i], refs[i].step(action)[0])
+        np.testing.assert_array_equal(root, before_root)  # a plain step leaves the root
+        assert engine.root_stale.all() and not engine.finished.any()
+        before_next = nxt.copy()
+        mask = np.array([False, False, False, True])
+        received = engine.reset(mask, seeds=[1, 2, 3, 7])  # seeds outside the mask: ignored
+        assert received.kind == "reset" and received.mask.tolist() == mask.tolist()
         np.testing.assert_array_equal(root[3], refs[3].reset(seed=7)[0])
-        np.testing.assert_array_equal(nxt[3], before_next[3])  # reset into the root only
-        assert env.buffers.next.reward[[0, 2]].tolist() == [1.0, 1.0]
+        np.testing.assert_array_equal(root[:3], nxt[:3])  # brought up to date
+        np.testing.assert_array_equal(nxt, before_next)  # a reset into the root only
+        assert not engine.root_stale.any()
+        engine.reset(np.array([True, False, False, False]), seeds=[5] * 4, into="next")
+        np.testing.assert_array_equal(nxt[0], refs[0].reset(seed=5)[0])
+        np.testing.assert_array_equal(nxt[1:], before_next[1:])
+        assert engine.buffers.next.reward[0] == 0.0 and engine.root_stale.tolist() == [
+            True,
+            False,
+            False,
+            False,
+        ]
 
 
 @pytest.mark.parametrize("kind", ["serial", "fork"])
-def test_low_level_api_misuse_raises_clear_errors(kind):
+def test_engine_next_step_resets_the_finished_sub_envs_instead_of_stepping_them(kind):
+    refs = [gym.make("CartPole-v1") for _ in range(2)]
     with make_batched(kind, 2, make_gym_cartpole) as env:
-        env.reset()
-        with pytest.raises(RuntimeError, match="no command in flight: call send"):
-            env.recv()
+        engine = env.engine
+        engine.reset(seeds=[3, 4], into="next")
+        for i, ref in enumerate(refs):
+            ref.reset(seed=3 + i)
+        engine.buffers.action[("action",)][:] = 1
+        steps = 0
+        while not engine.finished.any():  # always right: CartPole falls within 30 steps
+            engine.step(Autoreset.NEXT_STEP)
+            steps += 1
+            ends = [refs[i].step(1)[2] for i in range(2)]
+            assert engine.finished.tolist() == ends and steps < 100
+        finished = engine.finished.copy()
+        engine.step(Autoreset.NEXT_STEP)
+        for i in np.flatnonzero(finished):
+            np.testing.assert_array_equal(
+                engine.buffers.next.obs[("observation",)][i], refs[i].reset()[0]
+            )
+            assert engine.buffers.next.reward[i] == 0.0 and not engine.buffers.next.done[i]
+        assert not engine.finished[finished].any()
+
+
+@pytest.mark.parametrize("kind", ["serial", "fork"])
+def test_engine_misuse_raises_clear_errors(kind):
+    with make_batched(kind, 2, make_gym_cartpole) as env:
+        engine = env.engine
+        engine.reset()
+        with pytest.raises(RuntimeError, match="no command in flight: call step_send"):
+            engine.recv()
         with pytest.raises(ValueError, match=r"seed\[1\]: expected an int64, got 9223372036854"):
-            env.send(np.uint8(Mode.RESET), seeds=[0, 2**63])
-        env.send(np.uint8(Mode.STEP))
-        with pytest.raises(RuntimeError, match="already in flight: call recv"):
-            env.send(np.uint8(Mode.STEP))
-        with pytest.raises(RuntimeError, match="a command is in flight: call recv"):
+            engine.reset_send(seeds=[0, 2**63])
+        with pytest.raises(ValueError, match="into: expected 'root' or 'next', got 'both'"):
+            engine.reset_send(into="both")
+        with pytest.raises(ValueError, match="request: expected one of"):
+            engine.request("delete_everything")
+        engine.step_send()
+        assert engine.in_flight == "step"
+        with pytest.raises(RuntimeError, match="a step is already in flight: receive it"):
+            engine.step_send()
+        with pytest.raises(RuntimeError, match="a step is already in flight"):
             env.spec  # noqa: B018  (attributes of the sub-envs are requests)
-        env.recv()
+        engine.recv()
+        assert engine.in_flight is None
         assert env.spec[1].id == "CartPole-v1"  # usable again once received
 
 

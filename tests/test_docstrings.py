@@ -19,7 +19,7 @@ MODULES = sorted(
 
 
 def test_the_examples_were_found():
-    assert "gymvec.batched.parallel" in MODULES and "gymvec.facade.vector_env" in MODULES
+    assert "gymvec.envs.batched" in MODULES and "gymvec.vector.vector_env" in MODULES
 
 
 @pytest.mark.parametrize("name", MODULES)

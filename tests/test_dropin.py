@@ -667,7 +667,7 @@ def test_sub_envs_that_do_not_divide_evenly_spread_over_every_worker(local_worke
     fns = [functools.partial(fe.make_seeded, "CartPole-v1", i) for i in range(5)]
     env = parallel(fns, num_workers=2, local_worker=local_worker)
     assert env.env.worker_bounds == [(0, 2), (2, 5)]
-    pids = env.env.request("apply", None, _envs.getpid, (), {})
+    pids = env.engine.request("apply", fn=_envs.getpid)
     assert len(set(pids[:2])) == 1 and len(set(pids[2:])) == 1 and pids[0] != pids[2]
     ref = SyncVectorEnv(fns)
     ref.action_space.seed(1)

@@ -38,7 +38,6 @@ from conftest import child_pids, open_fds
 
 from gymvec import (
     ClosedEnvError,
-    Mode,
     ParallelEnv,
     ParallelVectorEnv,
     SerialEnv,
@@ -148,7 +147,7 @@ def test_killed_worker_raises_worker_error(start, no_leaks):
     env = ParallelEnv(2, make_gym_cartpole, mp_start_method=start)
     td = actions(env)
     env.step(td)
-    victim = env._executor.handles[1].process.pid
+    victim = env.engine.executor.handles[1].process.pid
     assert victim in child_pids()
     os.kill(victim, signal.SIGKILL)
     with pytest.raises(WorkerError, match="worker 1.*died.*SIGKILL") as info:
@@ -161,18 +160,18 @@ def test_killed_worker_raises_worker_error(start, no_leaks):
 def test_killed_worker_with_the_low_level_api(no_leaks):
     env = ParallelEnv(2, make_gym_cartpole, envs_per_worker=2, mp_start_method="fork")
     env.reset()
-    os.kill(env._executor.handles[0].process.pid, signal.SIGKILL)
+    os.kill(env.engine.executor.handles[0].process.pid, signal.SIGKILL)
     env.buffers.action[("action",)][:] = 1
-    env.send(np.uint8(Mode.STEP))
+    env.engine.step_send()
     with pytest.raises(WorkerError, match="worker 0.*died"):
-        env.recv(timeout=10.0)  # a dead worker is noticed, not waited for until the timeout
+        env.engine.recv(timeout=10.0)  # a dead worker is noticed, not waited for until the timeout
     assert_closed_cleanly(env)
 
 
 def test_killed_worker_during_a_request(no_leaks):
     env = ParallelEnv(2, make_gym_cartpole, mp_start_method="fork")
     env.reset()
-    os.kill(env._executor.handles[1].process.pid, signal.SIGKILL)
+    os.kill(env.engine.executor.handles[1].process.pid, signal.SIGKILL)
     with pytest.raises(WorkerError, match="worker 1"):
         env.spec  # noqa: B018
     assert_closed_cleanly(env)
@@ -183,11 +182,11 @@ def test_close_stops_a_hung_worker_that_ignores_sigterm(no_leaks):
     # (ignored here) to SIGKILL within its bounded waits instead of joining forever.
     env = ParallelEnv(1, make_gym_hanging, envs_per_worker=2, mp_start_method="fork")
     env.reset()
-    pid = env._executor.handles[0].process.pid
+    pid = env.engine.executor.handles[0].process.pid
     env.buffers.action[("action",)][:] = 0
-    env.send(np.uint8(Mode.STEP))
+    env.engine.step_send()
     with pytest.raises(TimeoutError):
-        env.recv(timeout=0.3)
+        env.engine.recv(timeout=0.3)
     start = time.monotonic()
     env.close()
     assert time.monotonic() - start < 20
@@ -211,7 +210,7 @@ import _envs
 from gymvec import ParallelEnv
 env = ParallelEnv(2, _envs.make_gym_cartpole, mp_start_method=sys.argv[2])
 env.reset()
-print(*(handle.process.pid for handle in env._executor.handles), flush=True)
+print(*(handle.process.pid for handle in env.engine.executor.handles), flush=True)
 time.sleep(600)
 """
 
@@ -277,7 +276,7 @@ def test_killed_worker_cycles_leak_no_file_descriptor(no_leaks):
     def cycle() -> None:
         env = ParallelEnv(1, make_gym_cartpole, mp_start_method="fork")
         td = actions(env)
-        os.kill(env._executor.handles[0].process.pid, signal.SIGKILL)
+        os.kill(env.engine.executor.handles[0].process.pid, signal.SIGKILL)
         with pytest.raises(WorkerError):
             env.step(td)
         env.close()
@@ -365,14 +364,14 @@ def test_interrupt_inside_a_sub_env_of_this_process(no_leaks):
 def test_interrupted_recv_of_the_low_level_api(no_leaks):
     env = ParallelEnv(2, make_gym_stalling, mp_start_method="fork")
     env.reset()
-    env.run(Mode.STEP)
-    env.send(Mode.STEP)
+    env.engine.step()
+    env.engine.step_send()
     with pytest.raises(KeyboardInterrupt), interrupted_after(0.2):
-        env.recv()
+        env.engine.recv()
     with pytest.raises(RuntimeError, match="interrupted: its results are lost"):
-        env.recv()
+        env.engine.recv()
     with pytest.raises(RuntimeError, match="no command in flight"):
-        env.recv()
+        env.engine.recv()
     assert_usable_after_a_full_reset(env)
     assert_closed_cleanly(env)
 
@@ -400,11 +399,11 @@ def test_workers_ignore_sigint(no_leaks):
     # A terminal's Ctrl-C reaches the whole process group: what it means is the caller's call.
     env = ParallelEnv(2, make_gym_cartpole, mp_start_method="fork")
     td = env.rand_action(env.reset())
-    for handle in env._executor.handles:
+    for handle in env.engine.executor.handles:
         os.kill(handle.process.pid, signal.SIGINT)
     time.sleep(0.2)
     env.step(td)
-    assert all(handle.process.is_alive() for handle in env._executor.handles)
+    assert all(handle.process.is_alive() for handle in env.engine.executor.handles)
     assert_closed_cleanly(env)
 
 
@@ -511,7 +510,7 @@ def test_a_sub_env_whose_close_raises(kind, no_leaks):
             mp_start_method="fork",
             memmap=True,
         )
-    memmaps = [m.path for m in env._memmaps()] if kind == "parallel" else []
+    memmaps = [m.path for m in env.engine.backend.memmaps] if kind == "parallel" else []
     td = env.rand_action(env.reset())
     env.step(td)
     env.step(td)

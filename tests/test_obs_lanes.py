@@ -22,13 +22,13 @@ import gymvec.bench.envs  # noqa: F401  (registers gymvec/ImageObs-v0)
 from gymvec import (
     GymnasiumVectorEnv,
     GymVectorEnvWrapper,
-    Mode,
     ParallelEnv,
     SerialEnv,
     step_mdp,
 )
-from gymvec.batched.base import OBS_LANES
-from gymvec.facade.adapter import CommandAdapter
+from gymvec.engine import Autoreset
+from gymvec.engine.engine import OBS_LANES
+from gymvec.vector.tensordict_engine import TensorDictEngine
 
 IMAGE_ID = "gymvec/ImageObs-v0"
 LENGTHS = (3, 4, 5, 6)  # sub-envs finish at different steps
@@ -140,34 +140,44 @@ def test_a_partial_reset_after_lanes_shows_the_envs_observations_not_the_callers
 def test_small_observations_and_same_step_use_no_lanes(no_leaks):
     with SerialEnv(4, lambda: gym.make("CartPole-v1")) as batch:
         assert batch.buffers.obs_lanes == []
-        with pytest.raises(ValueError, match=r"lane: expected 0 \(no observation lanes here\)"):
-            batch.send(Mode.STEP, lane=1)
+        batch.engine.reset(into="next", handout=True)
+        assert batch.engine.step(handout=True).observations is None
     # a face over a batch without buffers of its own (here a gymnasium vector env) neither
-    adapter = CommandAdapter(GymVectorEnvWrapper(SyncVectorEnv(image_fns())))
-    with pytest.raises(ValueError, match=r"lane: expected 0 \(no observation lanes here\)"):
-        adapter.send(Mode.STEP, lane=1)
-    adapter.env.close()
+    engine = TensorDictEngine(GymVectorEnvWrapper(SyncVectorEnv(image_fns())))
+    assert engine.buffers.obs_lanes == []
+    engine.reset_send(into="next", handout=True)
+    assert engine.recv().observations is None
+    engine.close()
     env = GymnasiumVectorEnv(BATCHES["serial"](image_fns()), autoreset_mode="same_step")
     obs, _ = env.reset(seed=0)
     assert not in_lane(obs) and not in_lane(env.step(env.action_space.sample())[0])
     env.close()
 
 
-def test_send_into_a_lane_checks_the_lane_and_the_modes():
+def test_the_engine_hands_a_lane_out_only_for_commands_that_fill_it():
     with SerialEnv(1, image_fns(), envs_per_worker=4) as batch:
+        engine = batch.engine
         assert len(batch.buffers.obs_lanes) == OBS_LANES + 1
-        with pytest.raises(ValueError, match=rf"lane: expected 0 to {OBS_LANES}, got 9"):
-            batch.send(Mode.STEP, lane=9)
-        with pytest.raises(ValueError, match=r"modes: a command into an observation lane"):
-            batch.send(np.full(4, Mode.STEP | Mode.SYNC_ROOT, np.uint8), lane=1)
-        with pytest.raises(ValueError, match=r"modes: a command into an observation lane"):
-            batch.send(Mode.RESET, lane=1)  # into the root: the lane would not be whole
-        # the refused commands changed nothing: the batch still works, into a lane and not
-        batch.run(Mode.RESET | Mode.RESET_INTO_NEXT, seeds=[0, 1, 2, 3], lane=2)
-        in_lane_2 = batch.buffers.obs_lanes[2].copy()
-        batch.run(Mode.SYNC_ROOT)  # no lane: "next" gets the lane back first
-        np.testing.assert_array_equal(batch.buffers.obs_lanes[0], in_lane_2)
-        np.testing.assert_array_equal(batch.buffers.root.obs[("observation",)], in_lane_2)
+        # into the root, a part of the batch, or a root brought up to date: no lane
+        assert engine.reset(seeds=[0, 1, 2, 3], handout=True).observations is None
+        mask = np.array([True, False, True, False])
+        assert engine.reset(mask, into="next", handout=True).observations is None
+        assert engine.step(current_root=True, handout=True).observations is None
+        assert engine.step(handout=False).observations is None
+        # every sub-env into "next": a lane, which the next command without one gives back
+        lane = engine.reset(seeds=[0, 1, 2, 3], into="next", handout=True).observations
+        assert lane is not None and any(lane is a for a in batch.buffers.handed_out_lanes())
+        in_lane = lane.copy()
+        lane[...] = 0  # the caller's array now
+        engine.reset(mask, seeds=[0, 1, 2, 3])  # no lane: "next" gets its values back first
+        np.testing.assert_array_equal(batch.buffers.obs_lanes[0], in_lane)
+        np.testing.assert_array_equal(
+            batch.buffers.root.obs[("observation",)][[1, 3]], in_lane[[1, 3]]
+        )
+        del lane
+        held = [engine.step(Autoreset.SAME_STEP, handout=True).observations for _ in range(3)]
+        assert all(a is not None for a in held)  # one lane each while the caller holds them
+        assert engine.step(handout=True).observations is None  # none left: copies
 
 
 def test_two_faces_over_one_batch_never_write_a_lane_the_other_handed_out():

@@ -172,7 +172,7 @@ def test_round_trip_infos_equal_the_originals(mode):
 
 def test_unbatch_info_inverts_gymnasiums_add_info():
     """Per-sub-env infos batched by gymnasium and unbatched give the same batch again."""
-    from gymvec.facade.adapter import unbatch_info
+    from gymvec.vector.tensordict_engine import unbatch_info
 
     vector = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 3)
     per_env = [

@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from gymvec.batched.worker import SYNC_WORDS, PeerDied, Spin, wait_for
+from gymvec.engine.worker import SYNC_WORDS, PeerDied, Spin, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -70,15 +70,37 @@ def test_wait_for_raises_timeout_and_peer_died():
         wait_for(words, 0, 1, sem, Spin(0.0), lambda: False, timeout=5.0)
 
 
-def test_worker_processes_import_no_torch():
-    """A worker of gymnasium sub-envs imports gymvec's worker module and never needs torch
-    (seconds of start-up per spawned worker): importing gymvec must not pull it in."""
+def test_the_engine_imports_no_torch():
+    """The engine (and so a worker of gymnasium sub-envs, which imports its modules) never
+    needs torch (seconds of start-up per spawned worker) nor tensordict."""
     import subprocess
     import sys
 
     code = (
-        "import sys, gymvec, gymvec.batched.worker, gymvec.batched.driver; "
+        "import sys, gymvec, gymvec.engine, gymvec.engine.protocol; "
         "print(sorted(m for m in ('torch', 'tensordict') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_gymnasium_face_over_the_engine_imports_no_torch():
+    """The drop-ins run on the engine alone: building and stepping them imports no torch."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, gymnasium as gym, gymvec\n"
+        "if __name__ == '__main__':\n"
+        "    fns = [lambda: gym.make('CartPole-v1')] * 2\n"
+        "    for cls in (gymvec.SerialVectorEnv, gymvec.ParallelVectorEnv):\n"
+        "        envs = cls(fns)\n"
+        "        envs.reset(seed=0)\n"
+        "        envs.step(envs.action_space.sample())\n"
+        "        envs.close()\n"
+        "    print(sorted(m for m in ('torch', 'tensordict') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
     assert out.stdout.strip() == "[]"

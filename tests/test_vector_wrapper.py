@@ -19,7 +19,7 @@ from gymnasium.wrappers import TimeLimit
 from tensordict import TensorDict
 
 from gymvec.envs.base import step_mdp
-from gymvec.envs.vector_wrapper import GymVectorEnvWrapper
+from gymvec.envs.gym_vector_wrapper import GymVectorEnvWrapper
 
 SEED = 11
 

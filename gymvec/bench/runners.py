@@ -289,7 +289,7 @@ def _gymvec_parallel(env_id: str, num_envs: int, options: RunnerOptions) -> Runn
 @register_runner("gymvec-td")
 def _gymvec_td(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
     from gymvec import ParallelEnv
-    from gymvec.facade.dropin import default_local_worker
+    from gymvec.vector.dropin import default_local_worker
 
     num_workers, envs_per_worker = worker_layout(num_envs, options)
     # Factories of gymnasium envs: workers then never import torch (GymEnv wraps them in the

@@ -18,11 +18,13 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import gymnasium as gym
 import torch
 from tensordict import TensorDict, TensorDictBase, is_non_tensor
 
+from gymvec.common.fastpath import set_unchecked
 from gymvec.errors import ClosedEnvError
 from gymvec.specs import (
     Categorical,
@@ -34,9 +36,6 @@ from gymvec.specs import (
     non_tensor,
     non_tensor_values,
 )
-
-if TYPE_CHECKING:
-    from gymvec.facade.vector_env import GymnasiumVectorEnv
 
 DONE_KEYS = ("done", "terminated", "truncated")
 
@@ -182,11 +181,11 @@ class EnvBase:
             self._closed = True
             self._close()
 
-    def to_gymnasium(self, **kwargs: Any) -> GymnasiumVectorEnv:
-        """This env as a ``gymnasium.vector.VectorEnv`` (see ``GymnasiumVectorEnv``)."""
-        from gymvec.facade.vector_env import GymnasiumVectorEnv
+    def to_gymnasium(self, **kwargs: Any) -> gym.vector.VectorEnv:
+        """This env as a ``gymnasium.vector.VectorEnv`` (``gymvec.GymnasiumVectorEnv``)."""
+        import gymvec  # the face sits above this layer: reached through the public API
 
-        return GymnasiumVectorEnv(self, **kwargs)
+        return gymvec.GymnasiumVectorEnv(self, **kwargs)
 
     def __enter__(self):
         return self
@@ -266,13 +265,9 @@ def _describe(value: Any) -> str:
 
 def set_next(td: TensorDictBase, next_out: TensorDictBase) -> None:
     """``td.set("next", next_out)``, without its checks where they cannot fail."""
-    if (
-        type(td) is TensorDict
-        and td.batch_size == next_out.batch_size
-        and (td.device is None or td.device == next_out.device)
-    ):
-        # set() checks batch size and device (5 us a step), compared here; the lock still is.
-        td._set_str("next", next_out, inplace=False, validated=True)
+    if td.batch_size == next_out.batch_size and (td.device is None or td.device == next_out.device):
+        # set() checks batch size and device (5 us a step), compared here.
+        set_unchecked(td, "next", next_out)
     else:
         td.set("next", next_out)
 

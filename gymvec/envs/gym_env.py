@@ -10,9 +10,8 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict, TensorDictBase
 
-from gymvec.envs.base import DONE_KEYS, EnvBase
-from gymvec.envs.infos import InfoField, declared_fields, infer_info_fields, split_info
-from gymvec.envs.structure import (
+from gymvec.common.infos import InfoField, declared_fields, split_info
+from gymvec.common.structure import (
     Leaf,
     build_value,
     get_leaf,
@@ -21,8 +20,10 @@ from gymvec.envs.structure import (
     observation_leaves,
     space_leaves,
 )
+from gymvec.engine.subenvs import probe_info_fields
+from gymvec.envs.base import DONE_KEYS, EnvBase
 from gymvec.spaces import spec_from_space
-from gymvec.specs import Composite, DeviceLike, Unbounded, numpy_to_torch_dtype
+from gymvec.specs import Composite, DeviceLike, info_spec_of
 
 
 class GymEnv(EnvBase):
@@ -78,12 +79,7 @@ class GymEnv(EnvBase):
         self.last_reset_info: dict = {}
         self.last_step_info: dict = {}
         self.info_fields = self._find_info_fields(info_fields, probe_infos)
-        self.info_spec = Composite(
-            {
-                name: Unbounded(shape=field.shape, dtype=numpy_to_torch_dtype(field.dtype))
-                for name, field in self.info_fields.items()
-            }
-        )
+        self.info_spec = info_spec_of(self.info_fields)
 
     @property
     def render_mode(self) -> str | None:
@@ -170,24 +166,9 @@ class GymEnv(EnvBase):
     def _find_info_fields(self, given: dict[str, Any] | None, probe: bool) -> dict[str, InfoField]:
         fields: dict[str, InfoField] = {}
         if probe:
-            fields.update(infer_info_fields(*self._probe_infos()))
+            fields.update(probe_info_fields(self.env))
         fields.update(declared_fields(given))
         return fields
-
-    def _probe_infos(self) -> list[dict]:
-        """The infos of a ``reset()`` and one random ``step()``, as far as the env allows.
-
-        Fields only speed infos up: an env that cannot be reset or stepped yet (it needs an
-        attribute set, or reset options, first) is probed no further, and the infos it reports
-        later travel as extras. Its real calls then raise whatever it raises.
-        """
-        infos: list[dict] = []
-        try:
-            infos.append(self.env.reset()[1])
-            infos.append(self.env.step(self.env.action_space.sample())[-1])
-        except Exception:
-            pass
-        return [info for info in infos if isinstance(info, dict)]
 
     def __getattr__(self, name: str) -> Any:
         # Only reached when normal lookup fails: forward public names to the gymnasium env so

@@ -26,7 +26,7 @@ from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 
 if TYPE_CHECKING:  # importing gymvec registers the ids: torch is not imported for that
-    from gymvec.facade.vector_env import GymnasiumVectorEnv
+    from gymvec.vector.vector_env import GymnasiumVectorEnv
 
 BACKENDS = ("serial", "parallel")
 _GYMVEC_OPTIONS = ("backend", "num_workers", "autoreset_mode", "output", "local_worker", "context")
@@ -66,7 +66,7 @@ def make_vec(
         (4, 4)
         >>> envs.close()
     """
-    from gymvec.facade.dropin import ParallelVectorEnv, SerialVectorEnv
+    from gymvec.vector.dropin import ParallelVectorEnv, SerialVectorEnv
 
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")

@@ -17,6 +17,7 @@ buffer slot ("extras") and the values of object leaves (see ``BufferLayout``) bo
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import gc
 import os
@@ -31,8 +32,9 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from gymvec.batched.buffers import BufferLayout, Buffers
-from gymvec.batched.driver import REQUESTS, Control, SubEnvGroup
+from gymvec.engine.buffers import BufferLayout, Buffers
+from gymvec.engine.commands import Control
+from gymvec.engine.subenvs import SubEnvGroup, SubEnvSummary, run_request
 from gymvec.errors import SpaceMismatchError, exception_type_name
 
 SYNC_WORDS = 8  # int64 words per worker: one 64-byte cache line
@@ -134,8 +136,18 @@ def wait_for(
 class Worker:
     """The command loop that runs in a worker process."""
 
-    def __init__(self, group: SubEnvGroup, words: np.ndarray, conn, wake, done, spin_s: float):
+    def __init__(
+        self,
+        group: SubEnvGroup,
+        words: np.ndarray,
+        conn,
+        wake,
+        done,
+        spin_s: float,
+        concurrency: Any = None,
+    ):
         self.group = group
+        self.concurrency = concurrency  # see ParallelVectorEnv's max_concurrency
         self.words = words
         self.conn = conn
         self.wake, self.done = wake, done
@@ -179,7 +191,11 @@ class Worker:
         self.group.close()
 
     def run(self, options: dict | None = None) -> dict | None:
-        extras = self.group.run(options)
+        if self.concurrency is None:
+            extras = self.group.run(options)
+        else:
+            with self.concurrency:
+                extras = self.group.run(options)
         return extras or None
 
     def run_with_payload(self) -> dict | None:
@@ -189,9 +205,9 @@ class Worker:
         return self.run(options)
 
     def request(self) -> Any:
-        name, args = cloudpickle.loads(self.conn.recv_bytes())
+        name, indices, kwargs = cloudpickle.loads(self.conn.recv_bytes())
         try:
-            return ("ok", REQUESTS[name](self.group, *args))
+            return ("ok", run_request(self.group, name, indices, kwargs))
         except Exception as exc:  # the caller's error (a missing attribute, say): hand it back
             return ("raise", picklable_exception(exc), traceback.format_exc())
 
@@ -236,54 +252,59 @@ def add_missing_env_specs(pickled_specs: list[bytes]) -> None:
             gymnasium.registry[spec.id] = spec
 
 
-def ready_message(descriptions: list[dict]) -> bytes:
+def ready_message(summaries: list[SubEnvSummary]) -> bytes:
     """The worker's first message; an ``EnvSpec`` that cannot travel (a wrapper's lambda in
     its kwargs, say) is left out rather than failing the start."""
     try:
-        return cloudpickle.dumps(("ready", descriptions))
+        return cloudpickle.dumps(("ready", summaries))
     except Exception:
-        return cloudpickle.dumps(("ready", [{**d, "env_spec": None} for d in descriptions]))
+        summaries = [dataclasses.replace(s, env_spec=None) for s in summaries]
+        return cloudpickle.dumps(("ready", summaries))
 
 
-def worker_main(
-    index: int,
-    env_fns_payload: bytes,
-    start: int,
-    layout: BufferLayout,
-    memory: Any,
-    control_memory: Any,
-    sync_memory: Any,
-    conn,
-    wake,
-    done,
-    spin_s: float,
-    num_threads: int | None,
-    env_specs_payload: bytes | None = None,
-) -> None:
-    """Entry point of a worker process: build the sub-envs, then serve commands.
+@dataclasses.dataclass
+class WorkerArgs:
+    """What a worker process starts from (besides its pipe and semaphores).
 
     ``env_specs_payload``: the parent's gymnasium registry (spawn and forkserver workers start
     from a fresh one), so that ids registered at run time in the parent work in factories.
+    ``concurrency``: a semaphore the groups hold while they run a command (``max_concurrency``).
     """
+
+    index: int  # among the worker processes: where its sync words are
+    env_fns_payload: bytes  # its sub-envs' factories, cloudpickled
+    start: int  # its first row
+    layout: BufferLayout
+    memory: Any
+    control_memory: Any
+    sync_memory: Any
+    spin_s: float
+    num_threads: int | None
+    env_specs_payload: bytes | None = None
+    concurrency: Any = None
+
+
+def worker_main(args: WorkerArgs, conn, wake, done) -> None:
+    """Entry point of a worker process: build the sub-envs, then serve commands."""
     # A Ctrl-C in a terminal reaches every process of its group: it is the caller's to handle
-    # (see BatchedEnvBase.recv), and close() or the parent's death ends this process.
+    # (see BatchEngine.recv), and close() or the parent's death ends this process.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if num_threads is not None:
+    if args.num_threads is not None:
         # Before anything imports torch (or numpy's BLAS): they read these when they load.
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-            os.environ[var] = str(num_threads)
-    words = np.frombuffer(sync_memory, dtype=np.int64)[
-        index * SYNC_WORDS : (index + 1) * SYNC_WORDS
+            os.environ[var] = str(args.num_threads)
+    words = np.frombuffer(args.sync_memory, dtype=np.int64)[
+        args.index * SYNC_WORDS : (args.index + 1) * SYNC_WORDS
     ]
     try:
-        env_fns = cloudpickle.loads(env_fns_payload)
-        if env_specs_payload is not None:
-            add_missing_env_specs(cloudpickle.loads(env_specs_payload))
-        control = Control(layout.num_envs, control_memory)
-        buffers = Buffers(layout, memory)
+        env_fns = cloudpickle.loads(args.env_fns_payload)
+        if args.env_specs_payload is not None:
+            add_missing_env_specs(cloudpickle.loads(args.env_specs_payload))
+        control = Control(args.layout.num_envs, args.control_memory)
+        buffers = Buffers(args.layout, args.memory)
         buffers.ship_objects = True
-        group = SubEnvGroup(env_fns, start, buffers, control)
-        ready = ready_message(group.describe())
+        group = SubEnvGroup(env_fns, args.start, buffers, control)
+        ready = ready_message(group.summaries())
     except SpaceMismatchError as exc:  # not the worker's fault: the parent raises it as is
         conn.send_bytes(cloudpickle.dumps(("mismatch", (str(exc), exc.kind))))
         return
@@ -292,13 +313,13 @@ def worker_main(
         conn.send_bytes(cloudpickle.dumps(("error", detail)))
         return
     torch = sys.modules.get("torch")
-    if torch is not None and num_threads is not None:  # the sub-envs use torch
-        torch.set_num_threads(num_threads)
+    if torch is not None and args.num_threads is not None:  # the sub-envs use torch
+        torch.set_num_threads(args.num_threads)
     # Everything built so far lives as long as the worker: keep the cyclic garbage collector
     # from walking it again and again (a forked worker inherits the parent's whole heap).
     gc.freeze()
     conn.send_bytes(ready)
     try:
-        Worker(group, words, conn, wake, done, spin_s).loop()
+        Worker(group, words, conn, wake, done, args.spin_s, args.concurrency).loop()
     except (EOFError, BrokenPipeError):
         pass

@@ -38,19 +38,15 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
-from gymvec.arrays import all_below, any_set
-from gymvec.batched.base import expand_seeds
-from gymvec.batched.buffers import Slot
-from gymvec.batched.driver import Mode
-from gymvec.envs.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
+from gymvec.common.arrays import all_below, any_set
+from gymvec.common.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
+from gymvec.engine.buffers import Slot
+from gymvec.engine.commands import NOTHING, Autoreset
+from gymvec.engine.engine import Received, expand_seeds
+from gymvec.engine.protocol import Engine
 
 # Observations of at least this size are partly copied while worker processes finish.
 EARLY_COPY_BYTES = 64 * 1024
-
-_STEP = np.uint8(Mode.STEP)
-_RESET_INTO_NEXT = np.uint8(Mode.RESET | Mode.RESET_INTO_NEXT)
-# NEXT_STEP's modes from the bytes of the finished flags: False -> step, True -> reset
-_STEP_OR_RESET = bytes([_STEP, _RESET_INTO_NEXT]) + bytes(254)
 
 
 def parse_autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
@@ -68,11 +64,12 @@ def parse_autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
 
 
 class GymnasiumVectorEnv(gym.vector.VectorEnv):
-    """A batched gymvec env (``SerialEnv``, ``ParallelEnv``, or any batched ``EnvBase``) as a
-    gymnasium ``VectorEnv``.
+    """A batched gymvec env (``SerialEnv``, ``ParallelEnv``, or any batched ``EnvBase``) or a
+    batch engine (anything that satisfies ``gymvec.engine.protocol.Engine``) as a gymnasium
+    ``VectorEnv``.
 
     Args:
-        env: the batched env; the face owns it and closes it on ``close()``.
+        env: the batched env or engine; the face owns it and closes it on ``close()``.
         autoreset_mode: "next_step" (gymnasium's default), "same_step" or "disabled".
         output: "numpy", or "torch" for observations, rewards and flags as torch tensors on
             the env's device (actions may then be tensors too; infos stay numpy).
@@ -90,43 +87,39 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     ):
         if output not in ("numpy", "torch"):
             raise ValueError(f"output: expected 'numpy' or 'torch', got {output!r}")
-        if getattr(env, "heterogeneous", False):
+        self.env = env
+        self.engine: Engine = engine_of(env)
+        engine = self.engine
+        if engine.heterogeneous:
             raise ValueError(
                 "the gymnasium face needs sub-envs with the same keys; this multi-task batch "
                 "has tasks with different keys (use its tensordict API)"
             )
-        if not hasattr(env, "send"):
-            from gymvec.facade.adapter import CommandAdapter
-
-            env = CommandAdapter(env)
-        self.env = env
         self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
         self.output = output
         self.copy = copy
-        self.num_envs = env.num_envs
-        self.metadata = dict(env.metadata)
+        self.num_envs = engine.num_envs
+        self.metadata = dict(engine.metadata)
         self.metadata["autoreset_mode"] = self.autoreset_mode
-        self.render_mode = env.render_mode
+        self.render_mode = engine.render_mode
         self._set_spaces()
-        self.buffers = env.buffers
+        self.buffers = engine.buffers
         self._discrete_bounds = discrete_bounds(
             self.single_action_space, self._action_leaves, self.buffers.action
         )
-        self.fields = list(env.layout.info_fields.items())
-        self.field_names = set(env.layout.info_fields)
+        self.fields = list(engine.layout.info_fields.items())
+        self.field_names = set(engine.layout.info_fields)
         self._same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
         self._disabled = self.autoreset_mode == AutoresetMode.DISABLED
         # The slot that holds what the caller sees: SAME_STEP's reset observations sit in the
         # root; the other modes write resets into "next" so that one slot is always current.
         self._slot: Slot = self.buffers.root if self._same_step else self.buffers.next
-        self._reset_mode = np.uint8(Mode.RESET) if self._same_step else _RESET_INTO_NEXT
-        self._step_mode = (
-            np.uint8(Mode.STEP | Mode.AUTORESET | Mode.SYNC_ROOT | Mode.KEEP_FINAL_OBS)
-            if self._same_step
-            else _STEP
-        )
-        self._needs_reset = np.zeros(self.num_envs, dtype=bool)  # finished sub-envs
-        self._any_needs_reset = False
+        self._reset_into = "root" if self._same_step else "next"
+        self._autoreset = {
+            AutoresetMode.NEXT_STEP: Autoreset.NEXT_STEP,
+            AutoresetMode.SAME_STEP: Autoreset.SAME_STEP,
+            AutoresetMode.DISABLED: Autoreset.NONE,
+        }[self.autoreset_mode]
         actions = self.buffers.action
         # (leaf, buffer, whether the buffer has a float64 twin), looked up once: every step
         # writes them
@@ -157,10 +150,6 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self._plain_obs = (
             self._slot.obs[self._obs_leaves[0].key] if one_array and output == "numpy" else None
         )
-        self._early_obs: tuple[np.ndarray, int] | None = None  # see _copy_local_rows
-        early = self._plain_obs is not None and copy and self._plain_obs.nbytes >= EARLY_COPY_BYTES
-        self._early_copy = self._copy_local_rows if early else None
-        self._pending: Callable[[dict], Any] | None = None  # finishes the call in flight
         self._torch_device = getattr(env, "device", None)
         # Large observations go out without a copy: the sub-envs write them into a free
         # observation lane (see BufferLayout), whose array the call hands out as is (torch
@@ -170,12 +159,16 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         on_cpu = self._torch_device is None or self._torch_device.type == "cpu"
         cpu_output = output == "numpy" or on_cpu
         self._lanes = bool(
-            one_array and cpu_output and copy and not self._same_step and env.buffers.obs_lanes
+            one_array and cpu_output and copy and not self._same_step and self.buffers.obs_lanes
         )
-        self._lane = 0  # the lane of the call in flight (0: none)
+        # Large observations that no lane takes (none is free, or the mode takes none): the
+        # rows stepped in this process are copied while the worker processes finish theirs.
+        self._early_obs: tuple[np.ndarray, int] | None = None
+        early = self._plain_obs is not None and copy and self._plain_obs.nbytes >= EARLY_COPY_BYTES
+        self._early_copy = self._copy_local_rows if early else None
 
     def _set_spaces(self) -> None:
-        single_obs, single_act = sub_env_spaces(self.env)
+        single_obs, single_act = self.engine.sub_env_spaces()
         self.single_observation_space = single_obs[0]
         self.single_action_space = single_act[0]
         if all(space == single_obs[0] for space in single_obs):
@@ -201,7 +194,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     def reset_send(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
     ) -> None:
-        self._early_obs, self._lane = None, 0  # left by a call that raised
+        self._early_obs = None  # left by a call that raised
         seeds = expand_seeds(seed, self.num_envs)
         options = dict(options) if options is not None else None  # never mutate the caller's
         mask = None
@@ -209,21 +202,18 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             mask = _check_reset_mask(options.pop("reset_mask"), self.num_envs)
         if seed is not None:
             super().reset(seed=seed if isinstance(seed, int) else None)
-        modes = self._reset_mode if mask is None else np.where(mask, self._reset_mode, 0)
-        if mask is not None and seeds is not None:
-            seeds = [s if m else None for s, m in zip(seeds, mask)]
         # Only a reset of every sub-env into "next" fills a whole lane.
-        self._lane = self.buffers.free_lane() if self._lanes and mask is None else 0
-        self.env.send(np.asarray(modes, dtype=np.uint8), seeds, options, lane=self._lane)
-        self._pending = lambda extras: self._reset_result(extras, mask)
+        handout = self._lanes and mask is None
+        self.engine.reset_send(
+            mask, seeds=seeds, options=options, into=self._reset_into, handout=handout
+        )
 
-    def _reset_result(self, extras: dict, mask: np.ndarray | None) -> tuple[Any, dict]:
-        rows = np.ones(self.num_envs, dtype=bool) if mask is None else mask
-        self._needs_reset[rows] = False
-        self._any_needs_reset = any_set(self._needs_reset)
-        slot_name = "root" if self._slot is self.buffers.root else "next"
-        infos = self._infos(self._slot, rows, {i: e.get(slot_name) for i, e in extras.items()})
-        return self._observations(), infos
+    def _reset_result(self, received: Received) -> tuple[Any, dict]:
+        rows = np.ones(self.num_envs, dtype=bool) if received.mask is None else received.mask
+        slot_name = "root" if self._same_step else "next"
+        extras = {i: getattr(e, slot_name) for i, e in received.extras.items()}
+        infos = self._infos(self._slot, rows, extras)
+        return self._observations(received), infos
 
     # ---- step ---------------------------------------------------------------------------------
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict]:
@@ -232,35 +222,33 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         return self.finish(self.recv())
 
     def step_send(self, actions: Any) -> None:
-        self._early_obs, self._lane = None, 0  # left by a call that raised
+        self._early_obs = None  # left by a call that raised
         self._write_actions(actions)
-        modes = self._step_mode
-        if self._any_needs_reset and not self._same_step:
-            if self._disabled:
-                finished = np.flatnonzero(self._needs_reset).tolist()
-                raise ValueError(
-                    f"sub-envs {finished} finished and autoreset_mode is DISABLED: reset them "
-                    "with reset(options={'reset_mask': mask}) before stepping"
-                )
-            # NEXT_STEP's resets; a byte translation costs a third of np.where
-            modes = np.frombuffer(self._needs_reset.tobytes().translate(_STEP_OR_RESET), np.uint8)
-        self._lane = self.buffers.free_lane() if self._lanes else 0
-        self.env.send(modes, lane=self._lane)
-        self._pending = self._step_result
+        if self._disabled and any_set(self.engine.finished):
+            finished = np.flatnonzero(self.engine.finished).tolist()
+            raise ValueError(
+                f"sub-envs {finished} finished and autoreset_mode is DISABLED: reset them "
+                "with reset(options={'reset_mask': mask}) before stepping"
+            )
+        self.engine.step_send(
+            self._autoreset,
+            keep_final_obs=self._same_step,
+            current_root=self._same_step,
+            handout=self._lanes,
+        )
 
-    def _step_result(self, extras: dict) -> tuple[Any, Any, Any, Any, dict]:
+    def _step_result(self, received: Received) -> tuple[Any, Any, Any, Any, dict]:
         step_slot = self.buffers.next
         terminations = step_slot.terminated.copy()
         truncations = step_slot.truncated.copy()
         rewards = step_slot.reward.copy()
-        finished = terminations | truncations
-        self._needs_reset = finished
-        self._any_needs_reset = any_set(finished)
         if self._same_step:
-            infos = self._same_step_infos(finished, self._any_needs_reset, extras)
+            finished = terminations | truncations
+            infos = self._same_step_infos(finished, any_set(finished), received.extras)
         else:
-            infos = self._infos(step_slot, None, {i: e.get("next") for i, e in extras.items()})
-        obs = self._observations()
+            extras = {i: e.next for i, e in received.extras.items()}
+            infos = self._infos(step_slot, None, extras)
+        obs = self._observations(received)
         if self.output == "torch":
             import torch
 
@@ -273,15 +261,15 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         # gymnasium adds, per finished sub-env, {"final_obs", "final_info"} and then its reset
         # info; the other sub-envs add their step info. The root slot holds the reset info of
         # finished sub-envs and (copied by SYNC_ROOT) the step info of the others.
-        top_extras = {i: e.get("root") if finished[i] else e.get("next") for i, e in extras.items()}
+        top_extras = {i: e.root if finished[i] else e.next for i, e in extras.items()}
         infos = self._infos(self.buffers.root, None, top_extras)
         if any_finished:
-            final_extras = {i: e.get("next") for i, e in extras.items() if finished[i]}
+            final_extras = {i: e.next for i, e in extras.items() if finished[i]}
             final_obs = np.full(self.num_envs, None, dtype=object)
             for i in np.flatnonzero(finished).tolist():
-                kept = extras.get(i, {})  # the object the sub-env returned, where it came back
-                if "final_obs" in kept:
-                    final_obs[i] = kept["final_obs"]
+                kept = extras.get(i)  # the object the sub-env returned, where it came back
+                if kept is not None and kept.final_obs is not NOTHING:
+                    final_obs[i] = kept.final_obs
                 else:
                     final_obs[i] = self._single_observation(self.buffers.next, i)
             infos["final_obs"], infos["_final_obs"] = final_obs, finished.copy()
@@ -289,9 +277,9 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             infos["_final_info"] = finished.copy()
         return infos
 
-    def recv(self, timeout: float | None = None) -> dict:
-        """Wait for the call in flight; returns its extras (see ``BatchedEnvBase.recv``)."""
-        return self.env.recv(timeout, on_local_done=None if self._lane else self._early_copy)
+    def recv(self, timeout: float | None = None) -> Received:
+        """Wait for the call in flight (see ``BatchEngine.recv``)."""
+        return self.engine.recv(timeout, on_local_done=self._early_copy)
 
     def _copy_local_rows(self, stop: int) -> None:
         # Large observations: the rows stepped in this process are copied while the worker
@@ -300,10 +288,11 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         out[:stop] = self._plain_obs[:stop]
         self._early_obs = (out, stop)
 
-    def finish(self, extras: dict) -> Any:
-        """Assemble the result of the call in flight from the buffers and the extras."""
-        pending, self._pending = self._pending, None
-        return pending(extras)
+    def finish(self, received: Received) -> Any:
+        """Assemble the result of the call ``received`` ends from the buffers and extras."""
+        if received.kind == "step":
+            return self._step_result(received)
+        return self._reset_result(received)
 
     # ---- buffers -> gymnasium values ----------------------------------------------------------
     def _write_actions(self, actions: Any) -> None:
@@ -323,7 +312,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                     f"{self.action_space}, got dtype {array.dtype}"
                 )
             if has_twin:  # float64 actions reach the sub-envs as float64
-                self.buffers.write_action(leaf.key, array)
+                self.engine.write_action(leaf.key, array)
             else:
                 target[...] = array
         for leaf, store in self._action_objects:
@@ -340,12 +329,13 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 )
             store[:] = values
         # NEXT_STEP ignores the actions of the sub-envs it resets, whatever their values
-        resetting = self._needs_reset if self._any_needs_reset and not self._same_step else None
+        finished = self.engine.finished
+        resetting = finished if not self._same_step and any_set(finished) else None
         _check_discrete(self._discrete_bounds, resetting)
 
-    def _observations(self) -> Any:
-        if self._lane:
-            array, self._lane = self.buffers.handed_out_lanes()[self._lane - 1], 0
+    def _observations(self, received: Received) -> Any:
+        array = received.observations
+        if array is not None:  # a handed-out observation lane
             if self.output == "torch":
                 import torch
 
@@ -413,7 +403,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     # ---- sub-env access -----------------------------------------------------------------------
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call (or get, if not callable) ``name`` on every sub-env; returns a tuple."""
-        return tuple(self.env.request("call", None, name, args, kwargs, True))
+        return tuple(self.engine.request("call", name=name, args=args, kwargs=kwargs, gym_env=True))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         return self.call(name)
@@ -427,7 +417,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 "Values must be a list or tuple with length equal to the number of environments. "
                 f"Got `{len(values)}` values for {self.num_envs} environments."
             )
-        self.env.request("set_attr", None, name, True, values=list(values))
+        self.engine.request("set_attr", name=name, values=list(values), gym_env=True)
 
     def apply(
         self, fn: Callable, *args: Any, indices: Sequence[int] | None = None, **kwargs: Any
@@ -435,7 +425,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         """``fn(sub_env, *args, **kwargs)`` for the gymnasium sub-envs at ``indices`` (all if
         None), run where they live; returns the results as a tuple (``fn`` travels with
         cloudpickle)."""
-        return tuple(self.env.request("apply", indices, fn, args, kwargs))
+        return tuple(self.engine.request("apply", indices, fn=fn, args=args, kwargs=kwargs))
 
     def render(self) -> tuple[Any, ...] | None:
         return self.call("render")
@@ -450,31 +440,24 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         return self.get_attr("np_random")
 
     def close_extras(self, **kwargs: Any) -> None:
-        self.env.close()
+        self.env.close()  # the batched env or the engine given: it closes the engine
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.env!r}, autoreset_mode={self.autoreset_mode.value})"
 
 
 # ---- helpers ---------------------------------------------------------------------------------
-def sub_env_spaces(env: Any) -> tuple[list[spaces.Space], list[spaces.Space]]:
-    """The gymnasium observation and action space of each sub-env of a batched env."""
-    single = getattr(env, "single_spaces", None)  # a wrapped vector env's own
-    if single is not None:
-        return [single[0]] * env.num_envs, [single[1]] * env.num_envs
-    descriptions = getattr(env, "sub_env_descriptions", None)
-    if descriptions and all(d.observation_space is not None for d in descriptions):
-        return [d.observation_space for d in descriptions], [d.action_space for d in descriptions]
-    from gymvec.spaces import space_from_spec
+def engine_of(env: Any) -> Engine:
+    """The engine under ``env``: a batched gymvec env's own, an engine as it is, or any other
+    batched ``EnvBase`` driven through its tensordict API (``TensorDictEngine``)."""
+    engine = getattr(env, "engine", None)
+    if engine is not None:
+        return engine
+    if isinstance(env, Engine):
+        return env
+    from gymvec.vector.tensordict_engine import TensorDictEngine
 
-    obs_spec = env.observation_spec.unbatch(1)
-    keys = list(obs_spec.keys())
-    if keys == ["observation"]:
-        obs_space = space_from_spec(obs_spec["observation"], "observation_spec")
-    else:
-        obs_space = space_from_spec(obs_spec, "observation_spec")
-    action_space = space_from_spec(env.action_spec.unbatch(1), "action_spec")
-    return [obs_space] * env.num_envs, [action_space] * env.num_envs
+    return TensorDictEngine(env)
 
 
 def _check_reset_mask(mask: Any, n: int) -> np.ndarray:

@@ -1,20 +1,20 @@
-"""Any batched ``EnvBase`` behind the command interface the gymnasium face drives.
+"""Any batched ``EnvBase`` as an engine: the gymnasium face over the tensordict API.
 
-``SerialEnv`` and ``ParallelEnv`` implement the command interface themselves (one mode byte per
-sub-env, numpy buffers, ``send``/``recv``). Other batched envs (``GymVectorEnvWrapper``, a
-user's vectorised torch env) only have the tensordict API; :class:`CommandAdapter` carries the
-same commands out with ``reset``/``step``/``step_and_maybe_reset`` and copies the results into
-private buffers of the same layout, so the face has one code path.
+``SerialEnv`` and ``ParallelEnv`` run on a ``BatchEngine``, which the face drives directly.
+Other batched envs (``GymVectorEnvWrapper``, a user's vectorised torch env) only have the
+tensordict API; :class:`TensorDictEngine` carries the engine's verbs out with their
+``reset``/``step``/``step_and_maybe_reset`` and copies the results into private buffers of
+the same layout, so the face has one code path (``engine.protocol.Engine``).
 
-A command that steps some sub-envs and resets others (NEXT_STEP autoreset) needs an env that
-can do both in one step: a ``GymVectorEnvWrapper`` of a NEXT_STEP vector env can (its vector
-env's own step resets the finished sub-envs); other envs are refused under NEXT_STEP (use
-"same_step" or "disabled").
+A NEXT_STEP step that steps some sub-envs and resets others needs an env that can do both in
+one step: a ``GymVectorEnvWrapper`` of a NEXT_STEP vector env can (its vector env's own step
+resets the finished sub-envs); other envs are refused under NEXT_STEP (use "same_step" or
+"disabled").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -22,19 +22,18 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from gymvec.batched.base import spec_leaves
-from gymvec.batched.buffers import BufferLayout, Buffers, Slot, private_memory
-from gymvec.batched.driver import Mode
+from gymvec.engine.buffers import BufferLayout, Buffers, Slot, private_memory
+from gymvec.engine.commands import Autoreset, Extras
+from gymvec.engine.engine import Received
+from gymvec.engine.executor import OnLocalDone
 from gymvec.envs.base import EnvBase, copy_rows
-from gymvec.envs.infos import InfoField
-from gymvec.specs import non_tensor, non_tensor_values, torch_to_numpy_dtype
-
-_STEP, _RESET, _AUTORESET = int(Mode.STEP), int(Mode.RESET), int(Mode.AUTORESET)
-_SYNC_ROOT, _INTO_NEXT = int(Mode.SYNC_ROOT), int(Mode.RESET_INTO_NEXT)
+from gymvec.spaces import spaces_of_specs
+from gymvec.specs import info_fields_of, non_tensor, non_tensor_values, spec_leaves
 
 
-class CommandAdapter:
-    """Drives a batched EnvBase (batch size ``[n]``) through gymvec's command interface."""
+class TensorDictEngine:
+    """A batched EnvBase (batch size ``[n]``) behind the engine's verbs (see
+    ``engine.protocol.Engine``)."""
 
     def __init__(self, env: EnvBase):
         if len(env.batch_size) != 1:
@@ -46,13 +45,8 @@ class CommandAdapter:
         self.device = env.device
         self.metadata = dict(getattr(env, "metadata", {}) or {})
         self.render_mode = getattr(env, "render_mode", None)
-        self.observation_spec = env.observation_spec
-        self.action_spec = env.action_spec
-        info_spec = env.info_spec.unbatch(1)
-        fields = {
-            name: InfoField(name, np.ndarray, tuple(spec.shape), torch_to_numpy_dtype(spec.dtype))
-            for name, spec in info_spec.items()
-        }
+        self.heterogeneous = False
+        fields = info_fields_of(env.info_spec.unbatch(1))
         self.layout = BufferLayout(
             self.num_envs,
             spec_leaves(env.observation_spec.unbatch(1)),
@@ -62,43 +56,94 @@ class CommandAdapter:
         self.buffers = Buffers(self.layout, private_memory(self.layout.nbytes))
         self._views = self.buffers.tensordict()
         self._action_keys = [("action", *key[1:]) for key in self.layout.action_keys]
-        self._command: tuple | None = None
-        self._in_flight = False
         self._all = np.ones(self.num_envs, dtype=bool)
+        self.finished = np.zeros(self.num_envs, dtype=bool)
+        self._command: tuple | None = None  # (kind, its arguments) until received
+        self._request: tuple | None = None
 
-    def send(self, modes, seeds=None, options=None, lane: int = 0) -> None:
-        if lane:  # the buffers here have no observation lanes (see BufferLayout)
-            raise ValueError(f"lane: expected 0 (no observation lanes here), got {lane!r}")
-        modes = np.broadcast_to(np.asarray(modes), (self.num_envs,)).copy()
-        self._command = (modes, seeds, options)
-        self._in_flight = True
+    # ---- verbs --------------------------------------------------------------------------------
+    def sub_env_spaces(self) -> tuple[list[Any], list[Any]]:
+        vector_env = self.vector_env
+        if vector_env is not None:  # the face then has the wrapped vector env's own spaces
+            single = vector_env.single_observation_space, vector_env.single_action_space
+        else:
+            observation_spec = self.env.observation_spec.unbatch(1)
+            single = spaces_of_specs(observation_spec, self.env.full_action_spec.unbatch(1))
+        return [single[0]] * self.num_envs, [single[1]] * self.num_envs
+
+    def step_send(
+        self,
+        autoreset: Autoreset = Autoreset.NONE,
+        *,
+        keep_final_obs: bool = False,
+        current_root: bool = False,
+        handout: bool = False,
+    ) -> None:
+        self._check_idle()
+        self._command = ("step", autoreset)
+
+    def reset_send(
+        self,
+        mask: np.ndarray | None = None,
+        *,
+        seeds: Sequence[int | None] | None = None,
+        options: dict | None = None,
+        into: str = "root",
+        handout: bool = False,
+    ) -> None:
+        self._check_idle()
+        mask = self._all if mask is None else np.asarray(mask, dtype=bool).reshape(-1)
+        self._command = ("reset", (mask, seeds, options, into == "next"))
 
     def recv(
-        self, timeout: float | None = None, on_local_done: Callable[[int], None] | None = None
-    ) -> dict[int, dict]:
-        # The wrapped env carries out the whole command here: ``on_local_done`` has nothing to
-        # overlap with.
-        modes, seeds, options = self._command
-        self._in_flight = False
-        stepping = (modes & _STEP).astype(bool)
-        resetting = (modes & _RESET).astype(bool)
-        if stepping.any() and resetting.any() and self._autoreset_step(resetting):
-            return self._extras("next", self._step_infos())
-        if stepping.any() and resetting.any():
-            raise NotImplementedError(
-                f"{type(self.env).__name__} cannot step some sub-envs while resetting others "
-                "(NEXT_STEP autoreset): use autoreset_mode='same_step' or 'disabled'"
-            )
-        if resetting.any():
-            into_next = bool((modes & _INTO_NEXT).any())
-            self._reset(resetting, seeds, options, into_next)
+        self, timeout: float | None = None, on_local_done: OnLocalDone | None = None
+    ) -> Received:
+        """Carry the command out (the wrapped env does it all here: ``on_local_done`` has
+        nothing to overlap with)."""
+        if self._command is None:
+            raise RuntimeError("no command in flight: call step_send() or reset_send() first")
+        (kind, arguments), self._command = self._command, None
+        if kind == "reset":
+            mask, seeds, options, into_next = arguments
+            self._reset(mask, seeds, options, into_next)
+            self.finished[mask] = False
             infos = self._infos("last_reset_info")
-            return self._extras("next" if into_next else "root", infos, resetting)
-        if stepping.any():
-            if not stepping.all():
-                raise NotImplementedError(f"{type(self.env).__name__} cannot step a subset")
-            return self._step(autoreset=bool((modes & _AUTORESET).any()))
-        return {}
+            extras = self._extras("next" if into_next else "root", infos, mask)
+            return Received("reset", None if mask is self._all else mask, extras, None)
+        if arguments is Autoreset.NEXT_STEP and self.finished.any():
+            if not self._autoreset_step(self.finished.copy()):
+                raise NotImplementedError(
+                    f"{type(self.env).__name__} cannot step some sub-envs while resetting "
+                    "others (NEXT_STEP autoreset): use autoreset_mode='same_step' or 'disabled'"
+                )
+            extras = self._extras("next", self._step_infos())
+        else:
+            extras = self._step(autoreset=arguments is Autoreset.SAME_STEP)
+        if arguments is Autoreset.SAME_STEP:
+            self.finished[:] = False
+        else:
+            np.copyto(self.finished, self.buffers.next.done)
+        return Received("step", None, extras, None)
+
+    def write_action(self, key: tuple, values: np.ndarray) -> None:
+        self.buffers.write_action(key, values)
+
+    @property
+    def in_flight(self) -> str | None:
+        if self._command is not None:
+            return self._command[0]
+        return "request" if self._request is not None else None
+
+    @property
+    def interrupted(self) -> bool:
+        return False  # everything runs within the calls: nothing is left half done
+
+    def abandon(self) -> None:
+        self._command = self._request = None
+
+    def _check_idle(self) -> None:
+        if self.in_flight is not None:
+            raise RuntimeError(f"a {self.in_flight} is already in flight: receive it first")
 
     # Infos: a wrapped gymnasium vector env's own (GymVectorEnvWrapper keeps the last ones),
     # per sub-env, as the extras the face lays out again as gymnasium does; the info fields
@@ -130,11 +175,13 @@ class CommandAdapter:
     @staticmethod
     def _extras(
         slot: str, infos: list[dict] | None, rows: np.ndarray | None = None
-    ) -> dict[int, dict]:
+    ) -> dict[int, Extras]:
         if infos is None:
             return {}
         return {
-            i: {slot: info} for i, info in enumerate(infos) if info and (rows is None or rows[i])
+            i: Extras(**{slot: info})
+            for i, info in enumerate(infos)
+            if info and (rows is None or rows[i])
         }
 
     def _autoreset_step(self, resetting: np.ndarray) -> bool:
@@ -167,7 +214,7 @@ class CommandAdapter:
         if into_next:
             slot.reward[mask] = 0.0
 
-    def _step(self, autoreset: bool) -> dict[int, dict]:
+    def _step(self, autoreset: bool) -> dict[int, Extras]:
         td = self._action_td()
         if not autoreset:
             td = self.env.step(td)
@@ -181,13 +228,13 @@ class CommandAdapter:
         done = self.buffers.next.done.copy()
         if done.any():
             for i, info in self._extras("root", self._infos("last_reset_info"), done).items():
-                extras.setdefault(i, {}).update(info)
+                extras.setdefault(i, Extras()).root = info.root
             # A SAME_STEP vector env hands the finished sub-envs' last observations over as
             # they returned them.
             final_obs = getattr(self.env, "last_step_info", {}).get("final_obs")
             if final_obs is not None:
                 for i in np.flatnonzero(done).tolist():
-                    extras.setdefault(i, {})["final_obs"] = final_obs[i]
+                    extras.setdefault(i, Extras()).final_obs = final_obs[i]
         return extras
 
     def _action_td(self) -> TensorDict:
@@ -218,33 +265,40 @@ class CommandAdapter:
             for i in np.flatnonzero(rows).tolist():
                 objects[i] = values[i]
 
-    def request(self, name: str, indices, *args: Any, values=None) -> list:
+    def request(
+        self, name: str, indices: Sequence[int] | None = None, /, *, timeout=None, **kwargs: Any
+    ) -> list:
         """Calls and attribute writes go to a wrapped gymnasium vector env, whose sub-envs
         they reach (``GymVectorEnvWrapper``); other envs have no sub-envs to reach."""
+        self.request_send(name, indices, **kwargs)
+        return self.request_recv(timeout)
+
+    def request_send(
+        self, name: str, indices: Sequence[int] | None = None, /, **kwargs: Any
+    ) -> None:
+        self._check_idle()
         vector_env = self.vector_env
-        if vector_env is not None and indices is None and name in ("call", "set_attr"):
-            if name == "call":
-                method, args_, kwargs = args[:3]
-                return list(vector_env.call(method, *args_, **kwargs))
-            vector_env.set_attr(args[0], list(values))
-            return [None] * self.num_envs
-        raise NotImplementedError(
-            f"{type(self.env).__name__} has no sub-envs to call methods on ({name!r})"
-        )
+        if vector_env is None or indices is not None or name not in ("call", "set_attr"):
+            raise NotImplementedError(
+                f"{type(self.env).__name__} has no sub-envs to call methods on ({name!r})"
+            )
+        self._request = (vector_env, name, kwargs)
+
+    def request_recv(self, timeout: float | None = None) -> list:
+        if self._request is None:
+            raise RuntimeError("no request in flight: call request_send() first")
+        (vector_env, name, kwargs), self._request = self._request, None
+        if name == "call":
+            args, call_kwargs = kwargs.get("args", ()), kwargs.get("kwargs") or {}
+            return list(vector_env.call(kwargs["name"], *args, **call_kwargs))
+        vector_env.set_attr(kwargs["name"], list(kwargs["values"]))
+        return [None] * self.num_envs
 
     @property
     def vector_env(self) -> gym.vector.VectorEnv | None:
         """The gymnasium vector env the batched env wraps, if it wraps one."""
         vector_env = getattr(self.env, "vector_env", None)
         return vector_env if isinstance(vector_env, gym.vector.VectorEnv) else None
-
-    @property
-    def single_spaces(self) -> tuple[Any, Any] | None:
-        """A wrapped vector env's own single spaces (the face then has the same ones)."""
-        vector_env = self.vector_env
-        if vector_env is None:
-            return None
-        return vector_env.single_observation_space, vector_env.single_action_space
 
     def close(self) -> None:
         self.env.close()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import sys
 import tempfile
 from dataclasses import dataclass
 from multiprocessing.sharedctypes import RawArray
@@ -24,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gymvec.envs.infos import InfoField
-from gymvec.envs.structure import OBJECT
+from gymvec.common.fastpath import reference_count
+from gymvec.common.infos import InfoField
+from gymvec.common.structure import OBJECT, LeafSpec
 
 if TYPE_CHECKING:  # torch-free at run time: worker processes import this module
     from tensordict import TensorDict
@@ -49,9 +49,6 @@ class Field:
 
     def nbytes(self, num_envs: int) -> int:
         return int(num_envs * np.prod(self.shape, dtype=np.int64) * self.dtype.itemsize)
-
-
-LeafSpec = tuple[tuple[str, ...], tuple[int, ...], np.dtype]  # (key, shape, dtype)
 
 
 class BufferLayout:
@@ -268,7 +265,7 @@ class Buffers:
         return 0
 
     def _lane_refs(self) -> list[int]:
-        return [sys.getrefcount(array) for array in self._handed_out]
+        return [reference_count(array) for array in self._handed_out]
 
     def tensordict(self) -> TensorDict:
         """Torch views of the buffers as a TensorDict (root, ``"next"`` and ``"action"``).

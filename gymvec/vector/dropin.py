@@ -27,18 +27,17 @@ from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces
 
-from gymvec.batched.parallel import ParallelEnv, usable_cores
-from gymvec.batched.serial import SerialEnv
-from gymvec.envs.structure import observation_leaves, refuse_object_leaves, space_leaves
+from gymvec.common.structure import observation_leaves, refuse_object_leaves, space_leaves
+from gymvec.engine.engine import BatchEngine, process_backend, serial_backend
+from gymvec.engine.factories import SubEnvFactories
+from gymvec.engine.processes import ProcessOptions, check_start_method, usable_cores
 from gymvec.errors import SpaceMismatchError
-from gymvec.facade.vector_env import GymnasiumVectorEnv
+from gymvec.vector.vector_env import GymnasiumVectorEnv
 
 
 def _apply_observation_mode(face: GymnasiumVectorEnv, mode: str | tuple, cls_name: str) -> None:
     """gymnasium's ``observation_mode``: "same", "different", or (batched, single) spaces."""
-    from gymvec.facade.vector_env import sub_env_spaces
-
-    obs_spaces, action_spaces = sub_env_spaces(face.env)
+    obs_spaces, action_spaces = face.engine.sub_env_spaces()
     if isinstance(mode, tuple) and len(mode) == 2:
         if not isinstance(mode[0], Space) or not isinstance(mode[1], Space):
             raise TypeError(
@@ -93,7 +92,7 @@ def _space_mismatch(cls_name: str, mode: str | tuple, kind: str, detail: str) ->
     return SpaceMismatchError(text, kind=kind)
 
 
-def _batched_env(cls_name: str, mode: str | tuple, make: Callable[[], Any]) -> Any:
+def _engine(cls_name: str, mode: str | tuple, make: Callable[[], BatchEngine]) -> BatchEngine:
     """``make()``, its space mismatches told as gymnasium tells them."""
     try:
         return make()
@@ -103,13 +102,11 @@ def _batched_env(cls_name: str, mode: str | tuple, make: Callable[[], Any]) -> A
         raise _space_mismatch(cls_name, mode, exc.kind, str(exc)) from None
 
 
-def _refuse_unshareable(env: Any) -> None:
+def _refuse_unshareable(engine: BatchEngine) -> None:
     """``shared_memory=True`` refuses the spaces gymnasium's ``AsyncVectorEnv`` cannot share
     (Graph, Sequence, custom spaces), as it does; their values travel pickled otherwise."""
-    from gymvec.facade.vector_env import sub_env_spaces
-
     where = "Use shared_memory=False: the sub-envs' values of such spaces then travel pickled"
-    obs_spaces, action_spaces = sub_env_spaces(env)
+    obs_spaces, action_spaces = engine.sub_env_spaces()
     for space in obs_spaces:
         refuse_object_leaves(space, observation_leaves(space), where, allowed=(Text, OneOf))
     for space in action_spaces:
@@ -125,7 +122,8 @@ def _check_env_fns(env_fns: Sequence[Callable[[], gym.Env]]) -> list:
 
 
 class SerialVectorEnv(GymnasiumVectorEnv):
-    """gymnasium's ``SyncVectorEnv``, on gymvec's ``SerialEnv``.
+    """gymnasium's ``SyncVectorEnv``, on gymvec's engine with its sub-envs in this process
+    (as ``SerialEnv``).
 
     Args:
         env_fns: callables that each build one gymnasium env.
@@ -146,22 +144,21 @@ class SerialVectorEnv(GymnasiumVectorEnv):
     ):
         self.env_fns = _check_env_fns(env_fns)
         self.observation_mode = observation_mode
-        env = _batched_env(
-            "SerialVectorEnv",
-            observation_mode,
-            lambda: SerialEnv(1, self.env_fns, envs_per_worker=len(self.env_fns)),
+        factories = SubEnvFactories(1, self.env_fns, None, len(self.env_fns))
+        engine = _engine(
+            "SerialVectorEnv", observation_mode, lambda: BatchEngine(factories, serial_backend())
         )
         try:
-            super().__init__(env, autoreset_mode=autoreset_mode, output=output, copy=copy)
+            super().__init__(engine, autoreset_mode=autoreset_mode, output=output, copy=copy)
             _apply_observation_mode(self, observation_mode, "SerialVectorEnv")
         except BaseException:
-            env.close()
+            engine.close()
             raise
 
     @property
     def envs(self) -> list[gym.Env]:
         """The sub-envs, as ``SyncVectorEnv.envs``."""
-        return [env for group in self.env.executor.groups for env in group.envs]
+        return self.engine.local_envs()
 
 
 class AsyncState(enum.Enum):
@@ -171,8 +168,16 @@ class AsyncState(enum.Enum):
     WAITING_CALL = "call"
 
 
+_STATES = {
+    "reset": AsyncState.WAITING_RESET,
+    "step": AsyncState.WAITING_STEP,
+    "request": AsyncState.WAITING_CALL,
+}
+
+
 class ParallelVectorEnv(GymnasiumVectorEnv):
-    """gymnasium's ``AsyncVectorEnv``, on gymvec's ``ParallelEnv``.
+    """gymnasium's ``AsyncVectorEnv``, on gymvec's engine with its sub-envs in worker
+    processes (as ``ParallelEnv``).
 
     Sub-envs are spread over ``num_workers`` processes (default: one per usable core, at most
     one per sub-env) as evenly as they go, several per process; data goes
@@ -184,8 +189,10 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         refuses Graph, Sequence and custom spaces as gymnasium does, False lets their values
         travel pickled beside the shared arrays), copy,
         context (start method, default: multiprocessing's), daemon, worker (not supported:
-        must be None), observation_mode, autoreset_mode, max_concurrency (accepted; every
-        worker steps its sub-envs concurrently).
+        must be None), observation_mode, autoreset_mode, max_concurrency (at most this many
+        sub-envs run a reset or step at once: each worker process, and this process's share,
+        runs its sub-envs one after the other, so at most this many of them run a command at
+        once).
     Args (gymvec's): num_workers, local_worker (step one share of the sub-envs in this
         process: None picks by the number of cores), output ("numpy" or "torch").
     """
@@ -228,29 +235,36 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
             )
         if local_worker is None:
             local_worker = default_local_worker(num_workers)
-        env = _batched_env(
+        options = ProcessOptions(
+            start_method=check_start_method(context or multiprocessing.get_start_method()),
+            daemon=daemon,
+            local_worker=local_worker,
+            max_concurrency=max_concurrency,
+        )
+        factories = SubEnvFactories(num_workers, self.env_fns, None, spread(n, num_workers))
+        engine = _engine(
             "ParallelVectorEnv",
             observation_mode,
-            lambda: ParallelEnv(
-                num_workers,
-                self.env_fns,
-                envs_per_worker=spread(n, num_workers),
-                mp_start_method=context or multiprocessing.get_start_method(),
-                daemon=daemon,
-                local_worker=local_worker,
-            ),
+            lambda: BatchEngine(factories, process_backend(options)),
         )
         try:
             if shared_memory:
-                _refuse_unshareable(env)
-            super().__init__(env, autoreset_mode=autoreset_mode, output=output, copy=copy)
+                _refuse_unshareable(engine)
+            super().__init__(engine, autoreset_mode=autoreset_mode, output=output, copy=copy)
             _apply_observation_mode(self, observation_mode, "ParallelVectorEnv")
         except BaseException:
-            env.close()
+            engine.close()
             raise
-        self._state = AsyncState.DEFAULT
 
     # ---- the async state machine --------------------------------------------------------------
+    @property
+    def _state(self) -> AsyncState:
+        """gymnasium's name for the call in flight, read off the engine's."""
+        engine = self.engine
+        if engine.in_flight is None or engine.interrupted:
+            return AsyncState.DEFAULT
+        return _STATES[engine.in_flight]
+
     def _begin(self, call: str) -> None:
         self._check_running()
         if self._state != AsyncState.DEFAULT:
@@ -267,16 +281,12 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
                 f"Calling `{call}_wait` without any prior call to `{call}_async`.", state.value
             )
         try:
-            extras = self.recv(timeout)
+            return self.recv(timeout)
         except TimeoutError:
+            # Still in flight: a later wait resumes it (gymnasium gives the call up instead).
             raise multiprocessing.TimeoutError(
                 f"The call to `{call}_wait` has timed out after {timeout} second(s)."
             ) from None
-        finally:
-            # Over, or interrupted (Ctrl-C): the next call then ends it (see BatchedEnvBase.recv)
-            if not self.env._in_flight or self.env._interrupted:
-                self._state = AsyncState.DEFAULT
-        return extras
 
     def _check_running(self) -> None:
         if self.closed:
@@ -289,7 +299,6 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
     ) -> None:
         self._begin("reset_async")
         self.reset_send(seed=seed, options=options)
-        self._state = AsyncState.WAITING_RESET
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict]:
         return self.finish(self._wait("reset", AsyncState.WAITING_RESET, timeout))
@@ -303,7 +312,6 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
     def step_async(self, actions: Any) -> None:
         self._begin("step_async")
         self.step_send(actions)
-        self._state = AsyncState.WAITING_STEP
 
     def step_wait(self, timeout: float | None = None) -> tuple[Any, Any, Any, Any, dict]:
         return self.finish(self._wait("step", AsyncState.WAITING_STEP, timeout))
@@ -314,8 +322,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
 
     def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
         self._begin("call_async")
-        self._call = (name, args, kwargs)
-        self._state = AsyncState.WAITING_CALL
+        self.engine.request_send("call", name=name, args=args, kwargs=kwargs, gym_env=True)
 
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         self._check_running()
@@ -324,9 +331,14 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
                 "Calling `call_wait` without any prior call to `call_async`.",
                 AsyncState.WAITING_CALL.value,
             )
-        self._state = AsyncState.DEFAULT
-        name, args, kwargs = self._call
-        return super().call(name, *args, **kwargs)
+        try:
+            return tuple(self.engine.request_recv(timeout))
+        except TimeoutError:
+            # gymnasium gives the call up: its answers are read and dropped by the next call
+            self.engine.abandon()
+            raise multiprocessing.TimeoutError(
+                f"The call to `call_wait` has timed out after {timeout} second(s)."
+            ) from None
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         self.call_async(name, *args, **kwargs)
@@ -348,13 +360,15 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
                 f"Calling `close` while waiting for a pending call to `{self._state.value}` to "
                 "complete."
             )
-            if not terminate and self.env._in_flight:
+            if not terminate:
                 try:  # let the call in flight finish, as AsyncVectorEnv does
-                    self.env.recv(timeout)
+                    if self.engine.in_flight == "request":
+                        self.engine.request_recv(timeout)
+                    else:
+                        self.engine.recv(timeout)
                 except Exception:
                     pass
-        self._state = AsyncState.DEFAULT
-        self.env.close()
+        self.engine.close()
 
 
 def default_num_workers(num_envs: int) -> int:

@@ -25,6 +25,8 @@ RESERVED_KEYS = ("action", "reward", "done", "terminated", "truncated", "next", 
 
 
 OBJECT = np.dtype(object)  # the dtype of an object leaf
+
+LeafSpec = tuple[tuple[str, ...], tuple[int, ...], np.dtype]  # (key, shape, dtype) of a leaf
 ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 
 
@@ -63,6 +65,11 @@ def space_leaves(space: spaces.Space, key: tuple[str, ...], path: tuple = ()) ->
     if is_object_space(space):
         return [Leaf(key, path, (), OBJECT)]
     return [Leaf(key, path, tuple(space.shape), np.dtype(space.dtype))]
+
+
+def leaf_specs(leaves: list[Leaf]) -> list[LeafSpec]:
+    """(key, shape, dtype) of each leaf: what the buffers lay out."""
+    return [(leaf.key, leaf.shape, leaf.dtype) for leaf in leaves]
 
 
 def refuse_object_leaves(space: spaces.Space, leaves: list[Leaf], where: str, allowed=()) -> None:

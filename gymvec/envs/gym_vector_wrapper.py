@@ -13,9 +13,9 @@ from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from tensordict import TensorDict, TensorDictBase
 
+from gymvec.common.infos import InfoField, declared_fields
+from gymvec.common.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.envs.base import DONE_KEYS, EnvBase, copy_object_rows, copy_rows, make_reward_spec
-from gymvec.envs.infos import InfoField, declared_fields
-from gymvec.envs.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.spaces import spec_from_space
 from gymvec.specs import (
     Composite,

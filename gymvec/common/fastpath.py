@@ -1,0 +1,76 @@
+"""The speed tricks that lean on implementation details of CPython or tensordict, in one home.
+
+Each trick has a fallback that is always correct, taken when the detail it relies on is
+missing; ``tests/test_fastpath.py`` checks every assumption directly, so that a new CPython,
+numpy, torch or tensordict that breaks one fails loudly there instead of slowing gymvec down
+(or worse) in silence. This module imports neither torch nor tensordict: the tensordict tricks
+bind to tensordict the first time they run.
+
+* :func:`reference_count`: observation lanes (see ``engine.buffers.BufferLayout``) are handed
+  out without a copy and taken back once nobody refers to the handed-out array. Every numpy
+  view of that array, and every ``torch.from_numpy`` of it, holds a reference to it, so
+  ``sys.getrefcount`` tells whether anybody still does.
+* :func:`tensordict_unchecked`: ``TensorDict._new_unsafe`` builds a TensorDict without
+  checking each entry's batch size and device (the caller made them right): a few
+  microseconds a step on small batches.
+* :func:`set_unchecked`: ``td._set_str(key, value, validated=True)`` sets an entry the caller
+  knows to fit, without ``set``'s checks.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+# CPython counts references; other implementations (PyPy) have no meaningful count, and the
+# lanes then are never reused (every call copies, as without lanes).
+HAS_REFERENCE_COUNTS = sys.implementation.name == "cpython" and hasattr(sys, "getrefcount")
+
+
+def reference_count(obj: Any) -> int:
+    """How many references ``obj`` has (CPython), or a large number where that is unknown
+    (then no lane ever looks free)."""
+    if HAS_REFERENCE_COUNTS:
+        return sys.getrefcount(obj)
+    return sys.maxsize
+
+
+_new_unsafe: Any = None  # TensorDict._new_unsafe or the checked constructor, bound on first use
+_plain_tensordict: Any = None  # the TensorDict class where _set_str can be used, else False
+
+
+def tensordict_unchecked(entries: dict, batch_size: Any, device: Any) -> Any:
+    """``TensorDict(entries, batch_size, device)`` without per-entry checks: every value must
+    already be a tensor (or TensorDict) on ``device`` whose leading dims are ``batch_size``."""
+    if _new_unsafe is None:
+        _bind_tensordict()
+    return _new_unsafe(entries, batch_size=batch_size, device=device)
+
+
+def set_unchecked(td: Any, key: str, value: Any) -> None:
+    """``td.set(key, value)`` for a value the caller checked fits ``td`` (same batch size and
+    device), skipping ``set``'s checks where tensordict allows it (plain TensorDicts)."""
+    if _plain_tensordict is None:
+        _bind_tensordict()
+    if type(td) is _plain_tensordict:
+        td._set_str(key, value, inplace=False, validated=True)
+    else:
+        td.set(key, value)
+
+
+def _bind_tensordict() -> None:
+    import inspect
+
+    from tensordict import TensorDict
+
+    global _new_unsafe, _plain_tensordict
+    fast = getattr(TensorDict, "_new_unsafe", None)
+    _new_unsafe = fast if callable(fast) else TensorDict
+    _plain_tensordict = False
+    method = getattr(TensorDict, "_set_str", None)
+    try:
+        parameters = inspect.signature(method).parameters if callable(method) else {}
+    except (TypeError, ValueError):
+        parameters = {}
+    if {"key", "value", "inplace", "validated"} <= set(parameters):
+        _plain_tensordict = TensorDict

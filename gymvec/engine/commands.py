@@ -1,0 +1,116 @@
+"""The command protocol between the engine and the sub-envs' drivers, in one place.
+
+A command is one byte per sub-env (a :class:`Mode` combination) plus a seed per sub-env and
+the observation lane, all in the shared control block. The engine (``engine.py``) turns its
+verbs into these bytes; the drivers (``drivers.py``) carry them out. Nothing else reads or
+writes them.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gymvec.engine.buffers import as_buffer
+
+
+class Mode(enum.IntFlag):
+    """What a sub-env does in one command (combinable)."""
+
+    STEP = 1  # step with the action in the buffers; the transition goes to "next"
+    RESET = 2  # reset; the result goes to the root (or to "next" with RESET_INTO_NEXT)
+    AUTORESET = 4  # with STEP: if the sub-env finished, reset it into the root
+    SYNC_ROOT = 8  # root <- next for a sub-env that was not reset into the root
+    RESET_INTO_NEXT = 16  # resets write "next": reset obs and info, reward 0, flags False
+    SEED = 32  # RESET uses the seed in the control block
+    KEEP_FINAL_OBS = 64  # with AUTORESET: a finished sub-env's last observation, as it returned
+    # it, goes back with the answer (gymnasium's SAME_STEP hands that object out)
+
+
+# Plain ints for the hot loops: IntFlag arithmetic costs microseconds per operation.
+STEP, RESET, AUTORESET = int(Mode.STEP), int(Mode.RESET), int(Mode.AUTORESET)
+SYNC_ROOT, RESET_INTO_NEXT, SEED = int(Mode.SYNC_ROOT), int(Mode.RESET_INTO_NEXT), int(Mode.SEED)
+KEEP_FINAL_OBS = int(Mode.KEEP_FINAL_OBS)
+RESET_NEXT = RESET | RESET_INTO_NEXT
+
+# The modes of a command whose observations go to an observation lane: each writes its
+# sub-env's "next" observation (so the lane holds the whole batch after it), and nothing
+# reads "next" on the way (a SYNC_ROOT would copy from "next"'s own buffer).
+LANE_MODES = frozenset((STEP, STEP | AUTORESET, STEP | AUTORESET | KEEP_FINAL_OBS, RESET_NEXT))
+
+# NEXT_STEP's modes from the bytes of the finished flags: False -> step, True -> reset
+STEP_OR_RESET_NEXT = bytes([STEP, RESET_NEXT]) + bytes(254)
+
+
+class Autoreset(enum.Enum):
+    """What a step does with the sub-envs whose episode ended (see ``BatchEngine.step_send``).
+
+    NONE: nothing; they stay finished until a reset (gymnasium's DISABLED, ``EnvBase.step``).
+    NEXT_STEP: a sub-env that finished at its previous step is reset instead of stepped; the
+        reset is this step's result in "next" (reward 0, flags False), as gymnasium's
+        NEXT_STEP autoreset reports it.
+    SAME_STEP: a sub-env that finishes is reset in the same step, into the root; "next" keeps
+        its transition (gymnasium's SAME_STEP, ``EnvBase.step_and_maybe_reset``).
+    """
+
+    NONE = "none"
+    NEXT_STEP = "next_step"
+    SAME_STEP = "same_step"
+
+
+class Control:
+    """A command's arguments in shared memory: per sub-env a ``mode`` (uint8) and a ``seed``
+    (int64), and the observation ``lane`` (int64, see ``BufferLayout``) that "next"'s
+    observations go to."""
+
+    def __init__(self, num_envs: int, memory: Any):
+        flat = np.frombuffer(as_buffer(memory), dtype=np.uint8, count=Control.nbytes(num_envs))
+        self.lane = flat[:8].view(np.int64)
+        self.seed = flat[8 : 8 + 8 * num_envs].view(np.int64)
+        self.mode = flat[8 + 8 * num_envs : 8 + 9 * num_envs]
+
+    @staticmethod
+    def nbytes(num_envs: int) -> int:
+        return 8 + 9 * num_envs
+
+
+class _Nothing:
+    """The value of a field that holds nothing (None can be a sub-env's observation)."""
+
+    def __repr__(self) -> str:
+        return "NOTHING"
+
+    def __reduce__(self) -> str:
+        return "NOTHING"  # the module's one instance, also after pickling
+
+
+NOTHING: Any = _Nothing()
+
+
+@dataclass(slots=True)
+class Extras:
+    """What one sub-env reported in one command beside the buffers.
+
+    ``root``/``next``: the entries of the info it returned that have no buffer field (see
+    ``common.infos``), for the info of a reset into the root and for the info of a step (or
+    of a reset into "next"). ``final_obs``: with KEEP_FINAL_OBS, the last observation of a
+    sub-env the step reset, as the sub-env returned it. ``objects``: the values of object
+    observation leaves (see ``BufferLayout``) that a worker process sends back,
+    ``(root values, next values)``; the engine stores them and clears the field.
+    """
+
+    root: dict | None = None
+    next: dict | None = None
+    final_obs: Any = NOTHING
+    objects: tuple | None = None
+
+    def is_empty(self) -> bool:
+        return (
+            self.root is None
+            and self.next is None
+            and self.final_obs is NOTHING
+            and self.objects is None
+        )

@@ -1,0 +1,554 @@
+"""Carrying out commands on sub-envs against rows of the buffers.
+
+This is the one place where the mode bytes of a command (see ``commands.py``) are read: the
+same code runs in the calling process (``SerialEnv``, and a ``ParallelEnv``'s own share) and
+in every worker process.
+
+A driver runs one sub-env: :class:`GymDriver` calls a gymnasium env directly,
+:class:`TensorDictDriver` goes through a gymvec ``EnvBase``'s tensordict API. A
+:class:`CommandRunner` carries out one command for a group of drivers, in phases: step the
+sub-envs that step, reset into the root those that finished under AUTORESET, run the resets,
+bring the root up to date where SYNC_ROOT asks. :class:`BatchStep` is the same runner for
+gymnasium sub-envs with one array observation and action: their steps go in one pass and
+land with one vectorised write per field, and the two hottest commands skip the phases.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from gymvec.common.arrays import any_set
+from gymvec.common.infos import InfoField
+from gymvec.common.structure import (
+    brief,
+    build_value,
+    get_leaf,
+    leaf_name,
+    missing_entry_error,
+    observation_leaves,
+    space_leaves,
+)
+from gymvec.engine.buffers import Buffers, Slot
+from gymvec.engine.commands import (
+    AUTORESET,
+    KEEP_FINAL_OBS,
+    NOTHING,
+    RESET,
+    RESET_INTO_NEXT,
+    RESET_NEXT,
+    SEED,
+    STEP,
+    SYNC_ROOT,
+    Extras,
+)
+from gymvec.errors import SpaceMismatchError, UnsupportedSpaceError
+
+# Worker processes import this module: torch and tensordict are imported only when a sub-env
+# needs them (a gymvec EnvBase sub-env has already imported them by being built).
+
+
+def _row_store(slot: Slot, leaf: Any) -> Any:
+    return slot.objects[leaf.key] if leaf.is_object else slot.obs[leaf.key]
+
+
+class GymDriver:
+    """Runs one gymnasium sub-env on row ``index`` of the buffers, calling it directly."""
+
+    def __init__(self, gym_env: gym.Env, index: int, buffers: Buffers):
+        self.gym = gym_env
+        self.index = index
+        self.root, self.next = buffers.root, buffers.next
+        layout = buffers.layout
+        obs_leaves = observation_leaves(gym_env.observation_space)
+        keys = [leaf.key for leaf in obs_leaves]
+        batch_keys = layout.obs_keys + layout.object_obs_keys
+        if not set(keys) <= set(batch_keys):  # a multi-task batch holds several tasks' keys
+            raise SpaceMismatchError(
+                f"sub-env {index}: observation keys {keys} are not in the batch's {batch_keys}",
+                kind="observation",
+            )
+        self.obs_paths = [leaf.path for leaf in obs_leaves]
+        self.obs_keys = keys
+        # per leaf, its array in the buffers, or (object leaves) its list of this process
+        self.root_obs = [_row_store(buffers.root, leaf) for leaf in obs_leaves]
+        self.next_obs = [_row_store(buffers.next, leaf) for leaf in obs_leaves]
+        # each array leaf's shape (None: an object leaf, which takes anything)
+        self.obs_shapes = [
+            store.shape[1:] if isinstance(store, np.ndarray) else None for store in self.next_obs
+        ]
+        self.plain_obs = len(self.obs_paths) == 1 and self.obs_paths[0] == ()
+        self.action_space = gym_env.action_space
+        self.action_leaves = space_leaves(gym_env.action_space, ("action",))
+        self.action_arrays = [
+            buffers.action_objects[leaf.key] if leaf.is_object else buffers.action[leaf.key]
+            for leaf in self.action_leaves
+        ]
+        self.wide_actions = [buffers.wide_action.get(leaf.key) for leaf in self.action_leaves]
+        self.discrete_action = isinstance(self.action_space, spaces.Discrete)
+        self.fields: dict[str, InfoField] = layout.info_fields
+        self.field_index = {name: k for k, name in enumerate(self.fields)}
+        self.extras: Extras | None = None  # what the current command reported beside the buffers
+        self.next_value: Any = None  # the observation of the last reset into "next"
+        self.step_value: Any = None  # the observation of the last step
+
+    def read_action(self) -> Any:
+        i = self.index
+        if self.discrete_action:
+            return self.action_arrays[0][i]  # a numpy scalar, as SyncVectorEnv passes
+        arrays = [
+            array[i]
+            if leaf.is_object
+            else np.array(wide[0][i] if wide is not None and wide[1][i] else array[i])
+            for leaf, array, wide in zip(self.action_leaves, self.action_arrays, self.wide_actions)
+        ]
+        return build_value(self.action_space, self.action_leaves, arrays)
+
+    def step(self) -> bool:
+        i, slot = self.index, self.next
+        obs, reward, terminated, truncated, info = self.gym.step(self.read_action())
+        self.step_value = obs
+        self._write_obs(self.next_obs, obs)
+        try:
+            done = bool(terminated or truncated)
+            slot.reward[i] = reward
+            slot.terminated[i] = terminated
+            slot.truncated[i] = truncated
+        except (ValueError, TypeError) as exc:
+            raise transition_error([i], [reward], [terminated], [truncated]) from exc
+        slot.done[i] = done
+        if info or self.fields:
+            self._write_info(slot, info)
+        return done
+
+    def reset(self, slot: Slot, seed: int | None, options: dict | None) -> None:
+        i = self.index
+        obs, info = self.gym.reset(seed=seed, options=options)
+        if slot is self.next:
+            self.next_value = obs
+        self._write_obs(self.next_obs if slot is self.next else self.root_obs, obs)
+        if slot.reward is not None:
+            slot.reward[i] = 0.0
+        slot.terminated[i] = slot.truncated[i] = slot.done[i] = False
+        self._write_info(slot, info)
+
+    def _write_obs(self, arrays: list[np.ndarray], obs: Any) -> None:
+        # Shapes must match exactly, as SyncVectorEnv's np.stack wants (no broadcasting).
+        try:
+            if self.plain_obs:
+                shape = self.obs_shapes[0]
+                if shape is not None and np.shape(obs) != shape:
+                    raise ValueError
+                arrays[0][self.index] = obs
+            else:
+                for array, path, shape in zip(arrays, self.obs_paths, self.obs_shapes):
+                    value = get_leaf(obs, path)
+                    if shape is not None and np.shape(value) != shape:
+                        raise ValueError
+                    array[self.index] = value
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            raise self.observation_error(obs) from exc
+
+    def observation_error(self, obs: Any) -> ValueError:
+        """The error for an observation of this sub-env that does not fit its buffer rows:
+        it names the sub-env, the key, the shape and dtype expected and those given."""
+        who = f"sub-env {self.index}"
+        for key, path, shape, store in zip(
+            self.obs_keys, self.obs_paths, self.obs_shapes, self.next_obs
+        ):
+            if shape is None:
+                continue
+            try:
+                value = np.asarray(get_leaf(obs, path))
+            except (KeyError, IndexError, TypeError):
+                return missing_entry_error(who, key, obs)
+            except ValueError:  # ragged nested sequences
+                return ValueError(f"{who} returned observation {leaf_name(key)!r} as {brief(obs)}")
+            if value.shape != shape or not np.can_cast(value.dtype, store.dtype, "unsafe"):
+                return ValueError(
+                    f"{who} returned observation {leaf_name(key)!r} of shape {value.shape} and "
+                    f"dtype {value.dtype}; its observation space has shape {shape} and dtype "
+                    f"{store.dtype}"
+                )
+        return ValueError(f"{who} returned an observation its space cannot hold: {brief(obs)}")
+
+    def _write_info(self, slot: Slot, info: dict) -> None:
+        if not self.fields:
+            if info:
+                self._add_extras(slot, dict(info))
+            return
+        i = self.index
+        present = slot.info_present[i]
+        present[:] = False
+        extras = {}
+        for name, value in info.items():
+            field = self.fields.get(name)
+            if field is not None and field.accepts(value):
+                slot.info[name][i] = value
+                present[self.field_index[name]] = True
+            else:
+                extras[name] = value
+        if extras:
+            self._add_extras(slot, extras)
+
+    def _add_extras(self, slot: Slot, entries: dict) -> None:
+        if self.extras is None:
+            self.extras = Extras()
+        if slot is self.next:
+            self.extras.next = entries
+        else:
+            self.extras.root = entries
+
+
+class TensorDictDriver:
+    """Runs any EnvBase sub-env (batch size ``()``) through its tensordict API.
+
+    Slower than :class:`GymDriver` (a TensorDict per call), but works for every EnvBase.
+    """
+
+    def __init__(self, env: Any, index: int, buffers: Buffers):
+        if tuple(env.batch_size) != ():
+            raise ValueError(f"sub-envs must have batch_size (), got {tuple(env.batch_size)}")
+        layout = buffers.layout
+        if layout.object_obs_keys or layout.object_action_keys:
+            raise UnsupportedSpaceError(
+                f"sub-env {index}: keys {layout.object_obs_keys + layout.object_action_keys} "
+                "hold Python objects (NonTensor specs), which batches carry for gymnasium "
+                "sub-envs and GymEnv only"
+            )
+        self.env = env
+        self.index = index
+        self.root, self.next = buffers.root, buffers.next
+        self.td = buffers.tensordict()[index]
+        self.action_keys = [("action", *key[1:]) for key in buffers.layout.action_keys]
+        # float64 actions from the gymnasium face, cast into the leaf's own buffer before use
+        self.wide_actions = [
+            (buffers.action[key], *wide) for key, wide in buffers.wide_action.items()
+        ]
+        self.fields = buffers.layout.info_fields
+        self.extras: Extras | None = None
+        self.next_value: Any = NOTHING  # its observations are in the buffers only
+        self.step_value: Any = NOTHING
+        self._pending_seed: int | None = None
+
+    def step(self) -> bool:
+        from tensordict import TensorDict
+
+        i = self.index
+        for narrow, wide, is_wide in self.wide_actions:
+            if is_wide[i]:
+                narrow[i] = wide[i]
+        action = TensorDict({key: self.td.get(key).clone() for key in self.action_keys})
+        next_td = self.env.step(action).get("next")
+        self._write(self.td.get("next"), next_td, with_reward=True)
+        return bool(next_td.get("done").item())
+
+    def reset(self, slot: Slot, seed: int | None, options: dict | None = None) -> None:
+        if seed is not None:
+            self.env.set_seed(seed)
+        out = self.env.reset()
+        target = self.td.get("next") if slot is self.next else self.td
+        self._write(target, out, with_reward=False)
+        if slot.reward is not None:
+            slot.reward[self.index] = 0.0
+        slot.terminated[self.index] = slot.truncated[self.index] = slot.done[self.index] = False
+
+    def _write(self, target: Any, source: Any, with_reward: bool) -> None:
+        for key in target.keys(include_nested=True, leaves_only=True):
+            if key == "reward" and not with_reward:
+                continue
+            key_tuple = key if isinstance(key, tuple) else (key,)
+            if key_tuple[0] == "action" or key_tuple[0] == "next":
+                continue
+            if key in source.keys(include_nested=True):
+                target.get(key).copy_(source.get(key).reshape(target.get(key).shape))
+
+
+class CommandRunner:
+    """Carries out the mode bytes of one group of drivers (rows ``[start, start + n)``).
+
+    Subclasses say how the stepping sub-envs step (:meth:`step_rows`); everything else about
+    a command happens here, in this order: steps, autoresets of the sub-envs that finished,
+    resets, copies of "next" into the root.
+    """
+
+    def __init__(self, drivers: list[Any], buffers: Buffers, start: int):
+        self.drivers = drivers
+        self.start = start
+        self.root, self.next = buffers.root, buffers.next
+
+    def step_rows(self, stepping: Sequence[int]) -> list[int]:
+        """Step the sub-envs at ``stepping`` (group rows); returns those that finished."""
+        drivers = self.drivers
+        return [k for k in stepping if drivers[k].step()]
+
+    def final_obs(self, k: int) -> Any:
+        """The last observation sub-env ``k`` returned from a step, as it returned it."""
+        return self.drivers[k].step_value
+
+    def run(self, modes: bytes, seeds: np.ndarray, options: dict | None) -> dict[int, Extras]:
+        """Carry out ``modes`` (one byte per row); returns the extras by sub-env index."""
+        n = len(modes)
+        drivers, root, next_ = self.drivers, self.root, self.next
+        uniform = modes[0] if modes.count(modes[0]) == n else None
+        if uniform is None:
+            stepping: Sequence[int] = [k for k, mode in enumerate(modes) if mode & STEP]
+        else:
+            stepping = range(n) if uniform & STEP else ()
+        done_rows = self.step_rows(stepping) if stepping else []
+        rows = slice(self.start, self.start + n)
+        # Every row's root follows "next" but those an autoreset overwrites just below
+        # (SAME_STEP's step): one copy of the whole range costs less than an indexed one.
+        synced = uniform is not None and uniform & SYNC_ROOT and not uniform & RESET
+        if synced:
+            root.copy_rows(next_, rows)
+        root_written = [False] * n
+        for k in done_rows:
+            if modes[k] & AUTORESET:
+                if modes[k] & KEEP_FINAL_OBS:
+                    final = self.final_obs(k)
+                    if final is not NOTHING:
+                        driver = drivers[k]
+                        if driver.extras is None:
+                            driver.extras = Extras()
+                        driver.extras.final_obs = final
+                drivers[k].reset(root, None, None)
+                root_written[k] = True
+        if uniform is None or uniform & RESET:
+            for k, mode in enumerate(modes):
+                if mode & RESET:
+                    into_next = mode & RESET_INTO_NEXT
+                    seed = int(seeds[k]) if mode & SEED else None
+                    drivers[k].reset(next_ if into_next else root, seed, options)
+                    root_written[k] = not into_next
+                    if into_next:
+                        self.reset_into_next(k)
+        if not synced and (uniform is None or uniform & SYNC_ROOT):
+            sync = [k for k, mode in enumerate(modes) if mode & SYNC_ROOT and not root_written[k]]
+            if len(sync) == n:
+                root.copy_rows(next_, rows)
+            elif sync:
+                root.copy_rows(next_, [self.start + k for k in sync])
+        return take_extras(drivers)
+
+    def reset_into_next(self, k: int) -> None:
+        """Sub-env ``k`` was just reset into "next" (a hook for :class:`BatchStep`)."""
+
+
+class BatchStep(CommandRunner):
+    """The command runner of gymnasium sub-envs with one array observation and one array
+    action (the usual case), all writing the same buffers.
+
+    Same results as :class:`CommandRunner` over their drivers, but the steps go in one pass
+    and their results land with one vectorised write per field (a few numpy item writes per
+    sub-env otherwise cost more than a cheap env's own step). Two commands skip the phases:
+    every sub-env steps, or (NEXT_STEP autoreset) some step and the others reset into "next",
+    their reset counting as a transition with reward 0 and flags False.
+    """
+
+    def __init__(self, drivers: list[GymDriver], buffers: Buffers, start: int, stop: int):
+        super().__init__(drivers, buffers, start)
+        self.steps = [driver.gym.step for driver in drivers]
+        self.resets = [driver.gym.reset for driver in drivers]
+        rows = slice(start, stop)
+        action_key = drivers[0].action_leaves[0].key
+        self.narrow_actions = buffers.action[action_key][rows]
+        wide = buffers.wide_action.get(action_key)
+        # float64 actions (see Buffers.write_action): their rows, and this group's first flag
+        self.wide_actions = None if wide is None else (wide[0][rows], wide[1][start : start + 1])
+        self.obs = drivers[0].next_obs[0][rows]
+        slot = buffers.next
+        self.reward, self.done = slot.reward[rows], slot.done[rows]
+        self.terminated, self.truncated = slot.terminated[rows], slot.truncated[rows]
+        self.with_fields = bool(buffers.layout.info_fields)
+        self.wrote_extras = False  # whether the last _write left extras on a driver
+        self.all_step = bytes([STEP]) * (stop - start)  # the mode bytes of a plain step
+        self.step_or_next_reset = bytes([STEP, RESET_NEXT])
+        # Observations of one or more dims land with one np.concatenate into the rows seen as
+        # [n * d0, d1, ...]: a C loop, quicker than assigning the tuple or np.stack (whose
+        # Python-level expand_dims per array costs more than a big copy).
+        self.obs_shape = self.obs.shape[1:]
+        self.obs_shapes = {self.obs_shape}
+        self.concat_out = self.obs.reshape(-1, *self.obs_shape[1:]) if self.obs_shape else None
+        # (obs, concat_out) of this group's rows in each observation lane, lane 0 first
+        self.lanes = [(self.obs, self.concat_out)]
+        # The observations the sub-envs returned last, as they returned them: what lane 0 is
+        # given back after commands into other lanes, whose arrays callers may have changed.
+        self.last_obs: list[Any] = [None] * (stop - start)
+        for lane in buffers.obs_lanes[1:]:
+            obs = lane[rows]
+            self.lanes.append(
+                (obs, obs.reshape(-1, *self.obs_shape[1:]) if self.obs_shape else None)
+            )
+
+    def use_lane(self, lane: int) -> None:
+        """Write the observations of "next" into observation lane ``lane`` from now on; back
+        to lane 0, first write it the observations of the last command."""
+        if lane == 0:
+            obs = self.lanes[0][0]
+            for k, value in enumerate(self.last_obs):
+                obs[k] = value
+        self.obs, self.concat_out = self.lanes[lane]
+
+    def _actions(self) -> np.ndarray:
+        if self.wide_actions is not None and self.wide_actions[1][0]:
+            return self.wide_actions[0]
+        return self.narrow_actions
+
+    def run(self, modes: bytes, seeds: np.ndarray, options: dict | None) -> dict[int, Extras]:
+        if modes == self.all_step:  # the hottest case: nothing but steps
+            actions = self._actions()
+            results = [step(action) for step, action in zip(self.steps, actions)]
+            self._write(results, range(len(modes)))
+            return take_extras(self.drivers) if self.wrote_extras else {}
+        if not modes.translate(None, self.step_or_next_reset):  # only those two modes
+            steps, reset, actions = self.steps, self._reset_as_step, self._actions()
+            results = [
+                steps[k](actions[k]) if mode == STEP else reset(k, options)
+                for k, mode in enumerate(modes)
+            ]
+            self._write(results, range(len(modes)))
+            return take_extras(self.drivers)
+        return super().run(modes, seeds, options)
+
+    def step_rows(self, stepping: Sequence[int]) -> list[int]:
+        steps, actions = self.steps, self._actions()
+        return self._write([steps[k](actions[k]) for k in stepping], stepping)
+
+    def final_obs(self, k: int) -> Any:
+        return self.last_obs[k]
+
+    def reset_into_next(self, k: int) -> None:
+        self.last_obs[k] = self.drivers[k].next_value
+
+    def _reset_as_step(self, k: int, options: dict | None) -> tuple:
+        """Reset sub-env ``k``; its result as the transition that NEXT_STEP reports."""
+        obs, info = self.resets[k](options=options)
+        return obs, 0.0, False, False, info
+
+    def _shaped(self, observations: tuple) -> bool:
+        """Whether every observation is an array of the sub-envs' observation shape."""
+        try:
+            return set(map(_shape_of, observations)) == self.obs_shapes
+        except AttributeError:  # a list, say
+            return False
+
+    def _observation_error(self, observations: tuple, stepping: Sequence[int]) -> ValueError:
+        for k, obs in zip(stepping, observations):
+            try:
+                fits = np.shape(obs) == self.obs_shape
+            except ValueError:  # ragged
+                fits = False
+            if not fits or np.asarray(obs).dtype.kind not in "biuf":
+                return self.drivers[k].observation_error(obs)
+        return self.drivers[stepping[0]].observation_error(observations[0])
+
+    def _write(self, results: list[tuple], stepping: Sequence[int]) -> list[int]:
+        """Write the transitions of the sub-envs at ``stepping`` (a range of all of them, or
+        a list); returns those that finished (group rows), [] when none did.
+
+        An info entry without a field leaves an extras record on its driver (and
+        ``wrote_extras`` True).
+        """
+        everyone = len(stepping) == len(self.steps)
+        rows: Any = slice(None) if everyone else list(stepping)
+        observations, rewards, terminations, truncations, infos = zip(*results)
+        if everyone:
+            self.last_obs = list(observations)
+        else:
+            for k, value in zip(stepping, observations):
+                self.last_obs[k] = value
+        if everyone and self.concat_out is not None and self._shaped(observations):
+            np.concatenate(observations, out=self.concat_out, casting="unsafe")
+        else:  # lists, say, or a shape that is off (no broadcasting, as in SyncVectorEnv)
+            try:
+                if not all(np.shape(obs) == self.obs_shape for obs in observations):
+                    raise ValueError
+                self.obs[rows] = observations
+            except (ValueError, TypeError) as exc:
+                raise self._observation_error(observations, stepping) from exc
+        try:
+            self.reward[rows] = rewards
+            self.terminated[rows] = terminations
+            self.truncated[rows] = truncations
+        except (ValueError, TypeError) as exc:
+            indices = [self.drivers[k].index for k in stepping]
+            raise transition_error(indices, rewards, terminations, truncations) from exc
+        done = self.done
+        if everyone:
+            np.logical_or(self.terminated, self.truncated, out=done)
+        else:
+            done[rows] = self.terminated[rows] | self.truncated[rows]
+        self.wrote_extras = False
+        if self.with_fields or any(infos):
+            for k, info in zip(stepping, infos):
+                driver = self.drivers[k]
+                driver._write_info(driver.next, info)
+                self.wrote_extras = self.wrote_extras or driver.extras is not None
+        return [k for k in stepping if done[k]] if any_set(done) else []
+
+
+_shape_of = operator.attrgetter("shape")
+
+
+def transition_error(
+    indices: Sequence[int], rewards: Sequence, terminations: Sequence, truncations: Sequence
+) -> ValueError:
+    """The error for a step result that is not a scalar reward and two scalar flags, naming
+    the sub-env (of ``indices``, global) and the entry."""
+    entries = (
+        ("reward", rewards, "a number"),
+        ("terminated", terminations, "a bool"),
+        ("truncated", truncations, "a bool"),
+    )
+    for name, values, expected in entries:
+        for index, value in zip(indices, values):
+            try:
+                fits = np.ndim(value) == 0 and np.asarray(value).dtype.kind in "biuf"
+            except ValueError:  # ragged
+                fits = False
+            if not fits:
+                return ValueError(
+                    f"sub-env {index} returned {name} {brief(value)}; expected {expected}"
+                )
+    return ValueError(f"sub-envs {list(indices)} returned step results that cannot be stored")
+
+
+def take_extras(drivers: Sequence[Any]) -> dict[int, Extras]:
+    """The extras the drivers collected in a command, by sub-env index; clears them."""
+    extras = {}
+    for driver in drivers:
+        if driver.extras is not None:
+            extras[driver.index] = driver.extras
+            driver.extras = None
+    return extras
+
+
+def make_driver(env: Any, index: int, buffers: Buffers) -> GymDriver | TensorDictDriver:
+    from gymvec.engine.subenvs import gym_env_of
+
+    gym_env = gym_env_of(env)
+    if gym_env is not None:
+        return GymDriver(gym_env, index, buffers)
+    return TensorDictDriver(env, index, buffers)
+
+
+def command_runner(drivers: list[Any], buffers: Buffers, start: int) -> CommandRunner:
+    """The fastest runner that can carry the commands of ``drivers`` out."""
+    layout = buffers.layout
+    has_objects = bool(layout.object_obs_keys or layout.object_action_keys)
+    plain = (
+        drivers
+        and not has_objects
+        and all(isinstance(d, GymDriver) and d.plain_obs for d in drivers)
+        and all(d.next_obs[0] is drivers[0].next_obs[0] for d in drivers)
+        and not drivers[0].action_leaves[0].path
+    )
+    if plain:
+        return BatchStep(drivers, buffers, start, start + len(drivers))
+    return CommandRunner(drivers, buffers, start)

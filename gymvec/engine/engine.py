@@ -1,0 +1,659 @@
+"""The batch engine: what both front ends drive, in verbs.
+
+A :class:`BatchEngine` owns the buffers (one preallocated block, ``buffers.py``), the control
+block (``commands.py``) and an executor that runs the sub-envs (``executor.py``: in this
+process; ``processes.py``: in worker processes). It speaks in verbs:
+
+* ``step_send(autoreset=..., keep_final_obs=...)`` / ``recv()``: step every sub-env with the
+  actions in ``buffers.action``, handling finished sub-envs by an :class:`Autoreset` policy;
+* ``reset_send(mask, seeds=..., options=..., into="root" | "next")`` / ``recv()``;
+* ``request(name, indices, **kwargs)``: attribute access and method calls on sub-envs.
+
+Results land in the buffers (numpy views, no copy): ``buffers.next`` holds each step's
+transition, ``buffers.root`` each sub-env's current observation once a reset into the root or
+a step with ``current_root`` wrote it. ``recv`` returns what did not fit the buffers (the
+extras) and, where the caller asked to ``handout`` the observations, the array that holds
+them. The engine imports neither torch nor tensordict: the gymnasium face runs on it alone,
+and worker processes import its modules.
+
+Example:
+    >>> import gymnasium as gym
+    >>> import numpy as np
+    >>> from gymvec.engine import Autoreset, BatchEngine, SubEnvFactories, serial_backend
+    >>> engine = BatchEngine(SubEnvFactories(1, lambda: gym.make("CartPole-v1"), None, 3),
+    ...                      serial_backend())
+    >>> _ = engine.reset(seeds=[0, 1, 2], into="next")
+    >>> engine.buffers.action[("action",)][:] = [0, 1, 0]
+    >>> _ = engine.step(Autoreset.NEXT_STEP)
+    >>> engine.buffers.next.reward.tolist()
+    [1.0, 1.0, 1.0]
+    >>> engine.close()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from gymvec.common.arrays import any_set
+from gymvec.common.infos import InfoField
+from gymvec.common.structure import LeafSpec
+from gymvec.engine.buffers import BufferLayout, Buffers, MemmapMemory, private_memory
+from gymvec.engine.commands import (
+    AUTORESET,
+    KEEP_FINAL_OBS,
+    LANE_MODES,
+    RESET,
+    RESET_NEXT,
+    SEED,
+    STEP,
+    STEP_OR_RESET_NEXT,
+    SYNC_ROOT,
+    Autoreset,
+    Control,
+    Extras,
+)
+from gymvec.engine.executor import Blocks, Call, Executor, LocalExecutor, OnLocalDone
+from gymvec.engine.factories import SubEnvFactories
+from gymvec.engine.subenvs import REQUESTS, SubEnvSummary, check_sub_env, summarize
+from gymvec.errors import ClosedEnvError, SpaceMismatchError, WorkerError
+
+OBS_LANES = 3  # observation lanes of a batch of large observations (see BufferLayout)
+_INT64 = np.iinfo(np.int64)
+
+
+class Received(NamedTuple):
+    """What ``BatchEngine.recv`` returns beside the buffers.
+
+    ``kind``: the command it ends, "step" or "reset"; ``mask``: the sub-envs a reset reset
+    (None: all). ``extras``: by sub-env index, what each reported that has no place in the
+    buffers. ``observations``: the handed-out observation lane that holds "next"'s
+    observations (an array nobody else refers to, see ``Buffers.handed_out_lanes``), or None
+    when they are in ``buffers.next`` itself.
+    """
+
+    kind: str
+    mask: np.ndarray | None
+    extras: dict[int, Extras]
+    observations: np.ndarray | None
+
+
+@dataclasses.dataclass
+class Backend:
+    """Where an engine's buffers live and where its sub-envs run.
+
+    ``new_memory(nbytes)`` makes a block; ``start(engine)`` starts the executor;
+    ``release()`` frees what the blocks hold beyond the process (a memmap file).
+    ``collect_on_exit``: stop the executor when the engine is garbage (worker processes).
+    """
+
+    name: str
+    new_memory: Callable[[int], Any]
+    start: Callable[[BatchEngine], Executor]
+    release: Callable[[], None] = lambda: None
+    collect_on_exit: bool = False
+
+
+def serial_backend() -> Backend:
+    """Sub-envs stepped one after the other in this process, in one group."""
+
+    def start(engine: BatchEngine) -> Executor:
+        # One group for all sub-envs: in one process, workers would only add loop overhead.
+        return LocalExecutor.build([engine.factories.all_env_fns()], [0], engine.blocks)
+
+    return Backend("serial", private_memory, start)
+
+
+def process_backend(options: Any, memmap: bool = False) -> Backend:
+    """Sub-envs in worker processes (``options``: a ``ProcessOptions``), buffers in shared
+    memory (or, with ``memmap``, in a temporary file)."""
+    from gymvec.engine.buffers import shared_memory
+    from gymvec.engine.processes import ProcessExecutor
+
+    memmaps: list[MemmapMemory] = []
+
+    def new_memory(nbytes: int) -> Any:
+        if not memmap:
+            return shared_memory(nbytes)
+        memory = MemmapMemory(nbytes)
+        memmaps.append(memory)
+        return memory
+
+    def start(engine: BatchEngine) -> Executor:
+        factories = engine.factories
+        worker_env_fns = [factories.worker_env_fns(w) for w in range(factories.num_workers)]
+        return ProcessExecutor(worker_env_fns, factories.worker_bounds, engine.blocks, options)
+
+    def release() -> None:
+        for memory in memmaps:
+            memory.release()
+
+    backend = Backend("processes", new_memory, start, release, collect_on_exit=True)
+    backend.memmaps = memmaps  # type: ignore[attr-defined]
+    return backend
+
+
+def expand_seeds(seed: int | Sequence[int | None] | None, n: int) -> list[int | None] | None:
+    """gymnasium's convention: an int ``s`` seeds sub-env ``i`` with ``s + i``."""
+    if seed is None:
+        return None
+    if isinstance(seed, int | np.integer):
+        return [int(seed) + i for i in range(n)]
+    seeds = list(seed)
+    if len(seeds) != n:  # gymnasium's own words, which its users (and tests) match
+        raise ValueError(
+            f"If seeds are passed as a list the length must match num_envs={n} "
+            f"but got length={len(seeds)}."
+        )
+    return [None if s is None else int(s) for s in seeds]
+
+
+class BatchEngine:
+    """A batch of sub-envs behind shared buffers, driven by verbs (see the module docstring).
+
+    Args:
+        factories: which factory builds each sub-env, and the workers' rows.
+        backend: where the buffers live and the sub-envs run (``serial_backend()``,
+            ``process_backend(...)``).
+        obs_lanes: spare buffers for large observations that callers may hand out.
+
+    Construction builds the first sub-env (one per task of a multi-task batch) in this
+    process to learn the layout, then closes it; the executor starts on first use, or at once
+    where the sub-envs have factories of their own (their spaces are checked then).
+    """
+
+    def __init__(
+        self, factories: SubEnvFactories, backend: Backend, *, obs_lanes: int = OBS_LANES
+    ) -> None:
+        self.factories = factories
+        self.backend = backend
+        self.num_envs = factories.num_envs
+        self.num_workers = factories.num_workers
+        self.worker_bounds = factories.worker_bounds
+        self._executor: Executor | None = None
+        self._finalizer: Any = None
+        self._call: Call | None = None
+        self._reset_required = False  # an interrupted command left the sub-envs unknown
+        self.closed = False
+        self.multi_task = factories.one_per_worker()
+        probed = self._probe(factories)
+        self._allocate(probed, obs_lanes)
+        try:
+            if factories.single_factory():
+                summaries = [probed[0]] * self.num_envs
+            elif self.multi_task:
+                summaries = probed
+            else:  # one factory per sub-env (the drop-ins): ask the sub-envs themselves
+                summaries = self.executor.summaries()
+            self._check_summaries(summaries)
+        except BaseException:
+            self.close()
+            raise
+        self.summaries: list[SubEnvSummary] = summaries
+        first = summaries[0]
+        self.metadata: dict = first.metadata
+        self.render_mode: str | None = first.render_mode
+        self.finished = np.zeros(self.num_envs, dtype=bool)  # episode over, not reset since
+        self.root_stale = np.zeros(self.num_envs, dtype=bool)  # root older than "next"
+        self._uniform_mode: int | None = None  # the mode every control byte holds, if known
+        self._lane = 0  # the observation lane that holds "next"'s observations now
+
+    # ---- construction -------------------------------------------------------------------------
+    def _probe(self, factories: SubEnvFactories) -> list[SubEnvSummary]:
+        """Summaries of sub-envs built here: the first, or one per task (multi-task), with
+        their info fields; every sub-env gets the summary of its task."""
+        firsts = factories.distinct() if self.multi_task else [0] * self.num_envs
+        probed: dict[int, SubEnvSummary] = {}
+        for first in dict.fromkeys(firsts):
+            env = check_sub_env(factories.sub_env_fn(first)())
+            try:
+                probed[first] = summarize(env, probe_infos=True)
+            finally:
+                env.close()
+        return [probed[first] for first in firsts]
+
+    def _allocate(self, summaries: list[SubEnvSummary], obs_lanes: int) -> None:
+        """Lay the buffers out for the keys of every task."""
+        first = summaries[0]
+        self.info_fields: dict[str, InfoField] = {
+            name: field
+            for name, field in first.info_fields.items()
+            if all(s.info_fields.get(name) == field for s in summaries)
+        }
+        self.layout = BufferLayout(
+            self.num_envs,
+            _union_leaves([s.observation_leaves for s in summaries], "observation_spec"),
+            _union_leaves([s.action_leaves for s in summaries], "action_spec"),
+            self.info_fields,
+            obs_lanes=obs_lanes,
+            wide_actions=True,
+        )
+        memory = self.backend.new_memory(self.layout.nbytes)
+        control_memory = self.backend.new_memory(Control.nbytes(self.num_envs))
+        self.buffers = Buffers(self.layout, memory)
+        self.control = Control(self.num_envs, control_memory)
+        self.blocks = Blocks(self.layout, memory, control_memory, self.buffers, self.control)
+
+    def _check_summaries(self, summaries: list[SubEnvSummary]) -> None:
+        """Sub-envs must agree on their keys, shapes and dtypes, but across the tasks of a
+        multi-task batch (which is then ``heterogeneous``)."""
+        first = summaries[0]
+        self.heterogeneous = False
+        for i, summary in enumerate(summaries):
+            for name, a, b in (
+                ("observation_spec", first.observation_leaves, summary.observation_leaves),
+                ("action_spec", first.action_leaves, summary.action_leaves),
+            ):
+                if a == b:
+                    continue
+                if not self.multi_task:
+                    raise SpaceMismatchError(
+                        f"sub-env {i}: {name} leaves {b} differ from sub-env 0's {a}; a batch "
+                        "needs the same keys, shapes and dtypes",
+                        kind=name.split("_")[0],
+                    )
+                self.heterogeneous = True
+
+    @property
+    def executor(self) -> Executor:
+        """The running executor; the sub-envs are built on first use."""
+        if self.closed:
+            raise ClosedEnvError("the env is closed: create a new one to go on")
+        if self._executor is None:
+            self._executor = self.backend.start(self)
+            if self.backend.collect_on_exit:
+                # Stop the workers (and free a memmap file) even if the user never closes
+                # (before multiprocessing's own exit handler would wait for them forever).
+                self._finalizer = weakref.finalize(
+                    self, _shutdown, self._executor, self.backend.release, os.getpid()
+                )
+        return self._executor
+
+    def local_envs(self) -> list[Any]:
+        """The sub-envs that live in this process (all of them for the serial backend)."""
+        return self.executor.local_envs()
+
+    def sub_env_spaces(self) -> tuple[list[Any], list[Any]]:
+        """The gymnasium observation and action space of each sub-env (from their specs
+        where they are gymvec ``EnvBase`` sub-envs without spaces)."""
+        spaces_of: dict[int, tuple] = {}  # per distinct summary
+        for summary in self.summaries:
+            if id(summary) in spaces_of:
+                continue
+            if summary.observation_space is not None:
+                spaces_of[id(summary)] = (summary.observation_space, summary.action_space)
+            else:
+                from gymvec.spaces import spaces_of_specs  # torch is loaded: EnvBase sub-envs
+
+                observation_spec, full_action_spec, _ = summary.specs
+                spaces_of[id(summary)] = spaces_of_specs(observation_spec, full_action_spec)
+        pairs = [spaces_of[id(summary)] for summary in self.summaries]
+        return [obs for obs, _ in pairs], [action for _, action in pairs]
+
+    # ---- verbs --------------------------------------------------------------------------------
+    def step_send(
+        self,
+        autoreset: Autoreset = Autoreset.NONE,
+        *,
+        keep_final_obs: bool = False,
+        current_root: bool = False,
+        handout: bool = False,
+    ) -> None:
+        """Step every sub-env with the actions in ``buffers.action`` (see :class:`Autoreset`
+        for what happens to finished sub-envs); the transitions land in ``buffers.next``.
+
+        Args:
+            keep_final_obs: with SAME_STEP, the last observation of each sub-env the step
+                resets comes back in its extras as it returned it.
+            current_root: also bring the root of the sub-envs that were not reset up to date,
+                so that ``buffers.root`` holds every sub-env's current observation.
+            handout: the caller hands "next"'s observations out: they go to a free
+                observation lane where there is one (see :class:`Received`).
+
+        Object actions (``buffers.action_objects``, see ``BufferLayout``) travel with it.
+        """
+        if autoreset is Autoreset.NEXT_STEP and any_set(self.finished):
+            # the finished sub-envs reset, the others step: a byte translation of the flags
+            flags = self.finished.tobytes()
+            modes: Any = np.frombuffer(flags.translate(STEP_OR_RESET_NEXT), np.uint8)
+        elif autoreset is Autoreset.SAME_STEP:
+            modes = STEP | AUTORESET | (KEEP_FINAL_OBS if keep_final_obs else 0)
+        else:
+            modes = STEP
+        if current_root:
+            modes = modes | SYNC_ROOT
+        call = Call("step", autoreset=autoreset, current_root=current_root)
+        if self.layout.object_action_keys:
+            call.action_objects = self.buffers.action_objects
+        self._send(call, modes, None, handout)
+
+    def reset_send(
+        self,
+        mask: np.ndarray | None = None,
+        *,
+        seeds: Sequence[int | None] | None = None,
+        options: dict | None = None,
+        into: str = "root",
+        handout: bool = False,
+    ) -> None:
+        """Reset the sub-envs ``mask`` marks (all if None) into ``buffers.root`` or, with
+        ``into="next"``, into ``buffers.next`` (as a transition: reward 0, flags False).
+
+        ``seeds[i]`` seeds sub-env ``i`` (None: unseeded; seeds of rows outside ``mask`` are
+        ignored); ``options`` go to every reset. A reset into the root also brings the root
+        of the other sub-envs up to date. ``handout``: see :meth:`step_send` (a reset of every
+        sub-env into "next" only).
+        """
+        if into not in ("root", "next"):
+            raise ValueError(f"into: expected 'root' or 'next', got {into!r}")
+        reset_mode = RESET if into == "root" else RESET_NEXT
+        if mask is None:
+            modes: Any = reset_mode
+        else:
+            mask = np.asarray(mask, dtype=bool).reshape(self.num_envs)
+            others = np.where(self.root_stale, SYNC_ROOT, 0) if into == "root" else 0
+            modes = np.where(mask, reset_mode, others).astype(np.uint8)
+            if seeds is not None:
+                seeds = [s if m else None for s, m in zip(seeds, mask.tolist())]
+        call = Call("reset", options=options, mask=mask, into=into)
+        self._send(call, modes, seeds, handout)
+
+    def recv(
+        self, timeout: float | None = None, on_local_done: OnLocalDone | None = None
+    ) -> Received:
+        """Wait for the command sent last.
+
+        ``timeout``: raise ``TimeoutError`` past it; the command stays in flight and a later
+        ``recv`` resumes the wait. ``on_local_done(k)``: called as soon as the sub-envs this
+        process steps itself (rows ``[0, k)``) are done, while worker processes still run, so
+        that the caller can start copying their rows (not for a command into a lane).
+        """
+        call = self._call
+        if call is None or call.kind == "request":
+            raise RuntimeError("no command in flight: call step_send() or reset_send() first")
+        if call.interrupted:  # its results are gone with the interrupted wait
+            self._abandon(timeout)
+            raise RuntimeError(
+                "the command in flight was interrupted: its results are lost, and every "
+                "sub-env must be reset before the next step"
+            )
+        if call.lane:  # the observations go to a lane: nothing is left to copy early
+            on_local_done = None
+        extras = self._wait(lambda: self.executor.wait(call, timeout, on_local_done))
+        if self.layout.object_obs_keys:
+            self._store_objects(extras)
+        self._book(call)
+        observations = None
+        if call.lane:
+            observations = self.buffers.handed_out_lanes()[call.lane - 1]
+        return Received(call.kind, call.mask, extras, observations)
+
+    def step(self, autoreset: Autoreset = Autoreset.NONE, **kwargs: Any) -> Received:
+        """``step_send`` then ``recv``."""
+        self.step_send(autoreset, **kwargs)
+        return self.recv()
+
+    def reset(self, mask: np.ndarray | None = None, **kwargs: Any) -> Received:
+        """``reset_send`` then ``recv``."""
+        self.reset_send(mask, **kwargs)
+        return self.recv()
+
+    def request(
+        self, name: str, indices: Sequence[int] | None = None, /, *, timeout=None, **kwargs: Any
+    ) -> list:
+        """Run request ``name`` (see ``subenvs.REQUESTS``) on the sub-envs at ``indices``
+        (all if None) and return one result per index. ``values`` (a keyword of set_attr
+        and load_state_dict) holds one value per index."""
+        self.request_send(name, indices, **kwargs)
+        return self.request_recv(timeout)
+
+    def request_send(
+        self, name: str, indices: Sequence[int] | None = None, /, **kwargs: Any
+    ) -> None:
+        if name not in REQUESTS:
+            raise ValueError(f"request: expected one of {sorted(REQUESTS)}, got {name!r}")
+        indices = list(range(self.num_envs)) if indices is None else [int(i) for i in indices]
+        for i in indices:
+            if not 0 <= i < self.num_envs:
+                raise IndexError(f"sub-env index {i} out of range for {self.num_envs} sub-envs")
+        values = kwargs.pop("values", None)
+        if values is not None and len(values) != len(indices):
+            raise ValueError(f"values: expected {len(indices)} values, got {len(values)}")
+        executor = self._ready()
+        call = Call("request", name=name, indices=indices, kwargs=kwargs, values=values)
+        try:
+            executor.request_send(call)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # interrupted while posting
+                call.interrupted = True
+                self._call = call
+            raise
+        self._call = call
+
+    def request_recv(self, timeout: float | None = None) -> list:
+        call = self._call
+        if call is None or call.kind != "request":
+            raise RuntimeError("no request in flight: call request_send() first")
+        return self._wait(lambda: self.executor.request_wait(call, timeout))
+
+    @property
+    def in_flight(self) -> str | None:
+        """The kind of call in flight ("step", "reset", "request"), or None."""
+        return None if self._call is None else self._call.kind
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the call in flight was interrupted (the next call ends it)."""
+        return self._call is not None and self._call.interrupted
+
+    def abandon(self) -> None:
+        """Give the call in flight up: its answers are read and dropped by the next call."""
+        if self._call is not None:
+            self._call.interrupted = True
+
+    def write_action(self, key: tuple, values: np.ndarray) -> None:
+        """Write every sub-env's action of leaf ``key`` (float64 values of a narrower float
+        leaf go to its float64 twin, see ``Buffers.write_action``)."""
+        self.buffers.write_action(key, values)
+
+    # ---- the round trip -------------------------------------------------------------------------
+    def _ready(self) -> Executor:
+        """The executor, once the call in flight (if any) is over."""
+        executor = self.executor
+        if self._call is not None and self._call.interrupted:
+            self._abandon()
+        if self._call is not None:
+            raise RuntimeError(
+                f"a {self._call.kind} is already in flight: receive it first (recv())"
+            )
+        return executor
+
+    def _send(
+        self, call: Call, modes: Any, seeds: Sequence[int | None] | None, handout: bool
+    ) -> None:
+        executor = self._ready()
+        if self._reset_required:
+            self._check_resets_all(modes)
+        control = self.control
+        # Step after step the same mode goes to every sub-env: the bytes already hold it.
+        uniform = int(modes) if isinstance(modes, int | np.integer) else None
+        if uniform is None or uniform != self._uniform_mode:
+            control.mode[:] = modes
+        self._uniform_mode = uniform
+        into_lane = handout and self._lane_modes(uniform)  # before the SEED bits
+        if seeds is not None:
+            for i, seed in enumerate(seeds):
+                if seed is not None:
+                    if not _INT64.min <= seed <= _INT64.max:
+                        raise ValueError(f"seed[{i}]: expected an int64, got {seed}")
+                    control.seed[i] = seed
+                    control.mode[i] |= SEED
+                    self._uniform_mode = None
+        lane = self.buffers.free_lane() if into_lane else 0
+        if lane or self._lane:
+            # Back to lane 0, the sub-envs first give it the observations they returned last
+            # (not a copy of the lane: its array is the caller's, who may have written in it).
+            control.lane[0] = lane
+            self._lane = lane
+        call.lane = lane
+        try:
+            executor.send(call)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # interrupted while posting: some workers run
+                call.interrupted = True
+                self._call = call
+            raise
+        self._call = call
+
+    def _lane_modes(self, uniform: int | None) -> bool:
+        """Whether the command in the control block can write "next"'s observations into an
+        observation lane (see ``commands.LANE_MODES``)."""
+        if not self.buffers.obs_lanes or self.heterogeneous:
+            return False
+        if uniform is not None:
+            return uniform in LANE_MODES
+        return set(self.control.mode.tobytes()) <= LANE_MODES
+
+    def _wait(self, wait: Callable[[], Any]) -> Any:
+        """Run ``wait`` for the call in flight; the call is over when it returns or raises a
+        sub-env's error, stays in flight after a TimeoutError, and is marked interrupted
+        after anything else (a KeyboardInterrupt)."""
+        call = self._call
+        try:
+            result = wait()
+        except TimeoutError:
+            raise  # still in flight: a later receive resumes the wait
+        except Exception:
+            # A sub-env raised (or a worker died): every worker has answered or is gone, so
+            # the call is over, and the engine takes the next one.
+            self._call = None
+            raise
+        except BaseException:
+            # An interrupt: worker processes run on, and a sub-env of this process may have
+            # stopped mid-step. The next call first waits the workers out; after a command,
+            # the sub-envs' states are then unknown, so it must reset them all.
+            call.interrupted = True
+            raise
+        self._call = None
+        return result
+
+    def _abandon(self, timeout: float | None = None) -> None:
+        """End an interrupted call: wait for the worker processes' answers and drop them (a
+        dead worker still raises WorkerError); after a command, the next one must reset every
+        sub-env. Interrupted again, or past ``timeout``, the call stays in flight."""
+        call = self._call
+        if call.kind != "request":
+            self._reset_required = True
+        try:
+            self.executor.drain(call, timeout)
+        except WorkerError:  # a worker died: the call is over all the same
+            self._call = None
+            raise
+        self._call = None
+
+    def _check_resets_all(self, modes: Any) -> None:
+        resets = np.bitwise_and(np.asarray(modes, dtype=np.uint8), np.uint8(RESET))
+        if not resets.all():
+            raise RuntimeError(
+                "a call was interrupted while its sub-envs ran, so their states are unknown: "
+                "reset every sub-env (reset() without a mask) before anything else"
+            )
+        self._reset_required = False
+
+    def _book(self, call: Call) -> None:
+        """Which sub-envs finished, and whose root is older than "next", after ``call``."""
+        if call.kind == "step":
+            if call.autoreset is Autoreset.SAME_STEP:
+                self.finished[:] = False
+                if not call.current_root:
+                    np.logical_not(self.buffers.next.done, out=self.root_stale)
+            else:
+                np.copyto(self.finished, self.buffers.next.done)
+                if not call.current_root:
+                    self.root_stale[:] = True
+            if call.current_root:
+                self.root_stale[:] = False
+            return
+        mask = slice(None) if call.mask is None else call.mask
+        self.finished[mask] = False
+        if call.into == "root":
+            self.root_stale[:] = False
+        else:
+            self.root_stale[mask] = True
+
+    def _store_objects(self, extras: dict[int, Extras]) -> None:
+        """Object observations that worker processes sent back, into this process's lists."""
+        root, next_ = self.buffers.root.objects, self.buffers.next.objects
+        keys = self.layout.object_obs_keys
+        for i in [i for i, e in extras.items() if e.objects is not None]:
+            root_values, next_values = extras[i].objects
+            extras[i].objects = None
+            for key, root_value, next_value in zip(keys, root_values, next_values):
+                root[key][i], next_[key][i] = root_value, next_value
+            if extras[i].is_empty():
+                del extras[i]
+
+    # ---- lifetime -----------------------------------------------------------------------------
+    def restart(self) -> None:
+        """Close the sub-envs; they are built again (with the factories' current kwargs) on
+        the next use."""
+        executor, self._executor = self._executor, None
+        self._call = None
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        if executor is not None:
+            executor.close()
+
+    def close(self) -> None:
+        """Close every sub-env, stop the workers and free the buffers. Closing twice is
+        harmless; a sub-env's close error is raised after the rest is done."""
+        if self.closed:
+            return
+        self.closed = True
+        executor, self._executor = self._executor, None
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        try:
+            if executor is not None:
+                executor.close()  # a sub-env's close may raise: the memory goes all the same
+        finally:
+            self.backend.release()
+
+    def __repr__(self) -> str:
+        return (
+            f"BatchEngine({self.backend.name}, num_envs={self.num_envs}, "
+            f"num_workers={self.num_workers})"
+        )
+
+
+def _shutdown(executor: Executor, release: Callable[[], None], owner_pid: int) -> None:
+    # A forked process inherits the engine, garbage or not: its collector may free it there
+    # too, but the workers and the memory are the owner's to end.
+    if os.getpid() != owner_pid:
+        return
+    executor.close()
+    release()
+
+
+def _union_leaves(leaves_per_env: list[list[LeafSpec]], name: str) -> list[LeafSpec]:
+    """Every leaf of every sub-env, once; a key with two shapes or dtypes is an error."""
+    union: dict[tuple, LeafSpec] = {}
+    for leaves in leaves_per_env:
+        for leaf in leaves:
+            known = union.setdefault(leaf[0], leaf)
+            if known != leaf:
+                raise SpaceMismatchError(
+                    f"{name}: key {leaf[0]} is {known[1:]} in one task and {leaf[1:]} in another"
+                )
+    for key in union:
+        for other in union:
+            if len(other) > len(key) and other[: len(key)] == key:
+                raise SpaceMismatchError(
+                    f"{name}: key {key} is a value in one task and holds {other} in another"
+                )
+    return list(union.values())

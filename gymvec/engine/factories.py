@@ -1,0 +1,122 @@
+"""Which factory builds each sub-env, and how sub-envs are split among workers.
+
+``create_env_fn`` and ``create_env_kwargs`` come as one item for all sub-envs, one per worker
+(a multi-task batch) or one per sub-env (the drop-ins); :class:`SubEnvFactories` normalises
+them to one per sub-env and keeps the workers' row ranges.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+
+def check_count(name: str, value: Any) -> int:
+    """``value`` if it is a positive int, else a ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name}: expected a positive int, got {value!r}")
+    return int(value)
+
+
+def worker_sizes(num_workers: int, envs_per_worker: int | Sequence[int]) -> list[int]:
+    """How many sub-envs each worker holds: ``envs_per_worker`` is one count for all or a list
+    of ``num_workers`` counts."""
+    if isinstance(envs_per_worker, list | tuple):
+        if len(envs_per_worker) != num_workers:
+            raise ValueError(
+                f"envs_per_worker: expected one count per worker ({num_workers}), "
+                f"got {len(envs_per_worker)}: {list(envs_per_worker)!r}"
+            )
+        return [check_count("envs_per_worker", count) for count in envs_per_worker]
+    return [check_count("envs_per_worker", envs_per_worker)] * num_workers
+
+
+def _is_kwargs(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+def _per_sub_env(value: Any, bounds: list[tuple[int, int]], name: str) -> list:
+    """One item per sub-env from one item, one per worker, or one per sub-env."""
+    is_item = _is_kwargs if name == "create_env_kwargs" else callable
+    copy = dict if name == "create_env_kwargs" else (lambda v: v)
+    num_workers, n = len(bounds), bounds[-1][1]
+    if is_item(value):
+        return [copy(value) for _ in range(n)]
+    if isinstance(value, list | tuple) and all(is_item(v) for v in value):
+        if len(value) == num_workers:
+            return [copy(v) for v, (start, stop) in zip(value, bounds) for _ in range(stop - start)]
+        if len(value) == n:
+            return [copy(v) for v in value]
+        raise ValueError(
+            f"{name}: expected {num_workers} items (one per worker) or {n} (one per sub-env), "
+            f"got {len(value)}"
+        )
+    raise TypeError(f"{name}: expected a callable or a list, got {type(value).__name__}")
+
+
+class SubEnvFactories:
+    """The factory (and its kwargs) of each sub-env, and each worker's rows.
+
+    Args:
+        num_workers: how many groups of sub-envs (processes for ParallelEnv).
+        create_env_fn: a callable, or a list of them: one per worker (multi-task) or one per
+            sub-env.
+        create_env_kwargs: kwargs for the factories: a dict, or a list as ``create_env_fn``.
+        envs_per_worker: sub-envs per worker, or a list of ``num_workers`` counts.
+    """
+
+    def __init__(
+        self,
+        num_workers: int,
+        create_env_fn: Callable[..., Any] | Sequence[Callable[..., Any]],
+        create_env_kwargs: dict | Sequence[dict] | None = None,
+        envs_per_worker: int | Sequence[int] = 1,
+    ):
+        self.num_workers = check_count("num_workers", num_workers)
+        sizes = worker_sizes(self.num_workers, envs_per_worker)
+        self.num_envs = sum(sizes)
+        ends = np.cumsum(sizes).tolist()
+        self.worker_bounds = [(end - size, end) for size, end in zip(sizes, ends)]
+        self.fns = _per_sub_env(create_env_fn, self.worker_bounds, "create_env_fn")
+        self.kwargs = _per_sub_env(create_env_kwargs or {}, self.worker_bounds, "create_env_kwargs")
+
+    def sub_env_fn(self, i: int) -> Callable[[], Any]:
+        """What builds sub-env ``i``."""
+        fn, kwargs = self.fns[i], self.kwargs[i]
+        return functools.partial(fn, **kwargs) if kwargs else fn
+
+    def worker_env_fns(self, worker: int) -> list[Callable[[], Any]]:
+        start, stop = self.worker_bounds[worker]
+        return [self.sub_env_fn(i) for i in range(start, stop)]
+
+    def all_env_fns(self) -> list[Callable[[], Any]]:
+        return [self.sub_env_fn(i) for i in range(self.num_envs)]
+
+    def single_factory(self) -> bool:
+        """Whether every sub-env is built the same way."""
+        fns, kwargs = self.fns, self.kwargs
+        return all(f is fns[0] for f in fns) and all(k == kwargs[0] for k in kwargs)
+
+    def one_per_worker(self) -> bool:
+        """A multi-task batch: several factories, each shared by a whole worker."""
+        fns = self.fns
+        return not self.single_factory() and all(
+            fns[i] is fns[start] for start, stop in self.worker_bounds for i in range(start, stop)
+        )
+
+    def distinct(self) -> list[int]:
+        """For each sub-env, the first sub-env built by the same factory and kwargs."""
+        first: dict[tuple, int] = {}
+        return [
+            first.setdefault((id(self.fns[i]), repr(sorted(self.kwargs[i].items()))), i)
+            for i in range(self.num_envs)
+        ]
+
+    def update_kwargs(self, kwargs: dict | Sequence[dict]) -> None:
+        """Update the kwargs of the factories (one dict for all, or per worker/sub-env)."""
+        updates = _per_sub_env(kwargs, self.worker_bounds, "create_env_kwargs")
+        for current, update in zip(self.kwargs, updates):
+            current.update(update)

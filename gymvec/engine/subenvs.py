@@ -1,0 +1,326 @@
+"""The sub-envs one process holds: building them, running commands, answering requests.
+
+A :class:`SubEnvGroup` is what runs where sub-envs live: in the calling process
+(``LocalExecutor``) or in a worker process (``worker.py``). It carries out commands through
+its drivers (``drivers.py``) and answers the slow-path requests (:data:`REQUESTS`: attribute
+access, method calls, state dicts) by name with keyword arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+from gymnasium import spaces
+
+from gymvec.common.infos import InfoField, infer_info_fields
+from gymvec.common.structure import LeafSpec, leaf_specs, observation_leaves, space_leaves
+from gymvec.engine.buffers import Buffers
+from gymvec.engine.commands import Control, Extras
+from gymvec.engine.drivers import BatchStep, command_runner, make_driver
+
+# Worker processes import this module: torch and tensordict are imported only when a sub-env
+# needs them (a gymvec EnvBase sub-env has already imported them by being built).
+
+
+def _loaded_class(module: str, name: str) -> type | None:
+    """A gymvec class, if its module is loaded (an instance of it implies that it is)."""
+    loaded = sys.modules.get(module)
+    return getattr(loaded, name) if loaded is not None else None
+
+
+def gym_env_of(env: Any) -> gym.Env | None:
+    """The gymnasium env a sub-env runs: itself, the env inside a GymEnv, or None."""
+    if isinstance(env, gym.Env):
+        return env
+    gym_env_class = _loaded_class("gymvec.envs.gym_env", "GymEnv")
+    if gym_env_class is not None and isinstance(env, gym_env_class):
+        return env.env
+    return None
+
+
+def check_sub_env(env: Any) -> Any:
+    """``env`` if it is a gymnasium.Env or a gymvec EnvBase, else a TypeError."""
+    env_base = _loaded_class("gymvec.envs.base", "EnvBase")
+    if isinstance(env, gym.Env) or (env_base is not None and isinstance(env, env_base)):
+        return env
+    raise TypeError(
+        f"create_env_fn must return a gymvec EnvBase or a gymnasium.Env, got {type(env)!r}"
+    )
+
+
+@dataclasses.dataclass
+class SubEnvSummary:
+    """What the engine learns of one sub-env, wherever it was built (picklable; torch-free
+    for gymnasium sub-envs).
+
+    ``observation_leaves``/``action_leaves``: (key, shape, numpy dtype) of each leaf, as the
+    buffers lay them out. Gymnasium sub-envs (also inside a ``GymEnv``) give their spaces and
+    gymnasium attributes; other ``EnvBase`` sub-envs give their specs (``specs``: observation
+    spec, full action spec, reward dtype). ``info_fields``: the numeric info entries that get
+    a buffer field, known for the sub-env that the engine probes (None for the others).
+    """
+
+    observation_leaves: list[LeafSpec]
+    action_leaves: list[LeafSpec]
+    observation_space: spaces.Space | None = None
+    action_space: spaces.Space | None = None
+    metadata: dict = dataclasses.field(default_factory=dict)
+    render_mode: str | None = None
+    env_spec: Any = None
+    specs: tuple | None = None
+    info_fields: dict[str, InfoField] | None = None
+
+
+def summarize(env: Any, probe_infos: bool = False) -> SubEnvSummary:
+    """The summary of a sub-env; with ``probe_infos``, also its info fields (a gymnasium
+    sub-env is then reset and stepped once to see its infos, see ``probe_info_fields``)."""
+    gym_env = gym_env_of(env)
+    if gym_env is not None:
+        fields = None
+        if probe_infos:
+            declared = getattr(env, "info_fields", None)  # a GymEnv found them already
+            fields = dict(declared) if declared is not None else probe_info_fields(gym_env)
+        return SubEnvSummary(
+            observation_leaves=leaf_specs(observation_leaves(gym_env.observation_space)),
+            action_leaves=leaf_specs(space_leaves(gym_env.action_space, ("action",))),
+            observation_space=gym_env.observation_space,
+            action_space=gym_env.action_space,
+            metadata=dict(gym_env.metadata or {}),
+            render_mode=gym_env.render_mode,
+            env_spec=gym_env.spec,
+            info_fields=fields,
+        )
+    from gymvec.specs import info_fields_of, spec_leaves  # an EnvBase: torch is loaded
+
+    if tuple(env.batch_size) != ():
+        raise ValueError(
+            f"create_env_fn: sub-envs must have batch_size (), got {tuple(env.batch_size)}"
+        )
+    return SubEnvSummary(
+        observation_leaves=spec_leaves(env.observation_spec),
+        action_leaves=spec_leaves(env.full_action_spec),
+        specs=(env.observation_spec, env.full_action_spec, env.reward_spec.dtype),
+        info_fields=info_fields_of(env.info_spec) if probe_infos else None,
+    )
+
+
+def probe_info_fields(gym_env: gym.Env) -> dict[str, InfoField]:
+    """The info fields of a gymnasium env, from the infos of a ``reset()`` and one random
+    ``step()``, as far as the env allows.
+
+    Fields only speed infos up: an env that cannot be reset or stepped yet (it needs an
+    attribute set, or reset options, first) is probed no further, and the infos it reports
+    later travel as extras. Its real calls then raise whatever they raise.
+    """
+    infos: list[dict] = []
+    try:
+        infos.append(gym_env.reset()[1])
+        infos.append(gym_env.step(gym_env.action_space.sample())[-1])
+    except Exception:
+        pass
+    return infer_info_fields(*[info for info in infos if isinstance(info, dict)])
+
+
+class SubEnvGroup:
+    """The sub-envs one process steps: rows ``[start, start + len(env_fns))`` of the buffers."""
+
+    def __init__(
+        self, env_fns: Sequence[Callable[[], Any]], start: int, buffers: Buffers, control: Control
+    ):
+        self.start = start
+        self.stop = start + len(env_fns)
+        self.modes = control.mode[start : self.stop]  # this group's rows, sliced once
+        self.seeds = control.seed[start : self.stop]
+        self.lane_word = control.lane
+        self.obs_lanes = buffers.obs_lanes
+        self.action_objects = buffers.action_objects
+        self.lane = 0  # where "next"'s observations go now
+        self.envs: list[Any] = []
+        try:
+            built: dict[int, int] = {}  # id of each env -> its sub-env index
+            for j, fn in enumerate(env_fns):
+                env = check_sub_env(fn())
+                if id(env) in built:  # e.g. `lambda: env`: the sub-envs would share one state
+                    raise ValueError(
+                        f"create_env_fn returned the same env object for sub-envs "
+                        f"{built[id(env)]} and {start + j}: each sub-env needs its own instance"
+                    )
+                built[id(env)] = start + j
+                self.envs.append(env)
+            self.drivers = [make_driver(env, start + j, buffers) for j, env in enumerate(self.envs)]
+        except BaseException:
+            self.close()
+            raise
+        self.runner = command_runner(self.drivers, buffers, start)
+        # Object observations of a worker process go back to the parent with each answer.
+        self.shipped_objects = None
+        keys = buffers.layout.object_obs_keys
+        if buffers.ship_objects and keys:
+            self.shipped_objects = (
+                [buffers.root.objects[key] for key in keys],
+                [buffers.next.objects[key] for key in keys],
+            )
+
+    def summaries(self) -> list[SubEnvSummary]:
+        return [summarize(env) for env in self.envs]
+
+    def run(self, options: dict | None) -> dict[int, Extras]:
+        """Carry out the mode bytes of this group's rows; returns the extras by sub-env index."""
+        modes = self.modes.tobytes()  # bytes index as ints
+        if self.obs_lanes and self.lane != self.lane_word[0]:
+            self._use_lane(int(self.lane_word[0]))
+        extras = self.runner.run(modes, self.seeds, options)
+        if self.lane and not isinstance(self.runner, BatchStep):
+            # these drivers wrote lane 0: hand their rows over
+            rows = slice(self.start, self.stop)
+            self.obs_lanes[self.lane][rows] = self.obs_lanes[0][rows]
+        if self.shipped_objects is not None:
+            root, next_ = self.shipped_objects
+            for k, mode in enumerate(modes):
+                if mode:
+                    i = self.start + k
+                    row = ([objects[i] for objects in root], [objects[i] for objects in next_])
+                    extras.setdefault(i, Extras()).objects = row
+        return extras
+
+    def set_action_objects(self, values: dict[tuple, list]) -> None:
+        """Store the object actions of this group's rows (``values[key]``: one per row)."""
+        for key, objects in values.items():
+            self.action_objects[key][self.start : self.stop] = objects
+
+    def _use_lane(self, lane: int) -> None:
+        self.lane = lane
+        if isinstance(self.runner, BatchStep):
+            self.runner.use_lane(lane)
+            for driver in self.drivers:  # their resets into "next" (the general path)
+                driver.next_obs = [self.obs_lanes[lane]]
+
+    def targets(self, indices: Sequence[int], gym_env: bool = False) -> list[Any]:
+        """The sub-envs at ``indices`` (global); with ``gym_env``, the gymnasium env inside
+        each (a GymEnv's), for the face's calls."""
+        envs = [self.envs[i - self.start] for i in indices]
+        if gym_env:
+            return [gym_env_of(env) or env for env in envs]
+        return envs
+
+    def close(self) -> None:
+        envs, self.envs = self.envs, []
+        close_each(envs)
+
+
+def close_each(items: Sequence[Any]) -> None:
+    """Close every item, even after one of them raised; then raise the first error."""
+    error = None
+    for item in items:
+        try:
+            item.close()
+        except Exception as exc:
+            error = error or exc
+    if error is not None:
+        raise error
+
+
+# ---- slow-path requests: each takes the group, global sub-env indices and keyword arguments,
+# and returns one result per index; ``values`` (where a request takes it) holds one per index.
+def _attribute(target: Any, name: str) -> Any:
+    if hasattr(target, "get_wrapper_attr"):
+        return target.get_wrapper_attr(name)
+    return getattr(target, name)
+
+
+def get_attr(group: SubEnvGroup, indices: Sequence[int], *, name: str, gym_env=False) -> list:
+    return [_attribute(target, name) for target in group.targets(indices, gym_env)]
+
+
+def is_callable(group: SubEnvGroup, indices: Sequence[int], *, name: str, gym_env=False) -> list:
+    return [callable(_attribute(target, name)) for target in group.targets(indices, gym_env)]
+
+
+def call(
+    group: SubEnvGroup,
+    indices: Sequence[int],
+    *,
+    name: str,
+    args: tuple = (),
+    kwargs: dict | None = None,
+    gym_env: bool = False,
+) -> list:
+    """Call method ``name`` of each sub-env (or read it, if it is not callable)."""
+    results = []
+    for target in group.targets(indices, gym_env):
+        value = _attribute(target, name)
+        results.append(value(*args, **(kwargs or {})) if callable(value) else value)
+    return results
+
+
+def set_attr(
+    group: SubEnvGroup, indices: Sequence[int], *, name: str, values: Sequence, gym_env=False
+) -> list:
+    for target, value in zip(group.targets(indices, gym_env), values):
+        if hasattr(target, "set_wrapper_attr"):
+            target.set_wrapper_attr(name, value)
+        else:
+            setattr(target, name, value)
+    return [None] * len(indices)
+
+
+def apply(
+    group: SubEnvGroup,
+    indices: Sequence[int],
+    *,
+    fn: Callable,
+    args: tuple = (),
+    kwargs: dict | None = None,
+) -> list:
+    """``fn(gymnasium sub-env, *args, **kwargs)`` for each sub-env, where it lives."""
+    return [fn(target, *args, **(kwargs or {})) for target in group.targets(indices, True)]
+
+
+def state_dict(group: SubEnvGroup, indices: Sequence[int]) -> list:
+    return [env_state(env) for env in group.targets(indices)]
+
+
+def load_state_dict(group: SubEnvGroup, indices: Sequence[int], *, values: Sequence) -> list:
+    for env, state in zip(group.targets(indices), values):
+        load_env_state(env, state)
+    return [None] * len(indices)
+
+
+def env_state(env: Any) -> dict:
+    """What restores a sub-env's randomness: its gymnasium RNG state, or its own state_dict."""
+    gym_env = gym_env_of(env)
+    if gym_env is not None:
+        return {"np_random": gym_env.unwrapped.np_random.bit_generator.state}
+    method = getattr(env, "state_dict", None)
+    return method() if callable(method) else {}
+
+
+def load_env_state(env: Any, state: dict) -> None:
+    gym_env = gym_env_of(env)
+    if gym_env is not None:
+        gym_env.unwrapped.np_random.bit_generator.state = state["np_random"]
+        return
+    load = getattr(env, "load_state_dict", None)
+    if callable(load):
+        load(state)
+
+
+# The requests a group answers, by name. ``values`` is split per index by the executors.
+REQUESTS: dict[str, Callable[..., list]] = {
+    "get_attr": get_attr,
+    "is_callable": is_callable,
+    "call": call,
+    "set_attr": set_attr,
+    "apply": apply,
+    "state_dict": state_dict,
+    "load_state_dict": load_state_dict,
+}
+
+
+def run_request(group: SubEnvGroup, name: str, indices: Sequence[int], kwargs: dict) -> list:
+    """Answer request ``name`` for the sub-envs at ``indices`` of ``group``."""
+    return REQUESTS[name](group, indices, **kwargs)

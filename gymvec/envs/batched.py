@@ -1,0 +1,561 @@
+"""The tensordict API over the batch engine: ``SerialEnv`` and ``ParallelEnv``.
+
+:class:`BatchedEnvBase` turns ``EnvBase``'s calls into the engine's verbs (``engine.py``) and
+the engine's buffers into fresh tensors: ``reset`` -> ``reset_send(mask, into="root")``,
+``step`` -> ``step_send(Autoreset.NONE)``, ``step_and_maybe_reset`` ->
+``step_send(Autoreset.SAME_STEP)``. Specs are derived here from what the engine learnt of the
+sub-envs (their gymnasium spaces, or their own specs), with the tasks of a multi-task batch.
+``SerialEnv`` and ``ParallelEnv`` differ only in the engine's backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
+
+from gymvec.common.arrays import any_set
+from gymvec.common.fastpath import tensordict_unchecked
+from gymvec.engine.buffers import Buffers
+from gymvec.engine.commands import Autoreset, Extras
+from gymvec.engine.engine import Backend, BatchEngine, expand_seeds, process_backend, serial_backend
+from gymvec.engine.factories import SubEnvFactories, check_count
+from gymvec.engine.processes import ProcessOptions, check_start_method
+from gymvec.engine.subenvs import SubEnvSummary
+from gymvec.envs.base import DONE_KEYS, EnvBase, make_done_spec, make_reward_spec, set_next
+from gymvec.envs.gym_env import observation_spec_from_space
+from gymvec.errors import SpaceMismatchError
+from gymvec.spaces import spec_from_space
+from gymvec.specs import (
+    Composite,
+    DeviceLike,
+    info_spec_of,
+    non_tensor,
+    non_tensor_values,
+    stack_specs,
+    torch_to_numpy_dtype,
+)
+
+_CPU = torch.device("cpu")
+
+
+def sub_env_specs(summary: SubEnvSummary) -> tuple[Composite, Composite, torch.dtype]:
+    """(observation spec, full action spec, reward dtype) of a sub-env, unbatched."""
+    if summary.observation_space is not None:
+        action = spec_from_space(summary.action_space, "action_space", objects=True)
+        observation = observation_spec_from_space(summary.observation_space)
+        return observation, Composite({"action": action}), torch.float32
+    observation, full_action, reward_dtype = summary.specs
+    return observation.clone(), full_action.clone(), reward_dtype
+
+
+class BatchedEnvBase(EnvBase):
+    """Common base of :class:`SerialEnv` and :class:`ParallelEnv`: a batch of sub-envs with
+    the tensordict API, over a :class:`~gymvec.engine.BatchEngine`.
+
+    Args:
+        num_workers: how many groups of sub-envs (processes for ParallelEnv).
+        create_env_fn: a callable returning an EnvBase (or a gymnasium.Env), or a list of
+            them, one per worker (multi-task) or one per sub-env.
+        create_env_kwargs: kwargs for create_env_fn (a dict, or a list of dicts per worker).
+        envs_per_worker: sub-envs per worker, or a list of ``num_workers`` counts (workers may
+            hold different numbers); the batch size is their total.
+        device: where outputs live (sub-envs run on CPU).
+        backend: where the sub-envs run (see ``engine.Backend``).
+    """
+
+    def __init__(
+        self,
+        num_workers: int,
+        create_env_fn: Callable[..., Any] | Sequence[Callable[..., Any]],
+        create_env_kwargs: dict | Sequence[dict] | None = None,
+        *,
+        envs_per_worker: int | Sequence[int] = 1,
+        device: DeviceLike = None,
+        backend: Backend,
+    ) -> None:
+        factories = SubEnvFactories(num_workers, create_env_fn, create_env_kwargs, envs_per_worker)
+        self.num_workers = factories.num_workers
+        self.envs_per_worker = envs_per_worker
+        self.num_envs = factories.num_envs
+        self.worker_bounds = factories.worker_bounds
+        super().__init__(batch_size=(self.num_envs,), device=device)
+        self._pending_seeds: list[int | None] | None = None
+        self.last_extras: dict[int, Extras] = {}
+        self.engine = BatchEngine(factories, backend)
+        try:
+            self._set_specs(self.engine.summaries)
+            self._make_views()
+        except BaseException:
+            self.engine.close()
+            raise
+
+    # ---- construction -------------------------------------------------------------------------
+    def _set_specs(self, summaries: list[SubEnvSummary]) -> None:
+        specs: dict[int, tuple] = {}  # per distinct summary: sub-envs of a task share theirs
+        for summary in summaries:
+            if id(summary) not in specs:
+                specs[id(summary)] = sub_env_specs(summary)
+        per_env = [specs[id(summary)] for summary in summaries]
+        n = self.num_envs
+        self.heterogeneous = self.engine.heterogeneous
+        if self.heterogeneous:
+            # Specs list every key of every task; outputs are lazy stacks in which each
+            # sub-env shows only its own keys.
+            self.observation_spec = _union_spec([obs for obs, _, _ in per_env], n)
+            self.full_action_spec = _union_spec([action for _, action, _ in per_env], n)
+            self._sub_env_keys = [_keys_of(obs, action) for obs, action, _ in per_env]
+            self._task_action_specs = [action for _, action, _ in per_env]
+        else:
+            self.observation_spec = _batch_spec([obs for obs, _, _ in per_env], n, "observation")
+            self.full_action_spec = _batch_spec([a for _, a, _ in per_env], n, "action")
+        self.reward_spec = make_reward_spec(self.batch_size, per_env[0][2])
+        self.done_spec = make_done_spec(self.batch_size)
+        self.info_fields = self.engine.info_fields
+        self.info_spec = info_spec_of(self.info_fields).expand(n)
+        self.metadata = self.engine.metadata
+        self.render_mode = self.engine.render_mode
+
+    def _make_views(self) -> None:
+        """Torch and numpy views of the engine's buffers, split once: each step copies them."""
+        buffers = self.buffers
+        shared = buffers.tensordict()
+        self._root_view = shared.exclude("next", "action")
+        self._next_view = shared.get("next").exclude("reward")
+        self._reward_view = shared.get(("next", "reward"))
+        layout = self.engine.layout
+        self._action_views = [shared.get(key) for key in layout.action_keys]
+        # The same views in numpy: a numpy copy wrapped by from_numpy costs less than a clone.
+        self._root_arrays = _numpy_tree(self._root_view)
+        self._next_arrays = _numpy_tree(self._next_view)
+        self._reward_array = self._reward_view.numpy()
+        self._action_keys = [("action", *key[1:]) for key in layout.action_keys]
+        # (tensordict key, this process's list) of each object action leaf
+        self._action_object_stores = [
+            (("action", *key[1:]), buffers.action_objects[key]) for key in layout.object_action_keys
+        ]
+        self._action_arrays = [view.numpy() for view in self._action_views]
+        self._action_slots_of: Composite | None = None  # see _action_slots
+        self._action_slot_list: list[tuple] = []
+        # The output key of "next"'s observations when they can come from an observation
+        # lane (one top-level observation array); None otherwise.
+        keys = layout.obs_keys
+        single = buffers.obs_lanes and len(keys[0]) == 1 and not self.heterogeneous
+        self._lane_key = keys[0][0] if single else None
+
+    @property
+    def buffers(self) -> Buffers:
+        """The engine's buffers (numpy views; the next command overwrites them)."""
+        return self.engine.buffers
+
+    # ---- EnvBase ------------------------------------------------------------------------------
+    def _set_seed(self, seed: int | Sequence[int | None] | None) -> None:
+        self._pending_seeds = expand_seeds(seed, self.num_envs)
+
+    def _reset(self, td: TensorDictBase | None) -> TensorDictBase:
+        mask = None
+        if td is not None and "_reset" in td.keys():
+            mask = td.get("_reset").reshape(self.num_envs).cpu().numpy()
+        seeds, self._pending_seeds = self._pending_seeds, None
+        received = self.engine.reset(mask, seeds=seeds, into="root")
+        self.last_extras = received.extras
+        return self._root_output()
+
+    def _check_action(self, td: TensorDictBase) -> None:
+        """Check ``td``'s actions and write them into the shared action buffer, in one pass.
+
+        Nothing runs until the command is sent, so a bad action leaves every sub-env as it was.
+        """
+        self.buffers.mark_actions_narrow()
+        if self.heterogeneous:
+            self._stage_task_actions(td)
+            return
+        for key, spec, view, array, values_in in self._action_slots():
+            action = td.get(key, None)
+            if not (
+                isinstance(action, torch.Tensor)
+                and action.shape == spec.shape
+                and action.dtype == spec.dtype
+            ):
+                super()._check_action(td)  # raises the error that names the key
+            if action.is_cpu and not action.requires_grad:  # numpy's copy costs less than copy_
+                array[...] = action.numpy()
+            else:
+                view.copy_(action)
+            # Checked where they landed: the array is at hand there, the tensor costs a wrap.
+            if values_in is not None and not values_in(array):
+                spec.validate(view, key)  # raises, with the smallest and largest value
+        for key, store in self._action_object_stores:
+            action = td.get(key, None)
+            self.full_action_spec[key].validate(action, key)
+            store[:] = non_tensor_values(action)
+
+    def _action_slots(self) -> list[tuple]:
+        """(key, leaf spec, buffer view, its numpy array, the spec's array check) per action
+        leaf; rebuilt when the action spec is replaced."""
+        if self._action_slots_of is not self.full_action_spec:
+            self._action_slot_list = []
+            views = zip(self._action_keys, self._action_views, self._action_arrays)
+            for key, view, array in views:
+                spec = self.full_action_spec[key]
+                self._action_slot_list.append((key, spec, view, array, spec.array_check()))
+            self._action_slots_of = self.full_action_spec
+        return self._action_slot_list
+
+    def _stage_task_actions(self, td: TensorDictBase) -> None:
+        """Multi-task ``_check_action``: each sub-env's row against its own action spec."""
+        tasks = zip(self._task_action_specs, self._sub_env_keys)
+        for i, (action_spec, keys) in enumerate(tasks):
+            row = td[i]
+            if "action" not in row.keys():
+                raise KeyError(f"step() needs an 'action' entry for sub-env {i}")
+            action_spec["action"].validate(row.get("action"), f"action[{i}]")
+            for key, view in zip(self._action_keys, self._action_views):
+                if key in keys["action"]:
+                    view[i].copy_(row.get(key))
+            for key, store in self._action_object_stores:
+                if key in keys["action"]:
+                    store[i] = non_tensor_values(row.get(key))[0]
+
+    def _handout(self) -> bool:
+        """Whether "next"'s observations may come from an observation lane (CPU outputs of a
+        uniform batch: the others are copies anyway)."""
+        return self._lane_key is not None and self.device.type == "cpu"
+
+    def _step(self, td: TensorDictBase) -> TensorDictBase:
+        # EnvBase.step called _check_action, which wrote the actions.
+        received = self.engine.step(Autoreset.NONE, handout=self._handout())
+        self.last_extras = received.extras
+        return self._next_output(received.observations)
+
+    def step_and_maybe_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        """Step, and reset the finished sub-envs in the same round trip."""
+        self._check_open()
+        self._check_action(td)  # and writes the actions
+        # No current root: the root output is built here from "next" and the reset rows,
+        # which spares the sub-envs a copy of every observation into the root buffer.
+        received = self.engine.step(Autoreset.SAME_STEP, handout=self._handout())
+        self.last_extras = received.extras
+        lane = received.observations
+        done = self.buffers.next.done
+        next_out = self._next_output(lane)
+        set_next(td, next_out)
+        if any_set(done):
+            root = self._merged_root(lane, done)
+            return td, self._per_task(root if self.device.type == "cpu" else root.to(self.device))
+        # Nobody was reset: the next root holds the same values as "next", so it may share
+        # its tensors (as step_mdp would), which saves copying every observation twice.
+        if self.heterogeneous:  # a lazy stack
+            return td, next_out.exclude("reward")
+        entries = {key: value for key, value in next_out.items() if key != "reward"}
+        return td, tensordict_unchecked(entries, self.batch_size, next_out.device)
+
+    def _root_output(self) -> TensorDictBase:
+        """A copy of the root (observations, infos, flags) on ``self.device``."""
+        # Outputs never alias the buffers, which the next command overwrites.
+        if self.device.type != "cpu":
+            out = self._root_view.to(self.device)
+        else:
+            out = _fresh_tree(self._root_arrays, self.batch_size)
+        return self._per_task(self._with_objects(out, self.buffers.root.objects))
+
+    def _with_objects(
+        self, out: TensorDictBase, objects: dict[tuple, list], reset: np.ndarray | None = None
+    ) -> TensorDictBase:
+        """``out`` with the object observations (NonTensorStacks); the rows ``reset`` marks
+        from the root's instead."""
+        for key, values in objects.items():
+            if reset is not None:
+                root = self.buffers.root.objects[key]
+                values = [root[i] if r else v for i, (v, r) in enumerate(zip(values, reset))]
+            out.set(key, non_tensor(values, self.batch_size))
+        return out
+
+    def _next_output(self, lane: np.ndarray | None = None) -> TensorDictBase:
+        """A copy of ``"next"``, the reward cast to the reward spec's dtype; its observations
+        the array ``lane`` itself when given."""
+        if self.device.type != "cpu":
+            out = self._next_view.to(self.device)
+            reward = self._reward_view.to(self.device, self.reward_spec.dtype, copy=True)
+            out.set("reward", reward)
+        else:
+            reward = self._reward_array.astype(torch_to_numpy_dtype(self.reward_spec.dtype))
+            made = {"reward": torch.from_numpy(reward)}
+            if lane is not None:
+                made[self._lane_key] = torch.from_numpy(lane)
+            out = _fresh_tree(self._next_arrays, self.batch_size, made=made)
+        return self._per_task(self._with_objects(out, self.buffers.next.objects))
+
+    def _merged_root(self, lane: np.ndarray | None, reset: np.ndarray) -> TensorDict:
+        """The root after an autoreset, on the CPU: "next" (its observations from ``lane``
+        when given), but the rows ``reset`` marks from the root buffer. Its done flags are all
+        False (a sub-env either was reset or did not finish), so they are made, not copied."""
+        flags = np.zeros((len(DONE_KEYS), *self._next_arrays["done"].shape), dtype=bool)
+        made = {key: torch.from_numpy(flags[k]) for k, key in enumerate(DONE_KEYS)}
+        arrays = self._next_arrays
+        if lane is not None:
+            arrays = {**arrays, self._lane_key: lane}
+        out = _fresh_tree(arrays, self.batch_size, made, self._root_arrays, reset)
+        return self._with_objects(out, self.buffers.next.objects, reset)
+
+    def _per_task(self, out: TensorDictBase) -> TensorDictBase:
+        """In a heterogeneous batch, a lazy stack where each sub-env keeps only its keys."""
+        if not self.heterogeneous:
+            return out
+        rows = []
+        obs_keys = self.engine.layout.obs_keys + self.engine.layout.object_obs_keys
+        for i, keys in enumerate(self._sub_env_keys):
+            unused = [key for key in obs_keys if key not in keys["obs"]]
+            rows.append(out[i].exclude(*unused) if unused else out[i])
+        return LazyStackedTensorDict(*rows, stack_dim=0)
+
+    def to(self, device: DeviceLike) -> BatchedEnvBase:
+        """Move where outputs live (sub-envs and buffers stay on the CPU)."""
+        self.device = torch.device(device)
+        return self
+
+    # ---- dispatch -----------------------------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        # Reached only for names the batched env does not have itself: they belong to the
+        # sub-envs. Attributes come back as a list; methods as a callable returning a list.
+        if name.startswith("_") or "engine" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self._check_open()
+        try:
+            is_callable = self.engine.request("is_callable", name=name)
+        except AttributeError as exc:  # say whose attribute was looked for, not only a wrapper's
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise AttributeError(
+                f"{type(self).__name__!r} object has no attribute {name!r}, and its sub-envs "
+                f"have none either ({reason})"
+            ) from exc
+        if all(is_callable):
+            return SubEnvMethod(self, name)
+        return self.engine.request("get_attr", name=name)
+
+    def state_dict(self) -> dict:
+        """The state of every sub-env (their random generators), by index."""
+        self._check_open()
+        return {"sub_envs": self.engine.request("state_dict")}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._check_open()
+        states = state_dict.get("sub_envs")
+        if not isinstance(states, list) or len(states) != self.num_envs:
+            raise ValueError(
+                f'state_dict["sub_envs"]: expected a list of {self.num_envs} sub-env states, '
+                f"got {type(states).__name__}"
+            )
+        self.engine.request("load_state_dict", values=states)
+
+    def update_kwargs(self, kwargs: dict | Sequence[dict]) -> None:
+        """Update ``create_env_kwargs``; sub-envs are rebuilt with them at the next use."""
+        self.engine.factories.update_kwargs(kwargs)
+        self.engine.restart()
+
+    def _close(self) -> None:
+        self.engine.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_workers={self.num_workers}, "
+            f"envs_per_worker={self.envs_per_worker}, device={self.device})"
+        )
+
+
+class SubEnvMethod:
+    """A method of the sub-envs: calling it calls it on every sub-env and returns a list."""
+
+    def __init__(self, env: BatchedEnvBase, name: str):
+        self.env, self.name = env, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list:
+        self.env._check_open()
+        return self.env.engine.request("call", name=self.name, args=args, kwargs=kwargs)
+
+    def __repr__(self) -> str:
+        return f"<method {self.name!r} of the sub-envs of {self.env!r}>"
+
+
+class SerialEnv(BatchedEnvBase):
+    """Sub-envs in this process, stepped in order, with the same batching as ParallelEnv.
+
+    Same arguments as :class:`ParallelEnv` (without the process options). Useful for
+    debugging, for cheap envs, and as the reference that ParallelEnv must match exactly.
+
+    Example:
+        >>> from gymvec import GymEnv, SerialEnv
+        >>> env = SerialEnv(2, lambda: GymEnv("CartPole-v1"))
+        >>> env.set_seed(0)
+        >>> env.reset()["observation"].shape
+        torch.Size([2, 4])
+        >>> env.close()
+    """
+
+    def __init__(
+        self,
+        num_workers: int,
+        create_env_fn: Callable[..., Any] | Sequence[Callable[..., Any]],
+        create_env_kwargs: dict | Sequence[dict] | None = None,
+        *,
+        envs_per_worker: int | Sequence[int] = 1,
+        device: DeviceLike = None,
+    ) -> None:
+        super().__init__(
+            num_workers,
+            create_env_fn,
+            create_env_kwargs,
+            envs_per_worker=envs_per_worker,
+            device=device,
+            backend=serial_backend(),
+        )
+
+
+class ParallelEnv(BatchedEnvBase):
+    """Sub-envs in worker processes; actions and observations through shared memory.
+
+    Args:
+        num_workers: number of workers; each is a process (except worker 0 with
+            ``local_worker=True``).
+        create_env_fn: callable returning an EnvBase or a gymnasium.Env (lambdas and closures
+            work: factories travel with cloudpickle), or a list of them, one per worker.
+        create_env_kwargs: kwargs for ``create_env_fn`` (a dict or a list of dicts).
+        envs_per_worker: sub-envs stepped by each worker, or a list of ``num_workers`` counts
+            (``[3, 4]``: 7 sub-envs, rows 0-2 in worker 0). The batch size is their total.
+        shared_memory: must be True: buffers live in shared memory (kept for torchrl users).
+        memmap: back the buffers with a temporary file instead of anonymous shared memory.
+        mp_start_method: "spawn" (default), "fork" or "forkserver".
+        num_threads: torch threads of this process (unchanged if None).
+        num_sub_threads: torch threads in each worker (1: no oversubscription).
+        local_worker: step worker 0's sub-envs in this process while the others run.
+        daemon: whether worker processes are daemonic (daemonic ones cannot start processes).
+        startup_timeout: seconds a worker may take to build its sub-envs.
+        spin: whether waits spin briefly before blocking (None: when every busy process has
+            a core of its own, on x86).
+        device: where outputs live.
+
+    A worker that raises or dies surfaces as :class:`gymvec.WorkerError` (with the worker's
+    traceback when it raised); ``close()`` always stops every process.
+
+    Example:
+        >>> from gymvec import GymEnv, ParallelEnv
+        >>> env = ParallelEnv(2, lambda: GymEnv("CartPole-v1"), envs_per_worker=2)
+        >>> env.set_seed(0)
+        >>> env.reset()["observation"].shape
+        torch.Size([4, 4])
+        >>> env.close()
+    """
+
+    def __init__(
+        self,
+        num_workers: int,
+        create_env_fn: Callable[..., Any] | Sequence[Callable[..., Any]],
+        create_env_kwargs: dict | Sequence[dict] | None = None,
+        *,
+        envs_per_worker: int | Sequence[int] = 1,
+        shared_memory: bool = True,
+        memmap: bool = False,
+        mp_start_method: str | None = None,
+        num_threads: int | None = None,
+        num_sub_threads: int | None = 1,
+        local_worker: bool = False,
+        daemon: bool = False,
+        startup_timeout: float = 120.0,
+        spin: bool | None = None,
+        device: DeviceLike = None,
+    ) -> None:
+        check_count("num_workers", num_workers)  # before it is used below
+        if not shared_memory:
+            raise ValueError("shared_memory=False is not supported: buffers are always shared")
+        self.memmap = memmap
+        self.mp_start_method = check_start_method(mp_start_method)
+        self.num_sub_threads = num_sub_threads
+        self.local_worker = bool(local_worker)
+        self.daemon = daemon
+        self.startup_timeout = startup_timeout
+        if num_threads is not None:
+            torch.set_num_threads(num_threads)
+        options = ProcessOptions(
+            start_method=self.mp_start_method,
+            daemon=daemon,
+            local_worker=self.local_worker,
+            startup_timeout=startup_timeout,
+            spin=spin,
+            num_sub_threads=num_sub_threads,
+        )
+        super().__init__(
+            num_workers,
+            create_env_fn,
+            create_env_kwargs,
+            envs_per_worker=envs_per_worker,
+            device=device,
+            backend=process_backend(options, memmap=memmap),
+        )
+
+
+def _numpy_tree(td: TensorDictBase) -> dict:
+    """The numpy arrays behind a TensorDict of CPU tensors, nested like it."""
+    return {
+        key: _numpy_tree(value) if isinstance(value, TensorDictBase) else value.numpy()
+        for key, value in td.items()
+    }
+
+
+def _fresh_tree(
+    arrays: dict,
+    batch_size: torch.Size,
+    made: dict[str, torch.Tensor] | None = None,
+    source: dict | None = None,
+    mask: np.ndarray | None = None,
+) -> TensorDict:
+    """A CPU TensorDict of fresh copies of ``arrays`` (a tree of numpy arrays, see
+    ``_numpy_tree``), the rows ``mask`` marks (bools over the batch) taken from ``source``
+    (nested like ``arrays``) instead; ``made`` tensors are taken as they are.
+
+    A numpy copy wrapped by ``torch.from_numpy`` costs less than the generic ``clone()``.
+    """
+    entries = {}
+    for key, value in arrays.items():
+        if made is not None and key in made:
+            entries[key] = made[key]
+        elif type(value) is dict:
+            below = None if source is None else source[key]
+            entries[key] = _fresh_tree(value, batch_size, None, below, mask)
+        else:
+            fresh = value.copy()
+            if mask is not None:  # a masked copy costs half of an indexed one
+                where = mask.reshape(mask.shape + (1,) * (fresh.ndim - 1))
+                np.copyto(fresh, source[key], where=where)
+            entries[key] = torch.from_numpy(fresh)
+    if made is not None:
+        for key, value in made.items():
+            entries.setdefault(key, value)
+    return tensordict_unchecked(entries, batch_size, _CPU)
+
+
+def _union_spec(specs: list[Composite], n: int) -> Composite:
+    union = Composite()
+    for spec in specs:
+        for key in spec.keys(include_nested=True, leaves_only=True):
+            if key not in union:
+                union[key] = spec[key].clone()
+    return union.expand(n)
+
+
+def _keys_of(observation_spec: Composite, full_action_spec: Composite) -> dict[str, set]:
+    obs = {k if isinstance(k, tuple) else (k,) for k in observation_spec.keys(True, True)}
+    action = {k if isinstance(k, tuple) else (k,) for k in full_action_spec.keys(True, True)}
+    return {"obs": obs, "action": action}
+
+
+def _batch_spec(specs: list[Composite], n: int, kind: str) -> Composite:
+    first = specs[0]
+    if all(spec == first for spec in specs):
+        return first.expand(n)
+    try:
+        return stack_specs(specs)
+    except ValueError as exc:  # e.g. Categorical specs of different n
+        raise SpaceMismatchError(f"sub-envs cannot be batched: {exc}", kind=kind) from exc
