@@ -5,6 +5,6 @@ try:
 except ImportError as err:
     raise ImportError("stable-baselines3 is not installed: pip install gymvec[sb3]") from err
 
-from gymvec.integrations.sb3 import SB3VecEnv, to_sb3
+from gymvec.integrations.sb3_vec_env import SB3VecEnv, to_sb3
 
 __all__ = ["SB3VecEnv", "to_sb3"]

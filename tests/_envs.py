@@ -351,3 +351,29 @@ def make_failing(**kwargs):
 def getpid(env) -> int:
     """For ``apply`` requests: the process a sub-env lives in."""
     return os.getpid()
+
+
+class TimedEnv(gym.Env):
+    """Each step sleeps ``delay`` seconds and reports when it ran (``start``/``end`` in its
+    info, on the clock every process shares), so that tests can see which steps overlapped;
+    ``slow_method`` sleeps too."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, delay: float = 0.05):
+        self.delay = delay
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        start = time.monotonic()
+        time.sleep(self.delay)
+        info = {"start": start, "end": time.monotonic()}
+        return np.zeros(1, np.float32), 0.0, False, False, info
+
+    def slow_method(self, seconds: float) -> str:
+        time.sleep(seconds)
+        return "done"

@@ -18,7 +18,7 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-import gymvec.bench.envs  # noqa: F401  (registers gymvec/ImageObs-v0)
+import gymvec.bench.envs  # noqa: F401  (registers GymvecBench/ImageObs-v0)
 from gymvec import (
     GymnasiumVectorEnv,
     GymVectorEnvWrapper,
@@ -30,7 +30,7 @@ from gymvec.engine import Autoreset
 from gymvec.engine.engine import OBS_LANES
 from gymvec.vector.tensordict_engine import TensorDictEngine
 
-IMAGE_ID = "gymvec/ImageObs-v0"
+IMAGE_ID = "GymvecBench/ImageObs-v0"
 LENGTHS = (3, 4, 5, 6)  # sub-envs finish at different steps
 FORK = {"mp_start_method": "fork"}
 

@@ -1,7 +1,7 @@
 """The gymvec benchmark: ``python -m gymvec.bench`` (see ``--help``).
 
-Importing this package registers the bench envs (``gymvec/BusyStep-v0``,
-``gymvec/ImageObs-v0``) with gymnasium.
+Importing this package registers the bench envs (``GymvecBench/BusyStep-v0``,
+``GymvecBench/ImageObs-v0``) with gymnasium.
 """
 
 from gymvec.bench.cases import CASES, DEFAULT_CASES, Case

@@ -1,12 +1,13 @@
-"""Small gymnasium envs used as bench cases, registered under ``gymvec/`` ids on import.
+"""Small gymnasium envs used as bench cases, registered under ``GymvecBench/`` ids on import
+(their own namespace: ``gymvec/<id>`` are the aliases ``register_vector_ids`` makes).
 
-* ``gymvec/BusyStep-v0``: every step burns ``step_seconds`` of CPU (default 1 ms), so the
+* ``GymvecBench/BusyStep-v0``: every step burns ``step_seconds`` of CPU (default 1 ms), so the
   bench shows how well a vectorizer spreads CPU-bound work over cores.
-* ``gymvec/ImageObs-v0``: a near-free step returning ``4x84x84`` uint8 frames, so the bench
+* ``GymvecBench/ImageObs-v0``: a near-free step returning ``4x84x84`` uint8 frames, so the bench
   shows what moving large observations costs.
 
 Entry points are strings, so a worker process (spawn or forkserver) that imports this module,
-or builds ``"gymvec.bench.envs:gymvec/BusyStep-v0"`` with ``gymnasium.make``, can build them.
+or builds ``"gymvec.bench.envs:GymvecBench/BusyStep-v0"`` with ``gymnasium.make``, can build them.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-BUSY_STEP_ID = "gymvec/BusyStep-v0"
-IMAGE_OBS_ID = "gymvec/ImageObs-v0"
+BUSY_STEP_ID = "GymvecBench/BusyStep-v0"
+IMAGE_OBS_ID = "GymvecBench/ImageObs-v0"
 BENCH_ENV_IDS = (BUSY_STEP_ID, IMAGE_OBS_ID)
 
 

@@ -19,7 +19,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from multiprocessing.sharedctypes import RawArray
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -179,6 +179,13 @@ def _row_indices(rows: Any, n: int) -> Any:
     return rows
 
 
+class ActionTwin(NamedTuple):
+    """The float64 twin of a narrower float action leaf (see ``Buffers.write_action``)."""
+
+    values: np.ndarray  # [num_envs, *shape] float64
+    in_use: np.ndarray  # [num_envs] bool: the twin holds the sub-env's action
+
+
 class Buffers:
     """Numpy (and torch) views of a block laid out by ``layout``.
 
@@ -200,9 +207,9 @@ class Buffers:
         self.action = {key: self.views[("action", key)] for key in layout.action_keys}
         self.action_objects = {key: [None] * n for key in layout.object_action_keys}
         self.ship_objects = False
-        # (float64 twin, per-sub-env "the twin holds it" flags) of the leaves that have a twin
+        # the float64 twins of the leaves that have one
         self.wide_action = {
-            key: (self.views[("wide_action", key)], self.views[("action_is_wide", key)])
+            key: ActionTwin(self.views[("wide_action", key)], self.views[("action_is_wide", key)])
             for key in layout.wide_action_keys
         }
         # the observation lanes (see BufferLayout), lane 0 first; [] without lanes

@@ -295,7 +295,7 @@ class ProcessExecutor(Executor):
                 on_local_done(self.local.bounds[-1][1] if self.local is not None else 0)
             if deadline is not None and time.monotonic() > deadline and self.handles:
                 raise TimeoutError(f"the local share outlasted the timeout of {timeout} s")
-        error = self._collect(deadline, call.extras.update)
+        error = self._collect(deadline, lambda handle, reply: call.extras.update(reply))
         if call.local_error is not None:  # the sub-env's own exception, as SerialEnv raises it
             raise call.local_error
         if error is not None:
@@ -313,16 +313,22 @@ class ProcessExecutor(Executor):
         them, and the errors of their sub-envs; this process's share does not run again. A
         dead worker raises WorkerError. After a TimeoutError, calling again resumes."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        error = self._collect(deadline, lambda reply: None)
+        error = self._collect(deadline, lambda handle, reply: None)
         if error is not None and error.worker_traceback is None:  # died, not raised
             raise error
 
-    def _collect(self, deadline: float | None, on_reply: Callable[[Any], Any]) -> Any:
-        """Read the answer of each worker that has not answered the call in flight, handing
-        the replies to ``on_reply``; returns the first WorkerError (None if none), once every
-        worker has answered or is gone, so that no reply is left unread."""
+    def _collect(
+        self,
+        deadline: float | None,
+        on_reply: Callable[[WorkerHandle, Any], Any],
+        handles: list[WorkerHandle] | None = None,
+    ) -> Any:
+        """Read the answer of each worker (of ``handles``, default all) that has not answered
+        the call in flight, handing its reply to ``on_reply``; returns the first WorkerError
+        (None if none), once every worker has answered or is gone, so that no reply is left
+        unread."""
         error = None
-        for handle in self.handles:
+        for handle in self.handles if handles is None else handles:
             if handle.answered == handle.seq:
                 continue
             left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
@@ -335,7 +341,7 @@ class ProcessExecutor(Executor):
                 if handle.answered != handle.seq and not handle.process.is_alive():
                     handle.answered = handle.seq
             if reply:
-                on_reply(reply)
+                on_reply(handle, reply)
         return error
 
     # ---- requests -----------------------------------------------------------------------------
@@ -372,22 +378,19 @@ class ProcessExecutor(Executor):
                     call.results[p] = answer
             except Exception as exc:
                 call.local_error = exc
-        error = call.local_error
-        for handle, positions in asked:
-            if handle.answered == handle.seq:
-                continue
-            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            try:
-                reply = handle.wait(self.parent_spin, left)
-            except WorkerError as exc:
-                error = error or exc
-                continue
-            if reply[0] == "raise" and error is None:
-                error = reply[1]
-                _attach_worker_traceback(error, f"raised in worker {handle.index}:\n{reply[2]}")
-            elif reply[0] == "ok":
-                for p, answer in zip(positions, reply[1]):
+        positions_of = {handle.index: positions for handle, positions in asked}
+        errors = [call.local_error]
+
+        def on_reply(handle: WorkerHandle, reply: tuple) -> None:
+            if reply[0] == "raise":  # the sub-env's own exception, with the worker's traceback
+                _attach_worker_traceback(reply[1], f"raised in worker {handle.index}:\n{reply[2]}")
+                errors.append(reply[1])
+            else:
+                for p, answer in zip(positions_of[handle.index], reply[1]):
                     call.results[p] = answer
+
+        died = self._collect(deadline, on_reply, [handle for handle, _ in asked])
+        error = next((e for e in errors if e is not None), died)
         if error is not None:
             raise error
         return call.results

@@ -11,7 +11,7 @@ sub-envs (their gymnasium spaces, or their own specs), with the tasks of a multi
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -32,6 +32,7 @@ from gymvec.spaces import spec_from_space
 from gymvec.specs import (
     Composite,
     DeviceLike,
+    TensorSpec,
     info_spec_of,
     non_tensor,
     non_tensor_values,
@@ -40,6 +41,17 @@ from gymvec.specs import (
 )
 
 _CPU = torch.device("cpu")
+
+
+class ActionSlot(NamedTuple):
+    """Where one action leaf of a tensordict goes: its key and spec, the buffer as a tensor
+    and as an array, and the spec's check of an array (None: nothing to check)."""
+
+    key: tuple
+    spec: TensorSpec
+    view: torch.Tensor
+    array: np.ndarray
+    values_in: Callable[[np.ndarray], bool] | None
 
 
 def sub_env_specs(summary: SubEnvSummary) -> tuple[Composite, Composite, torch.dtype]:
@@ -139,7 +151,7 @@ class BatchedEnvBase(EnvBase):
         ]
         self._action_arrays = [view.numpy() for view in self._action_views]
         self._action_slots_of: Composite | None = None  # see _action_slots
-        self._action_slot_list: list[tuple] = []
+        self._action_slot_list: list[ActionSlot] = []
         # The output key of "next"'s observations when they can come from an observation
         # lane (one top-level observation array); None otherwise.
         keys = layout.obs_keys
@@ -193,7 +205,7 @@ class BatchedEnvBase(EnvBase):
             self.full_action_spec[key].validate(action, key)
             store[:] = non_tensor_values(action)
 
-    def _action_slots(self) -> list[tuple]:
+    def _action_slots(self) -> list[ActionSlot]:
         """(key, leaf spec, buffer view, its numpy array, the spec's array check) per action
         leaf; rebuilt when the action spec is replaced."""
         if self._action_slots_of is not self.full_action_spec:
@@ -201,7 +213,9 @@ class BatchedEnvBase(EnvBase):
             views = zip(self._action_keys, self._action_views, self._action_arrays)
             for key, view, array in views:
                 spec = self.full_action_spec[key]
-                self._action_slot_list.append((key, spec, view, array, spec.array_check()))
+                self._action_slot_list.append(
+                    ActionSlot(key, spec, view, array, spec.array_check())
+                )
             self._action_slots_of = self.full_action_spec
         return self._action_slot_list
 

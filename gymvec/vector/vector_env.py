@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -61,6 +61,26 @@ def parse_autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
         f"autoreset_mode: expected one of {[m.value for m in AutoresetMode]} or an "
         f"AutoresetMode, got {mode!r}"
     )
+
+
+class ActionTarget(NamedTuple):
+    """Where one array action leaf goes: its buffer, whether that has a float64 twin (see
+    ``Buffers.write_action``), and the dtype kinds it takes."""
+
+    leaf: Leaf
+    buffer: np.ndarray
+    has_twin: bool
+    kinds: str
+
+
+class DiscreteBound(NamedTuple):
+    """A Discrete or MultiDiscrete action leaf: its path, its space, its buffer, and a check
+    of whether values are in the space's range."""
+
+    path: tuple
+    space: spaces.Space
+    values: np.ndarray
+    in_range: Callable[[np.ndarray], bool]
 
 
 class GymnasiumVectorEnv(gym.vector.VectorEnv):
@@ -121,14 +141,12 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             AutoresetMode.DISABLED: Autoreset.NONE,
         }[self.autoreset_mode]
         actions = self.buffers.action
-        # (leaf, buffer, whether the buffer has a float64 twin), looked up once: every step
-        # writes them
-        # (leaf, its buffer, whether it has a float64 twin, the dtype kinds it takes) of each
-        # array action leaf: Discrete and MultiDiscrete take integers (as their spaces'
-        # `contains` says), Box and MultiBinary numbers or bools (SB3 hands MultiBinary floats)
-        discrete = {path for path, *_ in self._discrete_bounds}
+        # Where each array action leaf goes, looked up once: every step writes them.
+        # Discrete and MultiDiscrete take integers (as their spaces' `contains` says), Box and
+        # MultiBinary numbers or bools (SB3 hands MultiBinary floats).
+        discrete = {bound.path for bound in self._discrete_bounds}
         self._action_targets = [
-            (
+            ActionTarget(
                 leaf,
                 actions[leaf.key],
                 leaf.key in self.buffers.wide_action,
@@ -494,9 +512,8 @@ def _path_str(path: tuple) -> str:
     return "".join(f"[{part!r}]" for part in path)
 
 
-def discrete_bounds(space: spaces.Space, leaves: list[Leaf], arrays: dict) -> list[tuple]:
-    """(leaf path, sub-space, action array, range check) of each Discrete/MultiDiscrete leaf;
-    the check takes the array and says whether its values are in the sub-space's range."""
+def discrete_bounds(space: spaces.Space, leaves: list[Leaf], arrays: dict) -> list[DiscreteBound]:
+    """The bound of each Discrete/MultiDiscrete action leaf."""
     bounds = []
     for leaf in leaves:
         sub = get_leaf(space, leaf.path)
@@ -513,7 +530,7 @@ def discrete_bounds(space: spaces.Space, leaves: list[Leaf], arrays: dict) -> li
             check = functools.partial(_array_range, low=sub.start, high=sub.start + sub.nvec - 1)
         else:
             continue
-        bounds.append((leaf.path, sub, array, check))
+        bounds.append(DiscreteBound(leaf.path, sub, array, check))
     return bounds
 
 
@@ -525,7 +542,7 @@ def _array_range(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> bool:
     return bool((values >= low).all() and (values <= high).all())
 
 
-def _check_discrete(bounds: list[tuple], ignored: np.ndarray | None = None) -> None:
+def _check_discrete(bounds: list[DiscreteBound], ignored: np.ndarray | None = None) -> None:
     """Discrete actions outside their range: a named error here, not an assert in a worker.
 
     ``ignored`` marks the sub-envs whose actions go unused (checked only if the rest fail).
