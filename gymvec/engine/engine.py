@@ -153,6 +153,15 @@ def expand_seeds(seed: int | Sequence[int | None] | None, n: int) -> list[int | 
     return [None if s is None else int(s) for s in seeds]
 
 
+def masked_seeds(
+    seeds: Sequence[int | None] | None, mask: np.ndarray | None
+) -> list[int | None] | None:
+    """``seeds`` for the sub-envs ``mask`` marks, None for the others (a reset leaves them)."""
+    if seeds is None or mask is None:
+        return None if seeds is None else list(seeds)
+    return [s if m else None for s, m in zip(seeds, np.asarray(mask).tolist())]
+
+
 class BatchEngine:
     """A batch of sub-envs behind shared buffers, driven by verbs (see the module docstring).
 
@@ -358,8 +367,7 @@ class BatchEngine:
             mask = np.asarray(mask, dtype=bool).reshape(self.num_envs)
             others = np.where(self.root_stale, SYNC_ROOT, 0) if into == "root" else 0
             modes = np.where(mask, reset_mode, others).astype(np.uint8)
-            if seeds is not None:
-                seeds = [s if m else None for s, m in zip(seeds, mask.tolist())]
+            seeds = masked_seeds(seeds, mask)
         call = Call("reset", options=options, mask=mask, into=into)
         self._send(call, modes, seeds, handout)
 

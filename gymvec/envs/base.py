@@ -288,3 +288,17 @@ def copy_rows(dest: torch.Tensor, source: torch.Tensor, rows: Any) -> None:
     else:
         index = torch.from_numpy(rows).to(dest.device)
         dest[index] = source.to(dest.device)[index]
+
+
+def copy_shared_rows(
+    dest: TensorDictBase, source: TensorDictBase, rows: Any, skip: tuple[str, ...] = ()
+) -> None:
+    """``dest[key][rows] = source[key][rows]`` for every tensor leaf both have (cast and shaped
+    as ``dest``'s) but those under the top-level keys in ``skip``."""
+    in_source = source.keys(include_nested=True, leaves_only=True)
+    for key in dest.keys(include_nested=True, leaves_only=True):
+        top = key[0] if isinstance(key, tuple) else key
+        if top in skip or key not in in_source:
+            continue
+        target = dest.get(key)
+        copy_rows(target, source.get(key).to(target.dtype).reshape(target.shape), rows)

@@ -15,12 +15,18 @@ from tensordict import TensorDict, TensorDictBase
 
 from gymvec.common.infos import InfoField, declared_fields
 from gymvec.common.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
-from gymvec.envs.base import DONE_KEYS, EnvBase, copy_object_rows, copy_rows, make_reward_spec
+from gymvec.envs.base import (
+    DONE_KEYS,
+    EnvBase,
+    copy_object_rows,
+    copy_shared_rows,
+    make_reward_spec,
+)
 from gymvec.spaces import spec_from_space
 from gymvec.specs import (
     Composite,
     DeviceLike,
-    Unbounded,
+    info_spec_of,
     non_tensor,
     non_tensor_values,
     numpy_to_torch_dtype,
@@ -317,10 +323,7 @@ class GymVectorEnvWrapper(EnvBase):
     def _set_rows(self, dest: TensorDict, source: TensorDictBase, rows: np.ndarray) -> None:
         """Copy the entries of ``source`` that ``dest`` has into ``dest``, for ``rows`` only
         (object observations too, which tensordict does not list among the leaves)."""
-        in_dest = dest.keys(include_nested=True, leaves_only=True)
-        for key in source.keys(include_nested=True, leaves_only=True):
-            if key in in_dest:
-                copy_rows(dest.get(key), source.get(key), rows)
+        copy_shared_rows(dest, source, rows)
         for leaf in self.obs_leaves:
             if leaf.is_object:
                 copy_object_rows(dest, source, leaf.key, rows)
@@ -404,15 +407,7 @@ class GymVectorEnvWrapper(EnvBase):
         return root
 
     def _update_info_spec(self) -> None:
-        self.info_spec = Composite(
-            {
-                name: Unbounded(
-                    shape=(self.num_envs, *field.shape), dtype=numpy_to_torch_dtype(field.dtype)
-                )
-                for name, field in self.info_fields.items()
-            },
-            shape=self.batch_size,
-        )
+        self.info_spec = info_spec_of(self.info_fields).expand(self.num_envs)
 
     def _output(self, source: TensorDict) -> TensorDictBase:
         return source.to(self.device) if self.device.type != "cpu" else source.clone()

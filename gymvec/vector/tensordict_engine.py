@@ -24,9 +24,9 @@ from tensordict import TensorDict
 
 from gymvec.engine.buffers import BufferLayout, Buffers, Slot, private_memory
 from gymvec.engine.commands import Autoreset, Extras
-from gymvec.engine.engine import Received
+from gymvec.engine.engine import Received, masked_seeds
 from gymvec.engine.executor import OnLocalDone
-from gymvec.envs.base import EnvBase, copy_rows
+from gymvec.envs.base import EnvBase, copy_shared_rows
 from gymvec.spaces import spaces_of_specs
 from gymvec.specs import info_fields_of, non_tensor, non_tensor_values, spec_leaves
 
@@ -204,7 +204,7 @@ class TensorDictEngine:
                 # an int seed: vector envs with a single generator (native ones) take only that
                 self.env.set_seed(first)
             else:
-                self.env.set_seed([s if m else None for s, m in zip(seeds, mask)])
+                self.env.set_seed(masked_seeds(seeds, mask))
         td = TensorDict({"_reset": torch.from_numpy(mask.copy()).unsqueeze(-1)}, [self.num_envs])
         out = self.env.reset(td if not mask.all() else None)
         target = self._views.get("next") if into_next else self._views
@@ -253,13 +253,7 @@ class TensorDictEngine:
         """Copy ``source``'s values at ``rows`` into the buffers: into ``target`` (views of
         ``slot``) the tensors they share but actions and "next", into ``slot.objects`` the
         object observations."""
-        in_source = source.keys(include_nested=True)
-        for key in target.keys(include_nested=True, leaves_only=True):
-            key_tuple = key if isinstance(key, tuple) else (key,)
-            if key_tuple[0] in ("next", "action") or key not in in_source:
-                continue
-            dest = target.get(key)
-            copy_rows(dest, source.get(key).to(dest.dtype).reshape(dest.shape), rows)
+        copy_shared_rows(target, source, rows, skip=("next", "action"))
         for key, objects in slot.objects.items():
             values = non_tensor_values(source.get(key))
             for i in np.flatnonzero(rows).tolist():
