@@ -2,8 +2,8 @@
 
 * ``bare-loop``: the calling process steps every sub-env in a Python loop and batches the
   results, the way a vectorizer must.
-* ``bare-parallel``: the layout of ``notes/fast-vectorization.md``'s probe, which gymvec's
-  parallel envs follow: the calling process steps the first share of the sub-envs, one process
+* ``bare-parallel``: the layout gymvec's parallel envs follow, with nothing else in it: the
+  calling process steps the first share of the sub-envs, one process
   per other worker steps the rest; numpy views of one ``RawArray``, a semaphore pair per
   worker, and waits that spin briefly before they block.
 * ``bare-free``: ``bare-parallel`` where the calling process waits only for the workers to be
