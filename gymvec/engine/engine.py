@@ -208,9 +208,13 @@ class BatchEngine:
         self.metadata: dict = first.metadata
         self.render_mode: str | None = first.render_mode
         self.finished = np.zeros(self.num_envs, dtype=bool)  # episode over, not reset since
+        self.any_finished = False
         self.root_stale = np.zeros(self.num_envs, dtype=bool)  # root older than "next"
         self._uniform_mode: int | None = None  # the mode every control byte holds, if known
         self._lane = 0  # the observation lane that holds "next"'s observations now
+        self._has_lanes = bool(self.buffers.obs_lanes) and not self.heterogeneous
+        self._object_actions = bool(self.layout.object_action_keys)
+        self._object_obs = bool(self.layout.object_obs_keys)
 
     # ---- construction -------------------------------------------------------------------------
     def _probe(self, factories: SubEnvFactories) -> list[SubEnvSummary]:
@@ -326,18 +330,18 @@ class BatchEngine:
 
         Object actions (``buffers.action_objects``, see ``BufferLayout``) travel with it.
         """
-        if autoreset is Autoreset.NEXT_STEP and any_set(self.finished):
+        if autoreset is Autoreset.SAME_STEP:
+            modes: Any = STEP | AUTORESET | (KEEP_FINAL_OBS if keep_final_obs else 0)
+        elif autoreset is Autoreset.NEXT_STEP and self.any_finished:
             # the finished sub-envs reset, the others step: a byte translation of the flags
             flags = self.finished.tobytes()
-            modes: Any = np.frombuffer(flags.translate(STEP_OR_RESET_NEXT), np.uint8)
-        elif autoreset is Autoreset.SAME_STEP:
-            modes = STEP | AUTORESET | (KEEP_FINAL_OBS if keep_final_obs else 0)
+            modes = np.frombuffer(flags.translate(STEP_OR_RESET_NEXT), np.uint8)
         else:
             modes = STEP
         if current_root:
             modes = modes | SYNC_ROOT
-        call = Call("step", autoreset=autoreset, current_root=current_root)
-        if self.layout.object_action_keys:
+        call = Call("step", autoreset, current_root)
+        if self._object_actions:
             call.action_objects = self.buffers.action_objects
         self._send(call, modes, None, handout)
 
@@ -368,7 +372,7 @@ class BatchEngine:
             others = np.where(self.root_stale, SYNC_ROOT, 0) if into == "root" else 0
             modes = np.where(mask, reset_mode, others).astype(np.uint8)
             seeds = masked_seeds(seeds, mask)
-        call = Call("reset", options=options, mask=mask, into=into)
+        call = Call("reset", into=into, options=options, mask=mask)
         self._send(call, modes, seeds, handout)
 
     def recv(
@@ -382,24 +386,38 @@ class BatchEngine:
         that the caller can start copying their rows (not for a command into a lane).
         """
         call = self._call
-        if call is None or call.kind == "request":
-            raise RuntimeError("no command in flight: call step_send() or reset_send() first")
-        if call.interrupted:  # its results are gone with the interrupted wait
-            self._abandon(timeout)
-            raise RuntimeError(
-                "the command in flight was interrupted: its results are lost, and every "
-                "sub-env must be reset before the next step"
-            )
-        if call.lane:  # the observations go to a lane: nothing is left to copy early
+        if call is None or call.kind == "request" or call.interrupted:
+            self._refuse_recv(call, timeout)
+        lane = call.lane
+        if lane:  # the observations go to a lane: nothing is left to copy early
             on_local_done = None
-        extras = self._wait(lambda: self.executor.wait(call, timeout, on_local_done))
-        if self.layout.object_obs_keys:
+        # (the try of _wait, inline: this runs every step)
+        try:
+            extras = self._executor.wait(call, timeout, on_local_done)
+        except TimeoutError:
+            raise  # still in flight: a later recv() resumes the wait
+        except Exception:
+            self._call = None  # a sub-env raised or a worker died: the command is over
+            raise
+        except BaseException:
+            call.interrupted = True  # see _wait
+            raise
+        self._call = None
+        if self._object_obs:
             self._store_objects(extras)
         self._book(call)
-        observations = None
-        if call.lane:
-            observations = self.buffers.handed_out_lanes()[call.lane - 1]
+        observations = self.buffers.handed_out_lanes()[lane - 1] if lane else None
         return Received(call.kind, call.mask, extras, observations)
+
+    def _refuse_recv(self, call: Call | None, timeout: float | None) -> None:
+        if call is None or call.kind == "request":
+            raise RuntimeError("no command in flight: call step_send() or reset_send() first")
+        # an interrupted command: its results are gone with the interrupted wait
+        self._abandon(timeout)
+        raise RuntimeError(
+            "the command in flight was interrupted: its results are lost, and every "
+            "sub-env must be reset before the next step"
+        )
 
     def step(self, autoreset: Autoreset = Autoreset.NONE, **kwargs: Any) -> Received:
         """``step_send`` then ``recv``."""
@@ -484,24 +502,20 @@ class BatchEngine:
     def _send(
         self, call: Call, modes: Any, seeds: Sequence[int | None] | None, handout: bool
     ) -> None:
-        executor = self._ready()
-        if self._reset_required:
-            self._check_resets_all(modes)
+        executor = self._executor
+        if executor is None or self._call is not None or self._reset_required:
+            executor = self._ready()
+            if self._reset_required:
+                self._check_resets_all(modes)
         control = self.control
         # Step after step the same mode goes to every sub-env: the bytes already hold it.
-        uniform = int(modes) if isinstance(modes, int | np.integer) else None
+        uniform = modes if type(modes) is int else None
         if uniform is None or uniform != self._uniform_mode:
             control.mode[:] = modes
         self._uniform_mode = uniform
-        into_lane = handout and self._lane_modes(uniform)  # before the SEED bits
+        into_lane = handout and self._has_lanes and self._lane_modes(uniform)  # before SEED bits
         if seeds is not None:
-            for i, seed in enumerate(seeds):
-                if seed is not None:
-                    if not _INT64.min <= seed <= _INT64.max:
-                        raise ValueError(f"seed[{i}]: expected an int64, got {seed}")
-                    control.seed[i] = seed
-                    control.mode[i] |= SEED
-                    self._uniform_mode = None
+            self._write_seeds(seeds)
         lane = self.buffers.free_lane() if into_lane else 0
         if lane or self._lane:
             # Back to lane 0, the sub-envs first give it the observations they returned last
@@ -518,11 +532,19 @@ class BatchEngine:
             raise
         self._call = call
 
+    def _write_seeds(self, seeds: Sequence[int | None]) -> None:
+        control = self.control
+        for i, seed in enumerate(seeds):
+            if seed is not None:
+                if not _INT64.min <= seed <= _INT64.max:
+                    raise ValueError(f"seed[{i}]: expected an int64, got {seed}")
+                control.seed[i] = seed
+                control.mode[i] |= SEED
+                self._uniform_mode = None
+
     def _lane_modes(self, uniform: int | None) -> bool:
         """Whether the command in the control block can write "next"'s observations into an
         observation lane (see ``commands.LANE_MODES``)."""
-        if not self.buffers.obs_lanes or self.heterogeneous:
-            return False
         if uniform is not None:
             return uniform in LANE_MODES
         return set(self.control.mode.tobytes()) <= LANE_MODES
@@ -577,20 +599,25 @@ class BatchEngine:
         """Which sub-envs finished, and whose root is older than "next", after ``call``."""
         if call.kind == "step":
             if call.autoreset is Autoreset.SAME_STEP:
-                self.finished[:] = False
+                if self.any_finished:
+                    self.finished[:] = False
+                    self.any_finished = False
                 if not call.current_root:
                     np.logical_not(self.buffers.next.done, out=self.root_stale)
             else:
-                np.copyto(self.finished, self.buffers.next.done)
+                done = self.buffers.next.done
+                np.copyto(self.finished, done)
+                self.any_finished = any_set(done)
                 if not call.current_root:
-                    self.root_stale[:] = True
+                    self.root_stale.fill(True)
             if call.current_root:
-                self.root_stale[:] = False
+                self.root_stale.fill(False)
             return
         mask = slice(None) if call.mask is None else call.mask
         self.finished[mask] = False
+        self.any_finished = any_set(self.finished)
         if call.into == "root":
-            self.root_stale[:] = False
+            self.root_stale.fill(False)
         else:
             self.root_stale[mask] = True
 

@@ -35,34 +35,67 @@ class Blocks:
     control: Control
 
 
-@dataclasses.dataclass
 class Call:
     """The command or request in flight, as the engine and its executor share it.
 
     The engine fills in what was asked; the executor records how far its wait got, so that a
     wait cut short by a ``TimeoutError`` resumes where it stopped, and an interrupted one is
-    drained before the next call.
+    drained before the next call. (A plain class with slots: one is made every step.)
     """
 
-    kind: str  # "step", "reset" or "request"
-    autoreset: Autoreset = Autoreset.NONE  # a step's policy for finished sub-envs
-    current_root: bool = False  # a step also brings every root up to date
-    into: str = "root"  # where a reset writes: "root" or "next"
-    options: dict | None = None  # the reset options of a command
-    action_objects: dict[tuple, list] | None = None  # object actions, all sub-envs' (see Buffers)
-    lane: int = 0  # the observation lane that "next"'s observations go to (0: none)
-    mask: np.ndarray | None = None  # the sub-envs a reset resets (None: all of them)
-    # a request: its name, the sub-envs it goes to, its keyword arguments and per-index values
-    name: str = ""
-    indices: list[int] = dataclasses.field(default_factory=list)
-    kwargs: dict = dataclasses.field(default_factory=dict)
-    values: Sequence | None = None
-    # progress of the executor's wait
-    interrupted: bool = False  # a wait was interrupted: its answers are to be read and dropped
-    extras: dict[int, Extras] | None = None  # answers collected so far (None: local share to run)
-    local_error: Exception | None = None  # what this process's share raised, raised at the end
-    results: list | None = None  # a request's results so far
-    plan: Any = None  # the executor's own record of where a request went
+    __slots__ = (
+        "kind",
+        "autoreset",
+        "current_root",
+        "into",
+        "options",
+        "mask",
+        "action_objects",
+        "lane",
+        "name",
+        "indices",
+        "kwargs",
+        "values",
+        "interrupted",
+        "extras",
+        "local_error",
+        "results",
+        "plan",
+    )
+
+    def __init__(
+        self,
+        kind: str,
+        autoreset: Autoreset = Autoreset.NONE,
+        current_root: bool = False,
+        *,
+        into: str = "root",
+        options: dict | None = None,
+        mask: np.ndarray | None = None,
+        name: str = "",
+        indices: list[int] | None = None,
+        kwargs: dict | None = None,
+        values: Sequence | None = None,
+    ):
+        self.kind = kind  # "step", "reset" or "request"
+        self.autoreset = autoreset  # a step's policy for finished sub-envs
+        self.current_root = current_root  # a step also brings every root up to date
+        self.into = into  # where a reset writes: "root" or "next"
+        self.options = options  # the reset options of a command
+        self.mask = mask  # the sub-envs a reset resets (None: all of them)
+        self.action_objects: dict[tuple, list] | None = None  # all sub-envs' (see Buffers)
+        self.lane = 0  # the observation lane "next"'s observations go to (0: none)
+        # a request: its name, the sub-envs it goes to, keyword arguments, per-index values
+        self.name = name
+        self.indices = indices or []
+        self.kwargs = kwargs or {}
+        self.values = values
+        # progress of the executor's wait
+        self.interrupted = False  # a wait was interrupted: its answers are to be dropped
+        self.extras: dict[int, Extras] | None = None  # answers so far (None: local share due)
+        self.local_error: Exception | None = None  # what this process's share raised
+        self.results: list | None = None  # a request's results so far
+        self.plan: Any = None  # the executor's own record of where a request went
 
 
 class Executor(ABC):

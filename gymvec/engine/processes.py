@@ -287,15 +287,18 @@ class ProcessExecutor(Executor):
         TimeoutError after it."""
         deadline = None if timeout is None else time.monotonic() + timeout
         if call.extras is None:  # the local share runs once, even if the wait is resumed
-            try:
-                call.extras = self._run_local(call) if self.local is not None else {}
-            except Exception as exc:  # a sub-env of this process raised: raised once every
-                call.extras, call.local_error = {}, exc  # worker has answered (below)
+            local = self.local
+            call.extras = {}
+            if local is not None:
+                try:
+                    call.extras = self._run_local(call)
+                except Exception as exc:  # a sub-env of this process raised: raised once
+                    call.local_error = exc  # every worker has answered (below)
             if on_local_done is not None and call.local_error is None:
-                on_local_done(self.local.bounds[-1][1] if self.local is not None else 0)
+                on_local_done(local.bounds[-1][1] if local is not None else 0)
             if deadline is not None and time.monotonic() > deadline and self.handles:
                 raise TimeoutError(f"the local share outlasted the timeout of {timeout} s")
-        error = self._collect(deadline, lambda handle, reply: call.extras.update(reply))
+        error = self._collect(deadline, into=call.extras)
         if call.local_error is not None:  # the sub-env's own exception, as SerialEnv raises it
             raise call.local_error
         if error is not None:
@@ -313,20 +316,21 @@ class ProcessExecutor(Executor):
         them, and the errors of their sub-envs; this process's share does not run again. A
         dead worker raises WorkerError. After a TimeoutError, calling again resumes."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        error = self._collect(deadline, lambda handle, reply: None)
+        error = self._collect(deadline, on_reply=_drop)
         if error is not None and error.worker_traceback is None:  # died, not raised
             raise error
 
     def _collect(
         self,
         deadline: float | None,
-        on_reply: Callable[[WorkerHandle, Any], Any],
+        on_reply: Callable[[WorkerHandle, Any], Any] | None = None,
         handles: list[WorkerHandle] | None = None,
+        into: dict | None = None,
     ) -> Any:
         """Read the answer of each worker (of ``handles``, default all) that has not answered
-        the call in flight, handing its reply to ``on_reply``; returns the first WorkerError
-        (None if none), once every worker has answered or is gone, so that no reply is left
-        unread."""
+        the call in flight, handing its reply to ``on_reply`` (default: ``into.update``, a
+        command's extras); returns the first WorkerError (None if none), once every worker has
+        answered or is gone, so that no reply is left unread."""
         error = None
         for handle in self.handles if handles is None else handles:
             if handle.answered == handle.seq:
@@ -341,7 +345,10 @@ class ProcessExecutor(Executor):
                 if handle.answered != handle.seq and not handle.process.is_alive():
                     handle.answered = handle.seq
             if reply:
-                on_reply(handle, reply)
+                if on_reply is None:
+                    into.update(reply)
+                else:
+                    on_reply(handle, reply)
         return error
 
     # ---- requests -----------------------------------------------------------------------------
@@ -410,6 +417,10 @@ class ProcessExecutor(Executor):
         local, self.local = self.local, None
         if local is not None:
             local.close()  # last: a sub-env's close may raise
+
+
+def _drop(handle: WorkerHandle, reply: Any) -> None:
+    """What a drained call does with an answer (a command's extras or a request's results)."""
 
 
 def worker_words(sync_memory: Any, k: int) -> Any:

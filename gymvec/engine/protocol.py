@@ -27,7 +27,8 @@ class Engine(Protocol):
     ``buffers.action`` (and ``buffers.action_objects``) and leave their results in
     ``buffers.next`` and ``buffers.root``, as ``BatchEngine`` documents. ``finished`` marks the
     sub-envs whose episode ended since their last reset (NEXT_STEP resets them at the next
-    step). Requests go to the sub-envs by name (see ``engine.subenvs.REQUESTS``).
+    step), ``any_finished`` whether there is one. Requests go to the sub-envs by name (see
+    ``engine.subenvs.REQUESTS``).
     """
 
     num_envs: int
@@ -37,6 +38,7 @@ class Engine(Protocol):
     render_mode: str | None
     heterogeneous: bool
     finished: np.ndarray
+    any_finished: bool
 
     def sub_env_spaces(self) -> tuple[list[spaces.Space], list[spaces.Space]]:
         """The gymnasium observation and action space of each sub-env."""

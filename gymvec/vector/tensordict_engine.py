@@ -58,6 +58,7 @@ class TensorDictEngine:
         self._action_keys = [("action", *key[1:]) for key in self.layout.action_keys]
         self._all = np.ones(self.num_envs, dtype=bool)
         self.finished = np.zeros(self.num_envs, dtype=bool)
+        self.any_finished = False
         self._command: tuple | None = None  # (kind, its arguments) until received
         self._request: tuple | None = None
 
@@ -107,10 +108,11 @@ class TensorDictEngine:
             mask, seeds, options, into_next = arguments
             self._reset(mask, seeds, options, into_next)
             self.finished[mask] = False
+            self.any_finished = bool(self.finished.any())
             infos = self._infos("last_reset_info")
             extras = self._extras("next" if into_next else "root", infos, mask)
             return Received("reset", None if mask is self._all else mask, extras, None)
-        if arguments is Autoreset.NEXT_STEP and self.finished.any():
+        if arguments is Autoreset.NEXT_STEP and self.any_finished:
             if not self._autoreset_step(self.finished.copy()):
                 raise NotImplementedError(
                     f"{type(self.env).__name__} cannot step some sub-envs while resetting "
@@ -123,6 +125,7 @@ class TensorDictEngine:
             self.finished[:] = False
         else:
             np.copyto(self.finished, self.buffers.next.done)
+        self.any_finished = bool(self.finished.any())
         return Received("step", None, extras, None)
 
     def write_action(self, key: tuple, values: np.ndarray) -> None:

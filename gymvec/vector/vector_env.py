@@ -242,7 +242,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     def step_send(self, actions: Any) -> None:
         self._early_obs = None  # left by a call that raised
         self._write_actions(actions)
-        if self._disabled and any_set(self.engine.finished):
+        if self._disabled and self.engine.any_finished:
             finished = np.flatnonzero(self.engine.finished).tolist()
             raise ValueError(
                 f"sub-envs {finished} finished and autoreset_mode is DISABLED: reset them "
@@ -347,8 +347,8 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 )
             store[:] = values
         # NEXT_STEP ignores the actions of the sub-envs it resets, whatever their values
-        finished = self.engine.finished
-        resetting = finished if not self._same_step and any_set(finished) else None
+        engine = self.engine
+        resetting = engine.finished if engine.any_finished and not self._same_step else None
         _check_discrete(self._discrete_bounds, resetting)
 
     def _observations(self, received: Received) -> Any:
