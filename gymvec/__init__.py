@@ -17,7 +17,9 @@ from typing import Any
 
 from gymvec.errors import (
     ClosedEnvError,
+    MainModuleError,
     SpaceMismatchError,
+    SubEnvTimeoutError,
     UnsupportedSpaceError,
     WorkerError,
 )
@@ -48,7 +50,9 @@ _EXPORTS = {
 
 __all__ = [
     "ClosedEnvError",
+    "MainModuleError",
     "SpaceMismatchError",
+    "SubEnvTimeoutError",
     "UnsupportedSpaceError",
     "WorkerError",
     *_EXPORTS,

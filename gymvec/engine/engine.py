@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from gymvec.common.arrays import any_set
-from gymvec.common.infos import InfoField
+from gymvec.common.infos import InfoField, infer_info_fields
 from gymvec.common.structure import LeafSpec
 from gymvec.engine.buffers import BufferLayout, Buffers, MemmapMemory, private_memory
 from gymvec.engine.commands import (
@@ -113,7 +113,9 @@ def process_backend(options: Any, memmap: bool = False) -> Backend:
     """Sub-envs in worker processes (``options``: a ``ProcessOptions``), buffers in shared
     memory (or, with ``memmap``, in a temporary file)."""
     from gymvec.engine.buffers import shared_memory
-    from gymvec.engine.processes import ProcessExecutor
+    from gymvec.engine.processes import ProcessExecutor, refuse_start_while_importing_main
+
+    refuse_start_while_importing_main()  # before anything is built
 
     memmaps: list[MemmapMemory] = []
 
@@ -170,16 +172,30 @@ class BatchEngine:
         backend: where the buffers live and the sub-envs run (``serial_backend()``,
             ``process_backend(...)``).
         obs_lanes: spare buffers for large observations that callers may hand out.
+        timeout: seconds a command or request may take when the caller gives no timeout of
+            its own (None: as long as it takes). Past it the wait raises
+            ``SubEnvTimeoutError`` and the engine refuses further calls: only ``close()``
+            is left, and it ends the busy workers at once.
 
     Construction builds the first sub-env (one per task of a multi-task batch) in this
-    process to learn the layout, then closes it; the executor starts on first use, or at once
-    where the sub-envs have factories of their own (their spaces are checked then).
+    process to learn the layout from its spaces, then closes it, without resetting or
+    stepping it; the executor starts on first use, or at once where the sub-envs have
+    factories of their own (their spaces are checked then). Info fields are those the
+    sub-envs declare; :meth:`learn_info_fields` adds those of their first results.
     """
 
     def __init__(
-        self, factories: SubEnvFactories, backend: Backend, *, obs_lanes: int = OBS_LANES
+        self,
+        factories: SubEnvFactories,
+        backend: Backend,
+        *,
+        obs_lanes: int = OBS_LANES,
+        timeout: float | None = None,
     ) -> None:
         self.factories = factories
+        self.timeout = timeout
+        self.stuck: TimeoutError | None = None  # the timeout that ended the engine's use
+        self.timed_out = False  # the last wait outlasted its timeout (the call is in flight)
         self.backend = backend
         self.num_envs = factories.num_envs
         self.num_workers = factories.num_workers
@@ -215,6 +231,7 @@ class BatchEngine:
         self._has_lanes = bool(self.buffers.obs_lanes) and not self.heterogeneous
         self._object_actions = bool(self.layout.object_action_keys)
         self._object_obs = bool(self.layout.object_obs_keys)
+        self._learning = False  # info fields are learnt from the results (learn_info_fields)
 
     # ---- construction -------------------------------------------------------------------------
     def _probe(self, factories: SubEnvFactories) -> list[SubEnvSummary]:
@@ -225,7 +242,7 @@ class BatchEngine:
         for first in dict.fromkeys(firsts):
             env = check_sub_env(factories.sub_env_fn(first)())
             try:
-                probed[first] = summarize(env, probe_infos=True)
+                probed[first] = summarize(env, declared_infos=True)
             finally:
                 env.close()
         return [probed[first] for first in firsts]
@@ -271,6 +288,26 @@ class BatchEngine:
                         kind=name.split("_")[0],
                     )
                 self.heterogeneous = True
+
+    def learn_info_fields(self) -> None:
+        """Give the numeric info entries of the sub-envs' first reset and first step buffer
+        fields (``layout.info_fields`` grows in place); until then, and for entries that do
+        not fit the reserve (see ``BufferLayout``), infos travel as extras. For front ends
+        whose infos are built per call (the gymnasium face), not fixed by specs."""
+        self._learning = True
+
+    def _learn_infos(self, call: Call, extras: dict[int, Extras]) -> None:
+        """Fields for the entries that ``call``'s results reported as extras (the same type
+        and shape in every sub-env that reported them), adopted by every process; learning
+        ends with the first step."""
+        if call.kind == "step":
+            self._learning = False
+        infos = [info for e in extras.values() for info in (e.root, e.next) if info]
+        fields = infer_info_fields(*infos)
+        places = self.layout.place_info_fields(fields)
+        if places:
+            self.request("add_info_fields", places=places)
+            self.buffers.add_info_fields(places)  # (done already where groups share them)
 
     @property
     def executor(self) -> Executor:
@@ -386,16 +423,19 @@ class BatchEngine:
         that the caller can start copying their rows (not for a command into a lane).
         """
         call = self._call
-        if call is None or call.kind == "request" or call.interrupted:
+        if call is None or call.kind == "request" or call.interrupted or self.stuck:
             self._refuse_recv(call, timeout)
+        if timeout is None:
+            timeout = self.timeout
         lane = call.lane
         if lane:  # the observations go to a lane: nothing is left to copy early
             on_local_done = None
         # (the try of _wait, inline: this runs every step)
         try:
             extras = self._executor.wait(call, timeout, on_local_done)
-        except TimeoutError:
-            raise  # still in flight: a later recv() resumes the wait
+        except TimeoutError as exc:
+            self._timed_out(exc, timeout)
+            raise  # still in flight: a later recv() resumes the wait (but under self.timeout)
         except Exception:
             self._call = None  # a sub-env raised or a worker died: the command is over
             raise
@@ -403,13 +443,30 @@ class BatchEngine:
             call.interrupted = True  # see _wait
             raise
         self._call = None
+        self.timed_out = False
         if self._object_obs:
             self._store_objects(extras)
         self._book(call)
+        if self._learning:
+            self._learn_infos(call, extras)
         observations = self.buffers.handed_out_lanes()[lane - 1] if lane else None
         return Received(call.kind, call.mask, extras, observations)
 
+    def _timed_out(self, exc: TimeoutError, timeout: float | None) -> None:
+        self.timed_out = True
+        if timeout is not None and timeout == self.timeout:
+            self.stuck = exc
+
+    def check_not_stuck(self) -> None:
+        """A RuntimeError once a call outlasted the engine's own timeout."""
+        if self.stuck is not None:
+            raise RuntimeError(
+                f"a call timed out under the env's timeout of {self.timeout} s ({self.stuck}); "
+                "the env cannot go on: close() it (which ends the busy workers) and make a new one"
+            )
+
     def _refuse_recv(self, call: Call | None, timeout: float | None) -> None:
+        self.check_not_stuck()
         if call is None or call.kind == "request":
             raise RuntimeError("no command in flight: call step_send() or reset_send() first")
         # an interrupted command: its results are gone with the interrupted wait
@@ -462,10 +519,17 @@ class BatchEngine:
         self._call = call
 
     def request_recv(self, timeout: float | None = None) -> list:
+        self.check_not_stuck()
         call = self._call
         if call is None or call.kind != "request":
             raise RuntimeError("no request in flight: call request_send() first")
-        return self._wait(lambda: self.executor.request_wait(call, timeout))
+        if timeout is None:
+            timeout = self.timeout
+        try:
+            return self._wait(lambda: self.executor.request_wait(call, timeout))
+        except TimeoutError as exc:
+            self._timed_out(exc, timeout)
+            raise
 
     @property
     def in_flight(self) -> str | None:
@@ -490,6 +554,7 @@ class BatchEngine:
     # ---- the round trip -------------------------------------------------------------------------
     def _ready(self) -> Executor:
         """The executor, once the call in flight (if any) is over."""
+        self.check_not_stuck()
         executor = self.executor
         if self._call is not None and self._call.interrupted:
             self._abandon()
@@ -570,6 +635,7 @@ class BatchEngine:
             call.interrupted = True
             raise
         self._call = None
+        self.timed_out = False
         return result
 
     def _abandon(self, timeout: float | None = None) -> None:
@@ -585,6 +651,7 @@ class BatchEngine:
             self._call = None
             raise
         self._call = None
+        self.timed_out = False
 
     def _check_resets_all(self, modes: Any) -> None:
         resets = np.bitwise_and(np.asarray(modes, dtype=np.uint8), np.uint8(RESET))

@@ -29,7 +29,15 @@ if TYPE_CHECKING:  # importing gymvec registers the ids: torch is not imported f
     from gymvec.vector.vector_env import GymnasiumVectorEnv
 
 BACKENDS = ("serial", "parallel")
-_GYMVEC_OPTIONS = ("backend", "num_workers", "autoreset_mode", "output", "local_worker", "context")
+_GYMVEC_OPTIONS = (
+    "backend",
+    "num_workers",
+    "autoreset_mode",
+    "output",
+    "local_worker",
+    "context",
+    "timeout",
+)
 
 
 def make_vec(
@@ -42,6 +50,7 @@ def make_vec(
     output: str = "numpy",
     local_worker: bool | None = None,
     context: str | None = None,
+    timeout: float | None = None,
     **env_kwargs: Any,
 ) -> GymnasiumVectorEnv:
     """``num_envs`` copies of a registered gymnasium env as a gymvec vector env.
@@ -75,6 +84,11 @@ def make_vec(
     spec = gym.spec(env_id) if isinstance(env_id, str) else env_id
     env_fns = [functools.partial(gym.make, spec, **env_kwargs)] * num_envs
     if backend == "serial":
+        if timeout is not None:
+            raise ValueError(
+                "timeout: the serial backend steps every sub-env in this process, where a "
+                "timeout cannot cut them short; use backend='parallel'"
+            )
         envs = SerialVectorEnv(env_fns, autoreset_mode=autoreset_mode, output=output)
     else:
         envs = ParallelVectorEnv(
@@ -84,6 +98,7 @@ def make_vec(
             output=output,
             local_worker=local_worker,
             context=context,
+            timeout=timeout,
             # Arrays go through shared memory either way; False also takes the spaces that
             # gymnasium's AsyncVectorEnv cannot share (Graph, Sequence, custom), pickled.
             shared_memory=False,

@@ -127,8 +127,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self._discrete_bounds = discrete_bounds(
             self.single_action_space, self._action_leaves, self.buffers.action
         )
-        self.fields = list(engine.layout.info_fields.items())
-        self.field_names = set(engine.layout.info_fields)
+        # The info fields: the engine learns more from the sub-envs' first results (this
+        # dict grows in place), and infos are built from it at every call.
+        engine.learn_info_fields()
+        self._info_fields = engine.layout.info_fields
         self._same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
         self._disabled = self.autoreset_mode == AutoresetMode.DISABLED
         # The slot that holds what the caller sees: SAME_STEP's reset observations sit in the
@@ -394,14 +396,15 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     def _infos(self, slot: Slot, rows: np.ndarray | None, extras: dict[int, dict | None]) -> dict:
         """gymnasium's vector infos from the info fields of ``slot`` and the extras."""
         extras = {i: e for i, e in extras.items() if e and (rows is None or rows[i])}
-        if not extras and not self.fields:
+        fields = self._info_fields
+        if not extras and not fields:
             return {}
         infos: dict = {}
         # A field that is also an extra somewhere changed type: gymnasium types the array after
         # the first sub-env that reports the key, so such fields go sub-env by sub-env.
-        mixed = {name for e in extras.values() for name in e} & self.field_names
+        mixed = {name for e in extras.values() for name in e} & fields.keys()
         per_env: dict[int, dict] = {}
-        for k, (name, field) in enumerate(self.fields):
+        for k, (name, field) in enumerate(fields.items()):
             present = slot.info_present[:, k]
             if rows is not None:
                 present = present & rows
