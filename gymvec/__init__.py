@@ -61,10 +61,14 @@ __version__ = "0.1.0"
 
 
 def _register_vector_ids() -> None:
-    # gymnasium.make_vec("gymvec:gymvec/<id>") imports gymvec, then looks the id up.
-    from gymvec.integrations.make_vec import register_vector_ids
+    # gymnasium.make_vec("gymvec:gymvec/<id>") imports gymvec, then looks the id up; for an
+    # id registered after this import, its error gets a note that says what to do.
+    import gymnasium
+
+    from gymvec.integrations.make_vec import register_vector_ids, with_unregistered_hint
 
     register_vector_ids()
+    gymnasium.make_vec = with_unregistered_hint(gymnasium.make_vec)
 
 
 _register_vector_ids()
