@@ -53,6 +53,9 @@ def _builders(log: str):
     return {
         "SerialVectorEnv": lambda: SerialVectorEnv(fns),
         "ParallelVectorEnv": lambda: ParallelVectorEnv(fns, num_workers=2, **FORK),
+        "ParallelVectorEnv-one-per-worker": lambda: ParallelVectorEnv(
+            fns, num_workers=4, local_worker=False, **FORK
+        ),
         "ParallelVectorEnv-spawn": lambda: ParallelVectorEnv(
             [functools.partial(LoggingEnv, log)] * 4, num_workers=2, context="spawn"
         ),
@@ -258,16 +261,44 @@ def _readme_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
+@pytest.fixture(scope="module")
+def readme_runs(tmp_path_factory) -> list[subprocess.Popen]:
+    """Every README python block, written to a file and started as a script, all at once
+    (most of their time goes to imports, which overlap where there are cores)."""
+    folder = tmp_path_factory.mktemp("readme")
+    runs = []
+    for k, block in enumerate(_readme_blocks()):
+        script = folder / f"readme_{k}.py"
+        script.write_text(block)
+        runs.append(
+            subprocess.Popen(
+                [sys.executable, str(script)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=script_env(),
+                cwd=folder,
+            )
+        )
+    yield runs
+    for run in runs:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
 def test_readme_has_python_blocks():
     assert len(_readme_blocks()) >= 3
 
 
 @pytest.mark.parametrize("k", range(len(_readme_blocks())))
-def test_readme_block_runs_as_a_script(k, tmp_path):
-    script = tmp_path / f"readme_{k}.py"
-    script.write_text(_readme_blocks()[k])
-    result = run_script(script)
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_readme_block_runs_as_a_script(k, readme_runs):
+    try:
+        _, err = readme_runs[k].communicate(timeout=400)
+    except subprocess.TimeoutExpired:
+        readme_runs[k].kill()
+        raise
+    assert readme_runs[k].returncode == 0, err[-3000:]
 
 
 # ---- 5. no registry warnings from workers ------------------------------------------------------

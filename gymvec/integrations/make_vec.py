@@ -12,8 +12,8 @@ Two ways in:
   ``gymvec.register_vector_ids()`` again (``gymnasium.make_vec`` says so in a note on its
   error for such an id). Existing ids are never modified. gymvec options
   (``num_workers``, ``autoreset_mode``, ``output``, ``local_worker``, ``backend``,
-  ``context``, ``timeout``) can be passed as keyword arguments of ``gymnasium.make_vec``; the rest go to
-  the env.
+  ``context``, ``timeout``) can be passed as keyword arguments of ``gymnasium.make_vec``; the
+  rest go to the env.
 """
 
 from __future__ import annotations

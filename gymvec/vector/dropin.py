@@ -252,7 +252,11 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
             local_worker=local_worker,
             max_concurrency=max_concurrency,
         )
-        factories = SubEnvFactories(num_workers, self.env_fns, None, spread(n, num_workers))
+        # one task: sub-env 0 alone is built here for the layout (the others' spaces are
+        # checked where they are built), not one per worker's factory
+        factories = SubEnvFactories(
+            num_workers, self.env_fns, None, spread(n, num_workers), tasks=False
+        )
         engine = _engine(
             "ParallelVectorEnv",
             observation_mode,
