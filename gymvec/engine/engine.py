@@ -425,7 +425,8 @@ class BatchEngine:
         call = self._call
         if call is None or call.kind == "request" or call.interrupted or self.stuck:
             self._refuse_recv(call, timeout)
-        if timeout is None:
+        own = timeout is None and self.timeout is not None  # the engine's timeout applies
+        if own:
             timeout = self.timeout
         lane = call.lane
         if lane:  # the observations go to a lane: nothing is left to copy early
@@ -434,8 +435,8 @@ class BatchEngine:
         try:
             extras = self._executor.wait(call, timeout, on_local_done)
         except TimeoutError as exc:
-            self._timed_out(exc, timeout)
-            raise  # still in flight: a later recv() resumes the wait (but under self.timeout)
+            self._timed_out(exc, own)
+            raise  # still in flight: a later recv() resumes the wait (but after `own`)
         except Exception:
             self._call = None  # a sub-env raised or a worker died: the command is over
             raise
@@ -452,9 +453,10 @@ class BatchEngine:
         observations = self.buffers.handed_out_lanes()[lane - 1] if lane else None
         return Received(call.kind, call.mask, extras, observations)
 
-    def _timed_out(self, exc: TimeoutError, timeout: float | None) -> None:
+    def _timed_out(self, exc: TimeoutError, own: bool) -> None:
+        """A wait outlasted its timeout; under the engine's own, the engine is stuck."""
         self.timed_out = True
-        if timeout is not None and timeout == self.timeout:
+        if own:
             self.stuck = exc
 
     def check_not_stuck(self) -> None:
@@ -523,12 +525,13 @@ class BatchEngine:
         call = self._call
         if call is None or call.kind != "request":
             raise RuntimeError("no request in flight: call request_send() first")
-        if timeout is None:
+        own = timeout is None and self.timeout is not None
+        if own:
             timeout = self.timeout
         try:
             return self._wait(lambda: self.executor.request_wait(call, timeout))
         except TimeoutError as exc:
-            self._timed_out(exc, timeout)
+            self._timed_out(exc, own)
             raise
 
     @property
