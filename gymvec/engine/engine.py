@@ -525,7 +525,7 @@ class BatchEngine:
         """
         if autoreset is Autoreset.SAME_STEP:
             raise ValueError("autoreset: first-ready steps take Autoreset.NONE or NEXT_STEP")
-        rows = self._async_rows(indices)
+        rows = self.async_rows(indices)
         broken = rows[self._needs_reset[rows]]
         if broken.size:
             raise RuntimeError(
@@ -549,7 +549,7 @@ class BatchEngine:
         them (None: unseeded). ``async_recv`` takes them back as they finish."""
         if into not in ("root", "next"):
             raise ValueError(f"into: expected 'root' or 'next', got {into!r}")
-        rows = self._async_rows(indices)
+        rows = self.async_rows(indices)
         if seeds is not None and len(seeds) != len(rows):
             raise ValueError(f"seeds: expected {len(rows)} seeds (one per index), got {len(seeds)}")
         if into == "root":
@@ -615,9 +615,9 @@ class BatchEngine:
     def _flying_rows(self) -> list[int]:
         return np.flatnonzero(self._flight).tolist()
 
-    def _async_rows(self, indices: Any) -> np.ndarray:
-        """``indices`` checked (in range, each once, none in flight) as an int64 array, once
-        no whole-batch call is in flight."""
+    def async_rows(self, indices: Any) -> np.ndarray:
+        """The sub-envs ``indices`` names (all if None) as an int64 array, checked: in range,
+        each once, none in flight, and no whole-batch call in flight."""
         self.executor  # noqa: B018 (raises once closed; builds the sub-envs on first use)
         call = self._call
         if call is not None and call.interrupted:

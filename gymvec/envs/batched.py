@@ -352,7 +352,7 @@ class BatchedEnvBase(EnvBase):
             >>> env.close()
         """
         self._check_open()
-        rows = self._env_index(td)
+        rows = self.engine.async_rows(self._env_index(td))  # before any action is written
         self._write_action_rows(td, rows)
         self.engine.async_step_send(rows, Autoreset.NONE)
         sent = td.clone()  # the caller may write into its own td meanwhile
