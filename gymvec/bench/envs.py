@@ -8,7 +8,8 @@
 * ``GymvecBench/Latency-v0``: each step waits an exponentially distributed time (mean
   ``mean_seconds``, default 1 ms) drawn from the env's own seeded generator, sleeping (an env
   that waits on something outside the CPU) or, with ``busy=True``, spinning (CPU-bound work of
-  variable cost), so the bench shows what first-ready batches gain over lock-step.
+  variable cost), so the bench shows what first-ready batches gain over lock-step;
+  ``GymvecBench/BusyLatency-v0`` is the spinning one.
 
 Entry points are strings, so a worker process (spawn or forkserver) that imports this module,
 or builds ``"gymvec.bench.envs:GymvecBench/BusyStep-v0"`` with ``gymnasium.make``, can build them.
@@ -26,7 +27,8 @@ from gymnasium import spaces
 BUSY_STEP_ID = "GymvecBench/BusyStep-v0"
 IMAGE_OBS_ID = "GymvecBench/ImageObs-v0"
 LATENCY_ID = "GymvecBench/Latency-v0"
-BENCH_ENV_IDS = (BUSY_STEP_ID, IMAGE_OBS_ID, LATENCY_ID)
+BUSY_LATENCY_ID = "GymvecBench/BusyLatency-v0"  # LatencyEnv(busy=True)
+BENCH_ENV_IDS = (BUSY_STEP_ID, IMAGE_OBS_ID, LATENCY_ID, BUSY_LATENCY_ID)
 
 
 class BusyStepEnv(gym.Env):
@@ -169,11 +171,13 @@ def register_bench_envs() -> None:
         BUSY_STEP_ID: "gymvec.bench.envs:BusyStepEnv",
         IMAGE_OBS_ID: "gymvec.bench.envs:ImageObsEnv",
         LATENCY_ID: "gymvec.bench.envs:LatencyEnv",
+        BUSY_LATENCY_ID: "gymvec.bench.envs:LatencyEnv",
     }
+    kwargs = {BUSY_LATENCY_ID: {"busy": True}}
     for env_id, entry_point in entry_points.items():
         if env_id not in gym.registry:
             # The envs truncate themselves, so no TimeLimit wrapper is asked for.
-            gym.register(id=env_id, entry_point=entry_point)
+            gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs.get(env_id, {}))
 
 
 def importable_id(env_id: str) -> str:

@@ -59,6 +59,7 @@ from gymvec.errors import SpaceMismatchError, UnsupportedSpaceError, WorkerError
 
 WORKER_SPIN_S = 200e-6  # how long an idle worker spins before it blocks
 PARENT_SPIN_S = 100e-6  # how long the parent spins on a worker's answer before it blocks
+_ERROR = int(Status.ERROR)
 
 
 def usable_cores() -> int:
@@ -189,6 +190,7 @@ class ProcessExecutor(Executor):
         self.ready = None
         self._tickets = 0
         self._finished: dict[int, Any] = {}  # row -> its Extras, None, or its WorkerError
+        self._gathered = np.zeros(num_envs, dtype=bool)  # the row's last ticket was gathered
         self._messages: dict[int, Any] = {}  # row -> what its worker sent, read early
         self._lost: list[int] = []
         self._unsettled: set[WorkerHandle] = set()  # posted RUN_SOME, not yet seen idle
@@ -400,6 +402,7 @@ class ProcessExecutor(Executor):
                 local.append(row)
                 continue
             self._tickets += 1
+            self._gathered[row] = False
             words[row, TICKET] = self._tickets
             woken[handle.index] = handle
         if local:
@@ -420,38 +423,48 @@ class ProcessExecutor(Executor):
         the workers holding rows in flight are alive)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         finished, local = self._finished, self.local
-        remote = [row for row in rows if self.handle_of_row[row] is not None]
+        wanted = set(rows)
+        have = len(wanted & finished.keys())
+        remote = np.array([row for row in rows if row >= self.local_stop], dtype=np.intp)
         while True:
-            if remote:
-                self._gather(remote)
-            failed = next((row for row in rows if isinstance(finished.get(row), WorkerError)), None)
-            if failed is not None:  # that row is over; the others stay for a later wait
-                self._lost.append(failed)
-                raise finished.pop(failed)
-            if sum(row in finished for row in rows) >= min_get:
+            if remote.size:
+                for row in self._gather(remote):
+                    if isinstance(finished[row], WorkerError):  # the others stay for later
+                        self._lost.append(row)
+                        raise finished.pop(row)
+                    have += 1
+            if have >= min_get:
                 return take_finished(finished, rows, max_get)
             if local is not None and local.queue:
                 row = local.run_next()
                 finished[row] = local.finished.pop(row)
+                have += row in wanted
                 continue
             self._block(remote, deadline, min_get)
 
-    def _gather(self, rows: list[int]) -> None:
-        """Move the rows of ``rows`` whose worker has finished them into ``_finished``."""
-        finished, words = self._finished, self.row_words
-        index = np.array([row for row in rows if row not in finished], dtype=np.intp)
-        if not index.size:
-            return
-        mine = words[index]
-        done = index[mine[:, FINISHED] >= mine[:, TICKET]].tolist()
-        for row in sorted(done, key=lambda r: words[r, TICKET]):  # in the order sent
+    def _gather(self, rows: np.ndarray) -> list[int]:
+        """The rows of ``rows`` that their workers finished since the last look, in the order
+        sent; each goes into ``_finished`` with its extras (or its error)."""
+        words, gathered = self.row_words, self._gathered
+        mine = words[rows]
+        done = (mine[:, FINISHED] >= mine[:, TICKET]) & ~gathered[rows]
+        if not done.any():
+            return []
+        new = rows[done]
+        if new.size > 1:
+            new = new[np.argsort(mine[done, TICKET])]
+        new = new.tolist()
+        finished = self._finished
+        for row in new:
+            gathered[row] = True
             handle = self.handle_of_row[row]
             payload = self._message(handle, row) if words[row, ROW_REPLY] else None
-            if words[row, ROW_STATUS] == Status.ERROR:
+            if int(words[row, ROW_STATUS]) == _ERROR:  # an int: see WorkerHandle.wait
                 message = f"sub-env {row} in worker {handle.index} raised"
                 finished[row] = handle.raised(message, payload)
             else:
                 finished[row] = payload
+        return new
 
     def _message(self, handle: WorkerHandle, row: int) -> Any:
         """What ``handle``'s worker sent for ``row``: messages of its other rows read on the
@@ -466,7 +479,7 @@ class ProcessExecutor(Executor):
             messages[sender] = payload
         return messages.pop(row)
 
-    def _block(self, rows: list[int], deadline: float | None, min_get: int) -> None:
+    def _block(self, rows: np.ndarray, deadline: float | None, min_get: int) -> None:
         """Sleep until some worker finishes a row, or past ``deadline`` (TimeoutError), or
         until a worker holding one of ``rows`` is found dead (WorkerError)."""
         while True:
@@ -475,7 +488,7 @@ class ProcessExecutor(Executor):
                 poll = min(poll, max(deadline - time.monotonic(), 0.0))
             if self.ready.acquire(True, poll):
                 return
-            busy = [row for row in rows if row not in self._finished]
+            busy = rows[~self._gathered[rows]].tolist()
             for handle in dict.fromkeys(self.handle_of_row[row] for row in busy):
                 if not handle.process.is_alive():
                     self._gather(rows)  # what it finished before it died still counts
@@ -493,6 +506,7 @@ class ProcessExecutor(Executor):
         words = self.row_words[handle.start : handle.stop]
         for k in np.flatnonzero(words[:, TICKET] > words[:, FINISHED]).tolist():
             words[k, FINISHED] = words[k, TICKET]  # nothing will finish it now
+            self._gathered[handle.start + k] = True  # nor gather it
             self._lost.append(handle.start + k)
         handle.answered = handle.seq
         self._unsettled.discard(handle)
