@@ -424,23 +424,25 @@ class ProcessExecutor(Executor):
         deadline = None if timeout is None else time.monotonic() + timeout
         finished, local = self._finished, self.local
         wanted = set(rows)
-        have = len(wanted & finished.keys())
         remote = np.array([row for row in rows if row >= self.local_stop], dtype=np.intp)
+        if remote.size:
+            self._gather(remote)
         while True:
-            if remote.size:
-                for row in self._gather(remote):
-                    if isinstance(finished[row], WorkerError):  # the others stay for later
-                        self._lost.append(row)
-                        raise finished.pop(row)
-                    have += 1
-            if have >= min_get:
+            done = [row for row in finished if row in wanted]  # at most the batch: cheap
+            failed = next((row for row in done if isinstance(finished[row], WorkerError)), None)
+            if failed is not None:  # that row is over; the others stay for a later wait
+                self._lost.append(failed)
+                raise finished.pop(failed)
+            if len(done) >= min_get:
                 return take_finished(finished, rows, max_get)
             if local is not None and local.queue:
                 row = local.run_next()
                 finished[row] = local.finished.pop(row)
-                have += row in wanted
                 continue
+            if not remote.size:  # the engine's books say otherwise: never wait for nothing
+                raise RuntimeError(f"first-ready wait: none of sub-envs {list(rows)} is running")
             self._block(remote, deadline, min_get)
+            self._gather(remote)
 
     def _gather(self, rows: np.ndarray) -> list[int]:
         """The rows of ``rows`` that their workers finished since the last look, in the order
@@ -480,26 +482,38 @@ class ProcessExecutor(Executor):
         return messages.pop(row)
 
     def _block(self, rows: np.ndarray, deadline: float | None, min_get: int) -> None:
-        """Sleep until some worker finishes a row, or past ``deadline`` (TimeoutError), or
-        until a worker holding one of ``rows`` is found dead (WorkerError)."""
-        while True:
-            poll = LIVENESS_POLL_S
-            if deadline is not None:
-                poll = min(poll, max(deadline - time.monotonic(), 0.0))
-            if self.ready.acquire(True, poll):
-                return
+        """Wait for some worker to finish a row (a post of ``ready``): spin briefly where
+        spinning pays (see ``ProcessOptions.spin_seconds``), then block. Returns after a post
+        or a liveness poll, for the caller to gather; raises past ``deadline``
+        (TimeoutError) or when a worker holding one of ``rows`` is dead (WorkerError)."""
+        ready, spin = self.ready, self.parent_spin
+        spin_s = spin.budget()
+        if spin_s > 0:
+            end = time.perf_counter() + spin_s
+            while time.perf_counter() < end:
+                if ready.acquire(False):
+                    spin.record(True)
+                    return
+            spin.record(False)
+        poll = LIVENESS_POLL_S
+        if deadline is not None:
+            poll = min(poll, max(deadline - time.monotonic(), 0.0))
+        if ready.acquire(True, poll):
+            return
+        busy = rows[~self._gathered[rows]].tolist()
+        for handle in dict.fromkeys(self.handle_of_row[row] for row in busy):
+            if not handle.process.is_alive():
+                self._gather(rows)  # what it finished before it died still counts
+                self._lose_worker(handle)
+                raise handle.died()
+        if deadline is not None and time.monotonic() >= deadline:
+            self._gather(rows)  # one last look: a row may have finished just now
             busy = rows[~self._gathered[rows]].tolist()
-            for handle in dict.fromkeys(self.handle_of_row[row] for row in busy):
-                if not handle.process.is_alive():
-                    self._gather(rows)  # what it finished before it died still counts
-                    self._lose_worker(handle)
-                    raise handle.died()
-            if deadline is not None and time.monotonic() >= deadline:
-                workers = sorted({self.handle_of_row[row].index for row in busy})
-                raise TimeoutError(
-                    f"first-ready wait: fewer than {min_get} sub-envs finished in time; "
-                    f"sub-envs {busy} (workers {workers}) are still running"
-                )
+            workers = sorted({self.handle_of_row[row].index for row in busy})
+            raise TimeoutError(
+                f"first-ready wait: fewer than {min_get} sub-envs finished in time; "
+                f"sub-envs {busy} (workers {workers}) are still running"
+            )
 
     def _lose_worker(self, handle: WorkerHandle) -> None:
         """``handle``'s worker is gone: its rows in flight are lost."""
