@@ -37,6 +37,7 @@ _GYMVEC_OPTIONS = (
     "output",
     "local_worker",
     "context",
+    "batch_size",
     "timeout",
 )
 
@@ -51,6 +52,7 @@ def make_vec(
     output: str = "numpy",
     local_worker: bool | None = None,
     context: str | None = None,
+    batch_size: int | None = None,
     timeout: float | None = None,
     **env_kwargs: Any,
 ) -> GymnasiumVectorEnv:
@@ -67,6 +69,8 @@ def make_vec(
         context: parallel backend: the start method of the workers ("fork", "spawn",
             "forkserver"; default: multiprocessing's). Ids registered at run time work with
             every one of them: the id's ``EnvSpec`` travels to the workers.
+        batch_size: first-ready batches of this many sub-envs (``async_reset``,
+            ``send(actions, env_id)``, ``recv()``; default ``num_envs``).
         **env_kwargs: passed to ``gymnasium.make`` (``max_episode_steps``, ``render_mode``...).
 
     Example:
@@ -90,7 +94,9 @@ def make_vec(
                 "timeout: the serial backend steps every sub-env in this process, where a "
                 "timeout cannot cut them short; use backend='parallel'"
             )
-        envs = SerialVectorEnv(env_fns, autoreset_mode=autoreset_mode, output=output)
+        envs = SerialVectorEnv(
+            env_fns, autoreset_mode=autoreset_mode, output=output, batch_size=batch_size
+        )
     else:
         envs = ParallelVectorEnv(
             env_fns,
@@ -99,6 +105,7 @@ def make_vec(
             output=output,
             local_worker=local_worker,
             context=context,
+            batch_size=batch_size,
             timeout=timeout,
             # Arrays go through shared memory either way; False also takes the spaces that
             # gymnasium's AsyncVectorEnv cannot share (Graph, Sequence, custom), pickled.

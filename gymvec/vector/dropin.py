@@ -146,6 +146,7 @@ class SerialVectorEnv(GymnasiumVectorEnv):
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         *,
         output: str = "numpy",
+        batch_size: int | None = None,
     ):
         self.env_fns = _check_env_fns(env_fns)
         self.observation_mode = observation_mode
@@ -154,7 +155,9 @@ class SerialVectorEnv(GymnasiumVectorEnv):
             "SerialVectorEnv", observation_mode, lambda: BatchEngine(factories, serial_backend())
         )
         try:
-            super().__init__(engine, autoreset_mode=autoreset_mode, output=output, copy=copy)
+            super().__init__(
+                engine, autoreset_mode, output=output, copy=copy, batch_size=batch_size
+            )
             _apply_observation_mode(self, observation_mode, "SerialVectorEnv")
         except BaseException:
             engine.close()
@@ -221,6 +224,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         num_workers: int | None = None,
         local_worker: bool | None = None,
         output: str = "numpy",
+        batch_size: int | None = None,
         timeout: float | None = None,
     ):
         if worker is not None:
@@ -265,7 +269,9 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         try:
             if shared_memory:
                 _refuse_unshareable(engine)
-            super().__init__(engine, autoreset_mode=autoreset_mode, output=output, copy=copy)
+            super().__init__(
+                engine, autoreset_mode, output=output, copy=copy, batch_size=batch_size
+            )
             _apply_observation_mode(self, observation_mode, "ParallelVectorEnv")
         except BaseException:
             engine.close()
@@ -296,7 +302,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
                 f"Calling `{call}_wait` without any prior call to `{call}_async`.", state.value
             )
         try:
-            return self.recv(timeout)
+            return self.receive(timeout)
         except TimeoutError as exc:
             # Still in flight: a later wait resumes it (gymnasium gives the call up instead),
             # but for the constructor's timeout, after which the env refuses further calls.
