@@ -112,7 +112,7 @@ def test_infos_learnt_from_the_first_results_equal_sync_vector_env(mode, paralle
         assert set(envs.engine.layout.info_fields) == {"steps", "energy"}
         if mode != AutoresetMode.DISABLED:
             envs.step_send(np.ones(3, dtype=np.int64))
-            received = envs.recv()
+            received = envs.receive()
             assert {key for e in received.extras.values() for key in e.next} == {"phase"}
             envs.finish(received)
     finally:
