@@ -362,6 +362,20 @@ def test_timeout_loses_nothing(no_leaks):
         engine.close()
 
 
+def test_serial_timeout_is_checked_between_sub_envs_and_loses_nothing():
+    factories = SubEnvFactories(1, [_face_envs.make_slow] * 2, None, 2)
+    engine = BatchEngine(factories, serial_backend())
+    engine.reset()
+    send_sleeps(engine, {0: 0.2, 1: 0.2})
+    with pytest.raises(TimeoutError, match="fewer than 2 sub-envs finished within 0.05 s"):
+        engine.async_recv(min_get=2, timeout=0.05)  # sub-env 0 ran (nothing cuts it short)
+    assert engine.flying.tolist() == [0, 1]
+    got = engine.async_recv(min_get=2).indices.tolist()
+    assert got == [0, 1]
+    assert engine.buffers.next.obs[("observation",)][:, 0].tolist() == pytest.approx([0.01] * 2)
+    engine.close()
+
+
 def test_max_get_keeps_the_rest_for_later(no_leaks):
     factories = SubEnvFactories(1, make_latency, None, 3)
     engine = BatchEngine(factories, process_backend(ProcessOptions("fork")))
