@@ -71,7 +71,12 @@ _INT64 = np.iinfo(np.int64)
 
 # What a sub-env has in flight as a first-ready command (``BatchEngine._flight``)
 _IDLE, _STEP, _RESET_ROOT, _RESET_NEXT = 0, 1, 2, 3
-_KIND_NAMES = {None: "command", "step": "step", "reset": "reset"}
+# what ``async_recv(kind)`` takes back: (the flight codes, the word for errors)
+_RECV_KINDS = {
+    None: ((_STEP, _RESET_ROOT, _RESET_NEXT), "command"),
+    "step": ((_STEP,), "step"),
+    "reset": ((_RESET_ROOT, _RESET_NEXT), "reset"),
+}
 
 
 class Received(NamedTuple):
@@ -575,17 +580,11 @@ class BatchEngine:
         are out of flight and need a reset, the others stay in flight.
         """
         executor = self.executor
-        if kind is None:
-            mask = self._flight != _IDLE
-        elif kind == "step":
-            mask = self._flight == _STEP
-        elif kind == "reset":
-            mask = self._flight >= _RESET_ROOT
-        else:
+        if kind not in _RECV_KINDS:
             raise ValueError(f"kind: expected 'step', 'reset' or None, got {kind!r}")
-        rows = np.flatnonzero(mask).tolist()
+        codes, what = _RECV_KINDS[kind]
+        rows = np.flatnonzero(np.isin(self._flight, codes)).tolist()
         if not rows:
-            what = _KIND_NAMES[kind]
             raise RuntimeError(
                 f"no first-ready {what} in flight: send one first (async_{kind or 'step'}_send)"
             )
