@@ -291,8 +291,8 @@ class ProcessExecutor(Executor):
         if handle.conn in ready:
             try:
                 kind, detail = cloudpickle.loads(handle.conn.recv_bytes())
-            except (EOFError, OSError):
-                raise handle.died() from None
+            except (EOFError, OSError):  # it died before its first message
+                raise start_failure(handle) from None
             if kind == "mismatch":
                 message, what = detail
                 raise SpaceMismatchError(f"worker {handle.index}: {message}", kind=what)
@@ -301,10 +301,7 @@ class ProcessExecutor(Executor):
             handle.summaries = detail
             return
         if ready:
-            handle.process.join(1.0)
-            if handle.process.exitcode == MAIN_REIMPORT_EXIT:
-                raise main_reimport_error(handle) from None
-            raise handle.died()
+            raise start_failure(handle) from None
         raise WorkerError(
             f"worker {handle.index} did not start within {timeout} s", worker_index=handle.index
         )
@@ -736,6 +733,15 @@ def refuse_start_while_importing_main() -> None:
     if getattr(mp.current_process(), "_inheriting", False):
         sys.stderr.flush()
         os._exit(MAIN_REIMPORT_EXIT)
+
+
+def start_failure(handle: WorkerHandle) -> WorkerError:
+    """The error for a worker that died before it was ready: a MainModuleError when it
+    found itself importing the main module (see refuse_start_while_importing_main)."""
+    handle.process.join(1.0)
+    if handle.process.exitcode == MAIN_REIMPORT_EXIT:
+        return main_reimport_error(handle)
+    return handle.died()
 
 
 def main_reimport_error(handle: WorkerHandle) -> MainModuleError:
