@@ -306,9 +306,9 @@ def test_close_removes_the_named_semaphores_of_a_still_referenced_env(killed, no
     )
     executor = env.engine.executor
     semaphores = [s for h in executor.handles for s in (h.wake, h.done)]
-    semaphores.append(executor.concurrency)
+    semaphores += [executor.concurrency, executor.ready]
     names = {"sem." + s._semlock.name.lstrip("/") for s in semaphores}
-    assert names <= shm_entries() - before  # two per worker, and max_concurrency's
+    assert names <= shm_entries() - before  # two per worker, max_concurrency's, first-ready's
     env.reset(seed=0)
     error = None
     if killed:
@@ -318,7 +318,7 @@ def test_close_removes_the_named_semaphores_of_a_still_referenced_env(killed, no
         error = info.value
     env.close()
     assert shm_entries() & names == set()  # env, semaphores and error all still referenced
-    assert env.closed and len(semaphores) == 5 and (error is not None) == killed
+    assert env.closed and len(semaphores) == 6 and (error is not None) == killed
 
 
 # ---- interrupts (Ctrl-C) ----------------------------------------------------------------------
