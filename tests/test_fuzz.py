@@ -348,3 +348,92 @@ def test_bad_input_raises_a_named_error_and_the_env_goes_on(backend):
             ref.close()
 
     check()
+
+
+# ---- first-ready batches: each sub-env's trajectory is its own -------------------------------
+def row_of(tree, r):
+    if isinstance(tree, dict):
+        return {key: row_of(v, r) for key, v in tree.items()}
+    if isinstance(tree, tuple):
+        return tuple(row_of(v, r) for v in tree)
+    return tree[r]
+
+
+def assert_tree_equal(actual, expected, what: str) -> None:
+    """Same structure, and leaf by leaf the same dtype and values (a numpy scalar and a 0-d
+    array of it are equal here: a row of a batch is the one, a sub-env may return the other)."""
+    if isinstance(expected, dict):
+        assert sorted(actual) == sorted(expected), what
+        for key in expected:
+            assert_tree_equal(actual[key], expected[key], f"{what}[{key!r}]")
+    elif isinstance(expected, tuple):
+        assert isinstance(actual, tuple) and len(actual) == len(expected), what
+        for k, (a, e) in enumerate(zip(actual, expected)):
+            assert_tree_equal(a, e, f"{what}[{k}]")
+    else:
+        a, e = np.asarray(actual), np.asarray(expected)
+        assert a.dtype == e.dtype, f"{what}: dtype {a.dtype} != {e.dtype}"
+        np.testing.assert_array_equal(a, e, err_msg=what, strict=True)
+
+
+def replay_alone(config, i: int, seed: int, actions: list, records: list) -> None:
+    """Sub-env ``i`` stepped alone under NEXT_STEP autoreset, against what recv returned:
+    ``records[0]`` is its reset, ``records[k]`` its answer to ``actions[k - 1]``."""
+    env = fz.FuzzEnv(config, i)
+    obs, _ = env.reset(seed=seed)
+    expected, done = [(obs, 0.0, False, False)], False
+    for action in actions:
+        if done:
+            obs, _ = env.reset()
+            expected.append((obs, 0.0, False, False))
+            done = False
+        else:
+            obs, reward, terminated, truncated, _ = env.step(action)
+            expected.append((obs, reward, terminated, truncated))
+            done = terminated or truncated
+    assert len(records) == len(expected), f"sub-env {i}"
+    for k, (got, want) in enumerate(zip(records, expected)):
+        assert_tree_equal(got[0], want[0], f"sub-env {i} record {k} observation")
+        assert got[1:] == want[1:], f"sub-env {i} record {k}: {got[1:]} != {want[1:]}"
+
+
+@pytest.mark.parametrize("local_worker", [False, True], ids=["workers", "local-share"])
+def test_first_ready_batches_replay_each_sub_env_alone(local_worker):
+    from gymnasium.vector.utils import batch_space
+
+    @given(st.data())
+    def check(data):
+        config = data.draw(fz.fuzz_configs(3, 4))
+        n = config.num_envs
+        batch = data.draw(st.integers(1, n - 1))
+        seed = data.draw(st.integers(0, 2**16))
+        envs = ParallelVectorEnv(
+            config.env_fns(), batch_size=batch, num_workers=2, local_worker=local_worker,
+            context="fork",
+        )  # fmt: skip
+        space = batch_space(envs.single_action_space, batch)
+        space.seed(seed)
+        actions: dict[int, list] = {i: [] for i in range(n)}
+        records: dict[int, list] = {i: [] for i in range(n)}
+        try:
+            envs.async_reset(seed=seed)
+            for _ in range(data.draw(st.integers(4, 16))):
+                obs, rewards, terminations, truncations, infos = envs.recv()
+                env_id = infos["env_id"].tolist()
+                assert len(env_id) == batch and len(set(env_id)) == batch
+                chosen = space.sample()
+                for r, i in enumerate(env_id):
+                    flags = (bool(terminations[r]), bool(truncations[r]))
+                    records[i].append((row_of(obs, r), float(rewards[r]), *flags))
+                    actions[i].append(row_of(chosen, r))
+                envs.send(chosen, np.array(env_id))
+        finally:
+            envs.close()
+        for i in range(n):  # the last actions sent are still in flight: no result for them
+            if not records[i]:  # its reset is still in flight
+                continue
+            if len(actions[i]) == len(records[i]):
+                actions[i].pop()
+            replay_alone(config, i, seed + i, actions[i], records[i])
+
+    check()
