@@ -335,7 +335,7 @@ def test_cli_soak_short_run_samples_and_stays_flat(tmp_path, capsys, no_leaks):
     """``--soak`` in its short form: every tenth of the run sampled, a summary per
     configuration, JSON; --strict passes only if each stayed flat and close() left nothing."""
     json_path = tmp_path / "soak.json"
-    configs = ["face-disabled", "td-parallel-local", "sb3"]
+    configs = ["face-disabled", "face-first-ready", "td-parallel-local", "sb3"]
     argv = ["--soak", "--soak-steps", "400", "--num-envs", "4", "--no-progress", "--strict"]
     argv += [arg for name in configs for arg in ("--soak-config", name)]
     assert main([*argv, "--json", str(json_path)]) == 0
@@ -355,7 +355,7 @@ def test_cli_soak_short_run_samples_and_stays_flat(tmp_path, capsys, no_leaks):
         assert result["left_after_close"] == {"children": 0, "shm": 0, "fds": 0}
         assert result["steps_per_s"] > 0
     # with spawn (the tensordict API's default) the workers' semaphores are named in /dev/shm
-    assert results[1]["samples"][0]["shm"] >= 2
+    assert results[2]["samples"][0]["shm"] >= 2
 
 
 def test_soak_verdict_fails_on_growth_and_on_leftovers():

@@ -88,9 +88,14 @@ def sample(env_steps: int) -> Sample:
 
 # ---- drivers: one API each --------------------------------------------------------------------
 class Driver:
-    """Steps one API; ``step`` does one vector step (and any reset it decides on)."""
+    """Steps one API; ``step`` does one vector step (and any reset it decides on), which
+    counts ``env_steps`` env-steps."""
 
     num_envs: int
+
+    @property
+    def env_steps(self) -> int:
+        return self.num_envs
 
     def step(self, rng: np.random.Generator) -> None:
         raise NotImplementedError
@@ -124,6 +129,34 @@ class FaceDriver(Driver):
             mask |= _random_mask(rng, self.num_envs)
         if mask.any():
             self.env.reset(options={"reset_mask": mask})
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class FirstReadyDriver(Driver):
+    """A first-ready face (``ParallelVectorEnv(batch_size=M)``): ``recv()`` the first ``M``
+    sub-envs to finish, ``send`` them actions; each sub-env autoresets (NEXT_STEP) on its own,
+    and explicit resets wait for every result, so episodes end only by themselves here."""
+
+    def __init__(self, env: gym.vector.VectorEnv, seed: int):
+        from gymnasium.vector.utils import batch_space
+
+        self.env, self.num_envs = env, env.num_envs
+        space = batch_space(env.single_action_space, env.batch_size)
+        space.seed(seed)
+        self.actions = [space.sample() for _ in range(64)]
+        env.async_reset(seed=seed)
+        self.k = 0
+
+    @property
+    def env_steps(self) -> int:
+        return self.env.batch_size
+
+    def step(self, rng: np.random.Generator) -> None:
+        self.k += 1
+        *_, infos = self.env.recv()
+        self.env.send(self.actions[self.k % 64], infos["env_id"])
 
     def close(self) -> None:
         self.env.close()
@@ -203,6 +236,15 @@ def _face(mode: str, options: SoakOptions) -> Driver:
     return FaceDriver(env, options.seed)
 
 
+def _first_ready(options: SoakOptions) -> Driver:
+    from gymvec import ParallelVectorEnv
+
+    env = ParallelVectorEnv(
+        _env_fns(options), num_workers=options.num_workers, batch_size=max(options.num_envs // 2, 1)
+    )
+    return FirstReadyDriver(env, options.seed)
+
+
 def _tensordict(local_worker: bool, options: SoakOptions) -> Driver:
     from gymvec import ParallelEnv
     from gymvec.vector.dropin import default_num_workers
@@ -233,6 +275,7 @@ CONFIGS: dict[str, Callable[[SoakOptions], Driver]] = {
     "face-next-step": functools.partial(_face, "next_step"),
     "face-same-step": functools.partial(_face, "same_step"),
     "face-disabled": functools.partial(_face, "disabled"),
+    "face-first-ready": _first_ready,
     "td-parallel": functools.partial(_tensordict, False),
     "td-parallel-local": functools.partial(_tensordict, True),
     "sb3": _sb3,
@@ -263,13 +306,13 @@ def run_soak(
     try:
         driver = CONFIGS[name](options)
         rng = np.random.default_rng(options.seed)
-        every = max(steps // SAMPLES, driver.num_envs)
+        every = max(steps // SAMPLES, driver.env_steps)
         done, next_sample, busy = 0, every, 0.0
         while done < steps:
             start = time.perf_counter()
             while done < next_sample and done < steps:
                 driver.step(rng)
-                done += driver.num_envs
+                done += driver.env_steps
             busy += time.perf_counter() - start
             taken = sample(done)
             result.samples.append(taken)
