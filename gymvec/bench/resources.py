@@ -1,7 +1,17 @@
 """What a process holds, read from /proc (Linux): memory, file descriptors, threads, child
 processes and /dev/shm entries. The soak samples them; the tests' leak checks use them too.
 
-Elsewhere than Linux, the readings are None.
+Elsewhere than Linux, the readings are None (or empty).
+
+    >>> from gymvec.bench import resources
+    >>> resources.open_fds() > 0, resources.status_field("self", "Threads") >= 1
+    (True, True)
+    >>> import multiprocessing
+    >>> child = multiprocessing.get_context("fork").Process(target=int)
+    >>> child.start(); child.pid in resources.child_pids()
+    True
+    >>> child.join(); child.pid in resources.child_pids()
+    False
 """
 
 from __future__ import annotations

@@ -6,6 +6,13 @@ memory, the resident memory of its children, its open file descriptors, threads,
 processes and /dev/shm entries every tenth of the run (see ``resources``). The first sample
 is the warm-up's end: a leak shows as a column that grows after it. After ``close()`` the
 children and /dev/shm entries must be back where they were before the env was built.
+
+    >>> from gymvec.bench.soak import SoakOptions, run_soak
+    >>> result = run_soak("face-next-step", 800, SoakOptions(num_envs=2, num_workers=1))
+    >>> [s.env_steps for s in result.samples][:3], result.error
+    ([80, 160, 240], None)
+    >>> result.left_after_close
+    {'children': 0, 'shm': 0, 'fds': 0}
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -339,13 +347,12 @@ def run_soak(
 def run_soaks(
     names: Sequence[str], steps: int, options: SoakOptions, show_progress: bool = True
 ) -> list[SoakResult]:
+    """Run each configuration in turn; with ``show_progress``, a line on stderr per sample."""
     results = []
     for name in names:
-        if show_progress:
-            import sys
 
-            def progress(s: Sample, name: str = name) -> None:
-                print(f"soak {name}: {s.env_steps} env-steps", file=sys.stderr, flush=True)
+        def progress(s: Sample, name: str = name) -> None:
+            print(f"soak {name}: {s.env_steps} env-steps", file=sys.stderr, flush=True)
 
         results.append(run_soak(name, steps, options, progress if show_progress else None))
     return results
@@ -376,12 +383,10 @@ SUMMARY_COLUMNS = (
 )
 
 
-def _cell(value: Any, digits: int = 1) -> str:
+def _cell(value: Any) -> str:
     if value is None:
         return "-"
-    if isinstance(value, float):
-        return f"{value:+.{digits}f}" if digits < 0 else f"{value:.{digits}f}"
-    return str(value)
+    return f"{value:.1f}" if isinstance(value, float) else str(value)
 
 
 def _table(columns: Sequence[str], rows: list[list[str]]) -> str:
