@@ -165,18 +165,36 @@ def process_backend(options: Any, memmap: bool = False) -> Backend:
 
 
 def expand_seeds(seed: int | Sequence[int | None] | None, n: int) -> list[int | None] | None:
-    """gymnasium's convention: an int ``s`` seeds sub-env ``i`` with ``s + i``."""
+    """gymnasium's convention: an int ``s`` seeds sub-env ``i`` with ``s + i``; a list gives
+    each sub-env its seed (or None). Seeds are non-negative integers, as gymnasium's envs
+    take them: anything else raises here, before any sub-env runs (a float used to be
+    truncated, a negative seed to fail inside a sub-env)."""
     if seed is None:
         return None
     if isinstance(seed, int | np.integer):
-        return [int(seed) + i for i in range(n)]
+        return [_checked_seed(seed, "seed") + i for i in range(n)]
+    if isinstance(seed, str | bytes) or not isinstance(seed, Sequence | np.ndarray):
+        raise TypeError(
+            f"seed: expected an int, a list of {n} ints or None, or None; got "
+            f"{type(seed).__name__} {seed!r}"
+        )
     seeds = list(seed)
     if len(seeds) != n:  # gymnasium's own words, which its users (and tests) match
         raise ValueError(
             f"If seeds are passed as a list the length must match num_envs={n} "
             f"but got length={len(seeds)}."
         )
-    return [None if s is None else int(s) for s in seeds]
+    return [None if s is None else _checked_seed(s, f"seed[{i}]") for i, s in enumerate(seeds)]
+
+
+def _checked_seed(seed: Any, where: str) -> int:
+    if not isinstance(seed, int | np.integer):
+        raise TypeError(
+            f"{where}: expected a non-negative int or None, got {type(seed).__name__} {seed!r}"
+        )
+    if seed < 0:
+        raise ValueError(f"{where}: expected a non-negative int, got {seed}")
+    return int(seed)
 
 
 def masked_seeds(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing as mp
+import multiprocessing.util
 import os
 import platform
 import signal
@@ -168,10 +169,12 @@ class WorkerHandle:
         )
 
     def release(self) -> None:
-        """Close the parent's end: the pipe, the process object and the semaphores (named
-        ones live in /dev/shm until their last reference goes)."""
+        """Close the parent's end: the pipe, the process object and the semaphores, whose
+        /dev/shm entries go now (see ``unlink_semaphore``)."""
         self.conn.close()
         self.process.close()
+        unlink_semaphore(self.wake)
+        unlink_semaphore(self.done)
         self.process = self.wake = self.done = None
 
 
@@ -667,10 +670,32 @@ class ProcessExecutor(Executor):
             handle.release()
         self.handles = []
         self._unsettled.clear()
+        unlink_semaphore(self.concurrency)
+        unlink_semaphore(self.ready)
         self.sync_memory = self.concurrency = self.rows_memory = self.ready = None
         local, self.local = self.local, None
         if local is not None:
             local.close()  # last: a sub-env's close may raise
+
+
+def unlink_semaphore(semaphore: Any) -> None:
+    """Remove the /dev/shm entry of a named multiprocessing semaphore now.
+
+    Under spawn and forkserver, multiprocessing names each semaphore in /dev/shm and removes
+    the name only when the semaphore is garbage-collected, which any reference left behind
+    puts off (a kept WorkerError holds the frame of the wait on ``done``). Running that
+    finalizer here removes the name once (the processes that opened the semaphore keep it);
+    the later collection then does nothing. A semaphore without a name (fork unlinks at
+    once) or without a finalizer to find is left to the collector, as before.
+    """
+    if getattr(getattr(semaphore, "_semlock", None), "name", None) is None:
+        return
+    registry = getattr(multiprocessing.util, "_finalizer_registry", {})
+    for finalizer in list(registry.values()):
+        ref = getattr(finalizer, "_weakref", None)
+        if ref is not None and ref() is semaphore:
+            finalizer()
+            return
 
 
 def _drop(handle: WorkerHandle, reply: Any) -> None:
