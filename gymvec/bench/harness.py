@@ -101,7 +101,8 @@ def time_runner(runner: Runner, actions: Sequence[Any], num_envs: int, settings:
     """Env-steps per second over one timed run, after a few untimed warm-up steps."""
     step = runner.step
     cycle = itertools.cycle(actions)
-    for _ in range(settings.warmup):
+    per_call = runner.steps_per_call
+    for _ in range(math.ceil(settings.warmup / per_call)):
         step(next(cycle))
     gc.collect()
     budget = math.inf if settings.max_seconds is None else settings.max_seconds
@@ -109,7 +110,7 @@ def time_runner(runner: Runner, actions: Sequence[Any], num_envs: int, settings:
     start = time.perf_counter()
     while steps < settings.steps:
         step(next(cycle))
-        steps += 1
+        steps += per_call
         if time.perf_counter() - start >= budget:
             break
     elapsed = time.perf_counter() - start

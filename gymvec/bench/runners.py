@@ -53,6 +53,9 @@ class Runner:
     def prepare_actions(self, actions: Sequence[np.ndarray]) -> list[Any]:
         return list(actions)
 
+    # Vector steps that one ``step`` call makes (a collector's batch makes many).
+    steps_per_call: int = 1
+
 
 RunnerFactory = Callable[[str, int, RunnerOptions], Runner]
 RUNNERS: dict[str, RunnerFactory] = {}
@@ -181,6 +184,28 @@ class TensorDictRunner(Runner):
         return [torch.as_tensor(a, dtype=spec.dtype).reshape(spec.shape) for a in actions]
 
 
+class CollectorRunner(Runner):
+    """A torchrl ``Collector`` (random policy) over a torchrl env: one ``step`` is one batch
+    of ``frames_per_batch`` frames (the bench's actions are not used)."""
+
+    def __init__(self, env: Any, num_envs: int, frames_per_batch: int = 1024) -> None:
+        from torchrl.collectors import Collector
+
+        self.steps_per_call = max(1, frames_per_batch // num_envs)
+        self.collector = Collector(env, None, frames_per_batch=frames_per_batch, total_frames=-1)
+        self._batches: Any = None
+
+    def reset(self, seed: int) -> None:
+        self.collector.set_seed(seed)
+        self._batches = iter(self.collector)
+
+    def step(self, actions: Any) -> None:
+        next(self._batches)
+
+    def close(self) -> None:
+        self.collector.shutdown()
+
+
 @register_runner("gym-sync")
 def _gym_sync(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
     return VectorEnvRunner(gym.vector.SyncVectorEnv(make_env_fns(env_id, num_envs)))
@@ -229,17 +254,41 @@ def _torchrl_parallel(env_id: str, num_envs: int, options: RunnerOptions) -> Run
     """torchrl's ParallelEnv (optional, ``pip install torchrl``) in gymvec's layout: each worker
     process a torchrl SerialEnv of ``envs_per_worker`` GymEnvs (faster there than one process
     per sub-env), driven through ``step_and_maybe_reset`` like gymvec-td."""
+    return TensorDictRunner(_torchrl_parallel_env(env_id, num_envs, options))
+
+
+def _torchrl_parallel_env(env_id: str, num_envs: int, options: RunnerOptions) -> Any:
     try:
         from torchrl.envs import GymEnv, ParallelEnv, SerialEnv
     except ImportError as e:
-        raise ImportError("torchrl-parallel needs torchrl: pip install torchrl") from e
+        raise ImportError(
+            "torchrl's runners need torchrl: pip install torchrl (gymvec[torchrl])"
+        ) from e
     num_workers, envs_per_worker = worker_layout(num_envs, options)
     make_sub_env = functools.partial(
         GymEnv, importable_id(env_id), categorical_action_encoding=True
     )
     make_worker_env = functools.partial(SerialEnv, envs_per_worker, make_sub_env)
     start_method = "fork" if "fork" in mp.get_all_start_methods() else None
-    return TensorDictRunner(ParallelEnv(num_workers, make_worker_env, mp_start_method=start_method))
+    return ParallelEnv(num_workers, make_worker_env, mp_start_method=start_method)
+
+
+@register_runner("collector-torchrl")
+def _collector_torchrl(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    """A torchrl collector (frames_per_batch 1024, random policy) over torchrl's ParallelEnv in
+    gymvec's layout (see torchrl-parallel)."""
+    return CollectorRunner(_torchrl_parallel_env(env_id, num_envs, options), num_envs)
+
+
+@register_runner("collector-gymvec")
+def _collector_gymvec(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    """The same collector over gymvec's ParallelEnv (the gymvec-td layout) through
+    ``gymvec.torchrl.to_torchrl``."""
+    try:
+        from gymvec.torchrl import to_torchrl
+    except ImportError as e:
+        raise ImportError("collector-gymvec needs torchrl: pip install gymvec[torchrl]") from e
+    return CollectorRunner(to_torchrl(_gymvec_parallel_env(env_id, num_envs, options)), num_envs)
 
 
 @register_runner("bare-loop")
@@ -288,16 +337,19 @@ def _gymvec_parallel(env_id: str, num_envs: int, options: RunnerOptions) -> Runn
 
 @register_runner("gymvec-td")
 def _gymvec_td(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    return TensorDictRunner(_gymvec_parallel_env(env_id, num_envs, options))
+
+
+def _gymvec_parallel_env(env_id: str, num_envs: int, options: RunnerOptions) -> Any:
     from gymvec import ParallelEnv
     from gymvec.vector.dropin import default_local_worker
 
     num_workers, envs_per_worker = worker_layout(num_envs, options)
     # Factories of gymnasium envs: workers then never import torch (GymEnv wraps them in the
     # parent). The layout is the one ParallelVectorEnv picks by default.
-    env = ParallelEnv(
+    return ParallelEnv(
         num_workers=num_workers,
         create_env_fn=functools.partial(gym.make, importable_id(env_id)),
         envs_per_worker=envs_per_worker,
         local_worker=default_local_worker(num_workers),
     )
-    return TensorDictRunner(env)

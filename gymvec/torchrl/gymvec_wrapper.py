@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl._utils import seed_generator
 from torchrl.envs import EnvBase as TorchRLEnvBase
@@ -98,16 +99,21 @@ class GymvecWrapper(TorchRLEnvBase):
             tensordict = tensordict.to(self.device)
         self._assert_tensordict_shape(tensordict)
         tensordict, root = self.gymvec_env.step_and_maybe_reset(tensordict)
-        self._step_proc_data(tensordict.get("next"))
+        # torchrl's _step_proc_data (reward reshaped, missing done keys filled) has nothing to
+        # do: gymvec's outputs hold every key of the specs, in their shapes.
         next_root = self._step_mdp(tensordict)
-        done = next_root.get("done")
+        done = tensordict.get(("next", "done"))
         if done.any() and not done.all():
             # As torchrl's partial reset leaves them: entries that a reset does not return
             # (the action, policy outputs) are zeros in the rows reset.
-            keep = ~done.reshape(self.batch_size)
-            next_root.where(keep, other=root, out=next_root, pad=0, update_batch_size=True)
-        else:
-            next_root.update(root)
+            returned = set(root.keys(True, True))
+            batch = self.batch_size
+            for key in next_root.keys(True, True):
+                value = next_root.get(key)
+                if key not in returned and isinstance(value, torch.Tensor):
+                    rows = done.reshape(*batch, *(1,) * (value.ndim - len(batch)))
+                    next_root.set(key, value.masked_fill(rows, 0))
+        next_root.update(root)
         return tensordict, next_root
 
     def set_seed(self, seed: int | None = None, static_seed: bool = False) -> int | None:
