@@ -456,3 +456,80 @@ def test_from_torchrl_unwraps_a_gymvec_wrapper_and_refuses_lists_of_seeds():
             wrapper.set_seed([1, 2])
     finally:
         wrapper.close()
+
+
+def test_object_observations_are_torchrl_non_tensor_leaves():
+    import _face_envs as fe
+
+    obs_space = gym.spaces.Dict(
+        {"text": gym.spaces.Text(6), "box": gym.spaces.Box(-1.0, 1.0, (2,), dtype=np.float32)}
+    )
+    make = functools.partial(fe.make_spaces_env, obs_space, gym.spaces.Discrete(2), 3)
+    env = to_torchrl(gymvec.SerialEnv(2, make))
+    try:
+        assert isinstance(env.observation_spec["text"], rl.NonTensor)
+        assert env.observation_spec["text"].shape == (2,)
+        assert isinstance(env.observation_spec["box"], rl.BoundedContinuous)
+        env.set_seed(0)
+        td = env.rollout(7, break_when_any_done=False)
+        texts = [list(row) for row in td["next", "text"]]  # [sub-env][step]
+        assert len(texts) == 2 and len(texts[0]) == 7
+        assert all(isinstance(t, str) and t in obs_space["text"] for row in texts for t in row)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["gymvec.torchrl.specs", "gymvec.torchrl.gymvec_wrapper", "gymvec.torchrl.torchrl_env_wrapper"],
+)
+def test_docstring_examples(name):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
+
+
+# ---- the example and the bench case --------------------------------------------------------------
+@pytest.mark.timeout(300)
+def test_torchrl_ppo_example_quick():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "torchrl_ppo.py"
+    cmd = [sys.executable, str(example), "--quick", "--start-method", "fork"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=280)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "8 envs (2 workers), 256 frames per batch, 2048 frames" in out
+    assert "frames 2048: mean return of the last" in out
+    score = float(out.split("mean evaluation return over 8 episodes: ")[1].split()[0])
+    assert 1.0 <= score <= 500.0  # CartPole-v1: one reward per step, at most 500 steps
+    assert "quick run: no threshold" in out
+
+
+@pytest.mark.timeout(300)
+def test_bench_collector_case_quick():
+    from gymvec.bench.__main__ import QUICK
+    from gymvec.bench.cases import CASES
+    from gymvec.bench.harness import run_cases
+
+    (result,) = run_cases([CASES["torchrl-collector-32"]], QUICK, show_progress=False)
+    rows = {r.runner: r for r in result.results}
+    assert list(rows) == ["gym-sync", "collector-torchrl", "collector-gymvec"]
+    for runner in rows.values():
+        assert runner.error is None, runner.error
+        assert runner.steps_per_s > 0 and len(runner.samples) == QUICK.repeats
+
+
+def test_a_partial_step_is_refused():
+    env = make_gymvec_serial(2)
+    try:
+        td = env.rand_action(env.reset())
+        td["_step"] = torch.tensor([True, False])
+        with pytest.raises(NotImplementedError, match="partial step"):
+            env.step(td)
+    finally:
+        env.close()

@@ -85,6 +85,12 @@ class GymvecWrapper(TorchRLEnvBase):
         return self.gymvec_env.reset(reset_td)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        partial = tensordict.get("_step", None)
+        if partial is not None and not bool(partial.all()):
+            raise NotImplementedError(
+                '"_step": gymvec envs step every sub-env at once; a partial step (of '
+                f"{int(partial.sum())} of {partial.numel()} sub-envs) is not supported"
+            )
         return self.gymvec_env.step(tensordict).get("next")
 
     def _step_and_maybe_reset(
@@ -94,6 +100,7 @@ class GymvecWrapper(TorchRLEnvBase):
         # The gymvec env does both in one; the result is torchrl's (step_mdp of the step, the
         # reset sub-envs' rows from their reset).
         if "_step" in tensordict.keys() or self._post_step_mdp_hooks is not None:
+            # torchrl's path: partial steps (refused in _step) and hooks handled there
             return super()._step_and_maybe_reset(tensordict)
         if tensordict.device != self.device:
             tensordict = tensordict.to(self.device)
