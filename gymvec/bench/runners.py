@@ -38,8 +38,12 @@ class Runner:
     """What the bench times: ``reset`` once, then ``step`` over and over, then ``close``.
 
     ``prepare_actions`` turns the bench's pool of batched numpy actions into whatever ``step``
-    takes; it runs outside the timed loop.
+    takes; it runs outside the timed loop. ``env_steps``: the env-steps one ``step`` makes
+    (None: every sub-env's, lock-step; a first-ready runner makes ``batch_size``, a
+    collector's batch ``frames_per_batch``).
     """
+
+    env_steps: int | None = None
 
     def reset(self, seed: int) -> None:
         raise NotImplementedError
@@ -52,9 +56,6 @@ class Runner:
 
     def prepare_actions(self, actions: Sequence[np.ndarray]) -> list[Any]:
         return list(actions)
-
-    # Vector steps that one ``step`` call makes (a collector's batch makes many).
-    steps_per_call: int = 1
 
 
 RunnerFactory = Callable[[str, int, RunnerOptions], Runner]
@@ -188,10 +189,10 @@ class CollectorRunner(Runner):
     """A torchrl ``Collector`` (random policy) over a torchrl env: one ``step`` is one batch
     of ``frames_per_batch`` frames (the bench's actions are not used)."""
 
-    def __init__(self, env: Any, num_envs: int, frames_per_batch: int = 1024) -> None:
+    def __init__(self, env: Any, frames_per_batch: int = 1024) -> None:
         from torchrl.collectors import Collector
 
-        self.steps_per_call = max(1, frames_per_batch // num_envs)
+        self.env_steps = frames_per_batch
         self.collector = Collector(env, None, frames_per_batch=frames_per_batch, total_frames=-1)
         self._batches: Any = None
 
@@ -204,6 +205,33 @@ class CollectorRunner(Runner):
 
     def close(self) -> None:
         self.collector.shutdown()
+
+
+class FirstReadyRunner(Runner):
+    """A gymnasium face with ``batch_size < num_envs``: each ``step`` sends the actions of the
+    sub-envs the last ``recv`` returned, then receives the next first-ready batch."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.env_steps = env.batch_size
+        self._env_id: Any = None
+
+    def reset(self, seed: int) -> None:
+        self.env.async_reset(seed=seed)
+        self._env_id = self.env.recv()[-1]["env_id"]
+
+    def step(self, actions: Any) -> None:
+        self.env.send(actions, self._env_id)
+        self._env_id = self.env.recv()[-1]["env_id"]
+
+    def close(self) -> None:
+        self.env.close()
+
+    def prepare_actions(self, actions: Sequence[np.ndarray]) -> list[Any]:
+        return [a[: self.env_steps] for a in actions]
+
+
+FIRST_READY_BATCH = 8  # the first-ready runner's batch_size (at most num_envs)
 
 
 @register_runner("gym-sync")
@@ -277,7 +305,7 @@ def _torchrl_parallel_env(env_id: str, num_envs: int, options: RunnerOptions) ->
 def _collector_torchrl(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
     """A torchrl collector (frames_per_batch 1024, random policy) over torchrl's ParallelEnv in
     gymvec's layout (see torchrl-parallel)."""
-    return CollectorRunner(_torchrl_parallel_env(env_id, num_envs, options), num_envs)
+    return CollectorRunner(_torchrl_parallel_env(env_id, num_envs, options))
 
 
 @register_runner("collector-gymvec")
@@ -288,7 +316,7 @@ def _collector_gymvec(env_id: str, num_envs: int, options: RunnerOptions) -> Run
         from gymvec.torchrl import to_torchrl
     except ImportError as e:
         raise ImportError("collector-gymvec needs torchrl: pip install gymvec[torchrl]") from e
-    return CollectorRunner(to_torchrl(_gymvec_parallel_env(env_id, num_envs, options)), num_envs)
+    return CollectorRunner(to_torchrl(_gymvec_parallel_env(env_id, num_envs, options)))
 
 
 @register_runner("bare-loop")
@@ -333,6 +361,22 @@ def _gymvec_parallel(env_id: str, num_envs: int, options: RunnerOptions) -> Runn
     return VectorEnvRunner(
         ParallelVectorEnv(make_env_fns(env_id, num_envs), num_workers=num_workers)
     )
+
+
+@register_runner("gymvec-first-ready")
+def _gymvec_first_ready(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    """gymvec's parallel drop-in with first-ready batches of ``FIRST_READY_BATCH`` sub-envs
+    (every process a worker: the calling process only sends and receives)."""
+    from gymvec import ParallelVectorEnv
+
+    num_workers, _ = worker_layout(num_envs, options)
+    env = ParallelVectorEnv(
+        make_env_fns(env_id, num_envs),
+        num_workers=num_workers,
+        local_worker=False,
+        batch_size=min(FIRST_READY_BATCH, num_envs),
+    )
+    return FirstReadyRunner(env)
 
 
 @register_runner("gymvec-td")

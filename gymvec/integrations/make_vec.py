@@ -29,7 +29,15 @@ if TYPE_CHECKING:  # importing gymvec registers the ids: torch is not imported f
     from gymvec.vector.vector_env import GymnasiumVectorEnv
 
 BACKENDS = ("serial", "parallel")
-_GYMVEC_OPTIONS = ("backend", "num_workers", "autoreset_mode", "output", "local_worker", "context")
+_GYMVEC_OPTIONS = (
+    "backend",
+    "num_workers",
+    "autoreset_mode",
+    "output",
+    "local_worker",
+    "context",
+    "batch_size",
+)
 
 
 def make_vec(
@@ -42,6 +50,7 @@ def make_vec(
     output: str = "numpy",
     local_worker: bool | None = None,
     context: str | None = None,
+    batch_size: int | None = None,
     **env_kwargs: Any,
 ) -> GymnasiumVectorEnv:
     """``num_envs`` copies of a registered gymnasium env as a gymvec vector env.
@@ -57,6 +66,8 @@ def make_vec(
         context: parallel backend: the start method of the workers ("fork", "spawn",
             "forkserver"; default: multiprocessing's). Ids registered at run time work with
             every one of them: the id's ``EnvSpec`` travels to the workers.
+        batch_size: first-ready batches of this many sub-envs (``async_reset``,
+            ``send(actions, env_id)``, ``recv()``; default ``num_envs``).
         **env_kwargs: passed to ``gymnasium.make`` (``max_episode_steps``, ``render_mode``...).
 
     Example:
@@ -75,7 +86,9 @@ def make_vec(
     spec = gym.spec(env_id) if isinstance(env_id, str) else env_id
     env_fns = [functools.partial(gym.make, spec, **env_kwargs)] * num_envs
     if backend == "serial":
-        envs = SerialVectorEnv(env_fns, autoreset_mode=autoreset_mode, output=output)
+        envs = SerialVectorEnv(
+            env_fns, autoreset_mode=autoreset_mode, output=output, batch_size=batch_size
+        )
     else:
         envs = ParallelVectorEnv(
             env_fns,
@@ -84,6 +97,7 @@ def make_vec(
             output=output,
             local_worker=local_worker,
             context=context,
+            batch_size=batch_size,
             # Arrays go through shared memory either way; False also takes the spaces that
             # gymnasium's AsyncVectorEnv cannot share (Graph, Sequence, custom), pickled.
             shared_memory=False,
