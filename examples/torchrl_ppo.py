@@ -1,12 +1,13 @@
 """torchrl's PPO (``ClipPPOLoss`` + ``GAE`` + a ``Collector``) on a gymvec ``ParallelEnv``.
 
-    python examples/torchrl_ppo.py            # about 100k frames, a few minutes on two cores
+    python examples/torchrl_ppo.py            # at most 100k frames, a few minutes on two cores
     python examples/torchrl_ppo.py --quick    # a short run for CI, no threshold
 
 ``gymvec.torchrl.to_torchrl`` makes the gymvec env a torchrl env, so torchrl's transforms,
 collector and loss take it as they take their own. Needs ``pip install gymvec[torchrl]``.
 The settings are rl-zoo's CartPole-v1 PPO (8 envs x 32 steps, 20 epochs, GAE lambda 0.8,
-gamma 0.98, learning rate and clip range decayed linearly). The full run exits 1 unless the
+gamma 0.98, learning rate and clip range decayed linearly), stopping early once the last 20
+episodes' mean return reaches ``--stop-at``. The full run exits 1 unless the
 deterministic policy's mean return over 8 evaluation episodes is at least 400 (500 is the
 most CartPole-v1 allows).
 """
@@ -45,6 +46,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--minibatch", type=int, default=256)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument(
+        "--stop-at",
+        type=float,
+        default=475.0,
+        help="stop training once the last 20 episodes' mean return reaches this",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--start-method", default="spawn", choices=("spawn", "fork", "forkserver"))
     parser.add_argument("--quick", action="store_true", help="short run for CI")
@@ -153,13 +160,16 @@ def main() -> int:
                     optimizer.step()
                     schedule.step()
             collector.update_policy_weights_()
-            if i % 20 == 0 or frames >= args.total_frames:
+            solved = len(recent) == 20 and sum(recent) / 20 >= args.stop_at
+            if i % 20 == 0 or frames >= args.total_frames or solved:
                 mean = sum(recent) / len(recent) if recent else float("nan")
                 print(
                     f"frames {frames}: mean return of the last {len(recent)} episodes "
                     f"{mean:.1f} ({time.perf_counter() - start:.0f} s)",
                     flush=True,
                 )
+            if solved:
+                break
     finally:
         collector.shutdown()
     score = evaluate(actor, args)
