@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -636,7 +637,13 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 # ---- helpers ---------------------------------------------------------------------------------
 def engine_of(env: Any) -> Engine:
     """The engine under ``env``: a batched gymvec env's own, an engine as it is, or any other
-    batched ``EnvBase`` driven through its tensordict API (``TensorDictEngine``)."""
+    batched ``EnvBase`` driven through its tensordict API (``TensorDictEngine``); a torchrl env
+    through ``gymvec.torchrl.from_torchrl`` (reached only when torchrl is imported already)."""
+    torchrl_envs = sys.modules.get("torchrl.envs")
+    if torchrl_envs is not None and isinstance(env, torchrl_envs.EnvBase):
+        from gymvec.torchrl import from_torchrl
+
+        env = from_torchrl(env)
     engine = getattr(env, "engine", None)
     if engine is not None:
         return engine
