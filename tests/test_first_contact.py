@@ -298,8 +298,19 @@ def test_readme_has_python_blocks():
     assert len(_readme_blocks()) >= 3
 
 
+# Blocks for an optional extra run where it is installed (CI runs them in its extras' venvs).
+OPTIONAL_EXTRAS = ("torchrl", "ray")
+
+
+def _extras_of(block: str) -> list[str]:
+    imported = re.findall(r"^\s*(?:from|import)\s+([\w.]+)", block, flags=re.M)
+    return [name for name in OPTIONAL_EXTRAS if any(m.split(".")[0] == name for m in imported)]
+
+
 @pytest.mark.parametrize("k", range(len(_readme_blocks())))
 def test_readme_block_runs_as_a_script(k, readme_runs):
+    for extra in _extras_of(_readme_blocks()[k]):
+        pytest.importorskip(extra, reason=f"README block {k} needs gymvec[{extra}]")
     try:
         _, err = readme_runs[k].communicate(timeout=400)
     except subprocess.TimeoutExpired:
