@@ -28,8 +28,16 @@ from gymnasium.vector import AutoresetMode
 if TYPE_CHECKING:  # importing gymvec registers the ids: torch is not imported for that
     from gymvec.vector.vector_env import GymnasiumVectorEnv
 
-BACKENDS = ("serial", "parallel")
-_GYMVEC_OPTIONS = ("backend", "num_workers", "autoreset_mode", "output", "local_worker", "context")
+BACKENDS = ("serial", "parallel", "ray")
+_GYMVEC_OPTIONS = (
+    "backend",
+    "num_workers",
+    "autoreset_mode",
+    "output",
+    "local_worker",
+    "context",
+    "ray_options",
+)
 
 
 def make_vec(
@@ -42,6 +50,7 @@ def make_vec(
     output: str = "numpy",
     local_worker: bool | None = None,
     context: str | None = None,
+    ray_options: dict | None = None,
     **env_kwargs: Any,
 ) -> GymnasiumVectorEnv:
     """``num_envs`` copies of a registered gymnasium env as a gymvec vector env.
@@ -49,14 +58,18 @@ def make_vec(
     Args:
         env_id: a registered id (or an ``EnvSpec``).
         num_envs: number of sub-envs.
-        backend: "parallel" (worker processes) or "serial" (this process).
-        num_workers: worker processes for the parallel backend (default: usable cores).
+        backend: "parallel" (worker processes), "serial" (this process) or "ray" (Ray
+            actors, as ``RayEnv``; needs ``pip install 'gymvec[ray]'``).
+        num_workers: worker processes for the parallel backend (default: usable cores);
+            Ray actors for the ray backend (default: one per alive node of the cluster).
         autoreset_mode: "next_step", "same_step" or "disabled".
         output: "numpy" or "torch".
         local_worker: parallel backend: step a share of the sub-envs in this process.
         context: parallel backend: the start method of the workers ("fork", "spawn",
             "forkserver"; default: multiprocessing's). Ids registered at run time work with
             every one of them: the id's ``EnvSpec`` travels to the workers.
+        ray_options: ray backend: ``RayEnv``'s options as a dict (``address``,
+            ``worker_processes``, ``actor_options``, ``placement``, ``startup_timeout``).
         **env_kwargs: passed to ``gymnasium.make`` (``max_episode_steps``, ``render_mode``...).
 
     Example:
@@ -74,7 +87,9 @@ def make_vec(
         raise ValueError(f"num_envs: expected a positive int, got {num_envs!r}")
     spec = gym.spec(env_id) if isinstance(env_id, str) else env_id
     env_fns = [functools.partial(gym.make, spec, **env_kwargs)] * num_envs
-    if backend == "serial":
+    if backend == "ray":
+        envs = _ray_vec(env_fns, num_workers, ray_options, autoreset_mode, output)
+    elif backend == "serial":
         envs = SerialVectorEnv(env_fns, autoreset_mode=autoreset_mode, output=output)
     else:
         envs = ParallelVectorEnv(
@@ -90,6 +105,37 @@ def make_vec(
         )
     envs.spec = spec
     return envs
+
+
+def _ray_vec(
+    env_fns: list, num_workers: int | None, ray_options: dict | None, autoreset_mode, output: str
+) -> GymnasiumVectorEnv:
+    """The gymnasium face over an engine whose sub-envs run on Ray actors (torch-free)."""
+    from gymvec.engine.engine import BatchEngine
+    from gymvec.engine.factories import SubEnvFactories
+    from gymvec.engine.ray_executor import RayOptions, connect, ray_backend
+    from gymvec.vector.dropin import spread
+    from gymvec.vector.vector_env import GymnasiumVectorEnv
+
+    options = RayOptions(**(ray_options or {}))
+    n = len(env_fns)
+    if num_workers is None:
+        ray = connect(options.address)
+        num_workers = min(n, max(sum(1 for node in ray.nodes() if node["Alive"]), 1))
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+        raise ValueError(f"num_workers: expected a positive int, got {num_workers!r}")
+    if num_workers > n:
+        raise ValueError(
+            f"num_workers: expected at most one worker per sub-env ({n}), got {num_workers}"
+        )
+    factories = SubEnvFactories(num_workers, env_fns, None, spread(n, num_workers))
+    engine = BatchEngine(factories, ray_backend(options))
+    try:
+        _ = engine.executor  # the actors start now
+        return GymnasiumVectorEnv(engine, autoreset_mode=autoreset_mode, output=output)
+    except BaseException:
+        engine.close()
+        raise
 
 
 def vector_entry_point(base_id: str, num_envs: int = 1, **kwargs: Any) -> GymnasiumVectorEnv:
