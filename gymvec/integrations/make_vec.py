@@ -113,10 +113,11 @@ def _ray_vec(
     """The gymnasium face over an engine whose sub-envs run on Ray actors (torch-free)."""
     from gymvec.engine.engine import BatchEngine
     from gymvec.engine.factories import SubEnvFactories
-    from gymvec.engine.ray_executor import RayOptions, connect, ray_backend
+    from gymvec.engine.ray_executor import RayOptions, connect, import_ray, ray_backend
     from gymvec.vector.dropin import spread
     from gymvec.vector.vector_env import GymnasiumVectorEnv
 
+    import_ray()  # before anything is built: without Ray, say how to install it
     options = RayOptions(**(ray_options or {}))
     n = len(env_fns)
     if num_workers is None:
