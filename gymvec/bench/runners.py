@@ -301,3 +301,7 @@ def _gymvec_td(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
         local_worker=default_local_worker(num_workers),
     )
     return TensorDictRunner(env)
+
+
+# The Ray runners register themselves (Ray itself is imported only when one is built).
+from gymvec.bench import ray_runners  # noqa: E402, F401

@@ -35,7 +35,7 @@ from gymvec.engine.executor import (
     request_kwargs,
 )
 from gymvec.engine.processes import _attach_worker_traceback
-from gymvec.engine.ray_worker import RayWorker, ShareLayout, WorkerSpec
+from gymvec.engine.ray_worker import SHIP_NEXT, SHIP_ROOT, RayWorker, ShareLayout, WorkerSpec
 from gymvec.engine.subenvs import SubEnvSummary
 from gymvec.engine.worker import env_specs_payload
 from gymvec.errors import SpaceMismatchError, WorkerError, worker_error
@@ -114,9 +114,12 @@ class RayHandle:
         memory = private_memory(share.layout.nbytes)
         self.staging = Buffers(share.layout, memory)
         self.flat = np.frombuffer(memory, dtype=np.uint8, count=share.layout.nbytes)
-        control_memory = private_memory(Control.nbytes(stop - start))
+        self.control_nbytes = Control.nbytes(stop - start)
+        control_memory = private_memory(self.control_nbytes)
         self.control = Control(stop - start, control_memory)
         self.control_flat = np.frombuffer(control_memory, dtype=np.uint8)
+        action_nbytes = share.action.stop - share.action.start
+        self.outgoing = np.zeros(self.control_nbytes + action_nbytes, dtype=np.uint8)
         rows = slice(start, stop)
         parent = blocks.buffers
         self.parent = parent
@@ -150,26 +153,38 @@ class RayHandle:
 
     def post(self, payload: bytes | None, ship_next: bool) -> None:
         """Start the command in the control block on this actor."""
-        control = self.parent_control
-        self.control.mode[:] = control.mode[self.start : self.stop]
-        self.control.seed[:] = control.seed[self.start : self.stop]
+        control, start, stop = self.parent_control, self.start, self.stop
+        self.control.mode[:] = control.mode[start:stop]
+        self.control.seed[:] = control.seed[start:stop]
         for staged, rows in self.action_pairs:
             staged[...] = rows
-        share = self.share
-        self.ref = self.actor.run.remote(
-            self.control_flat.copy(), self.flat[share.action].copy(), payload, ship_next
-        )
+        outgoing, split = self.outgoing, self.control_nbytes
+        outgoing[:split] = self.control_flat
+        outgoing[split:] = self.flat[self.share.action]
+        # One bytes argument: Ray serialises bytes with msgpack, arrays through pickle
+        if payload is None and not ship_next:
+            self.ref = self.actor.run.remote(outgoing.tobytes())
+        else:
+            self.ref = self.actor.run.remote(outgoing.tobytes(), payload, ship_next)
 
-    def receive(self, reply: tuple, lane: int, extras: dict[int, Extras]) -> None:
+    def receive(self, reply: bytes | tuple, lane: int, extras: dict[int, Extras]) -> None:
         """Copy an answer of ``run`` into the buffers; its extras into ``extras``."""
-        _, root, next_, share_extras = reply
-        share = self.share
-        if root is not None:
-            self.flat[share.root] = root
+        if type(reply) is bytes:
+            parts, share_extras = reply, None
+        else:
+            _, parts, share_extras = reply
+        share, flat = self.share, self.flat
+        which, at = parts[0], 1
+        if which & SHIP_ROOT:
+            size = share.root.stop
+            flat[share.root] = np.frombuffer(parts, np.uint8, size, at)
+            at += size
             for rows, staged in self.root_pairs:
                 rows[...] = staged
-        if next_ is not None:
-            self.flat[share.next] = next_
+        if which & SHIP_NEXT:
+            flat[share.next] = np.frombuffer(
+                parts, np.uint8, share.next.stop - share.next.start, at
+            )
             for rows, staged in self.next_pairs(lane):
                 rows[...] = staged
         if share_extras:
@@ -346,7 +361,7 @@ class RayExecutor(Executor):
         for handle, reply in zip(handles, replies):
             if isinstance(reply, WorkerError):
                 error = error or reply
-            elif reply[0] == "error":
+            elif type(reply) is tuple and reply[0] == "error":
                 error = error or handle.raised("raised", reply[1])
             else:
                 handle.receive(reply, call.lane, extras)

@@ -45,6 +45,8 @@ from gymvec.engine.worker import (
 )
 from gymvec.errors import SpaceMismatchError, WorkerError, exception_type_name
 
+SHIP_ROOT, SHIP_NEXT = 1, 2  # which parts of the block an answer of RayWorker.run holds
+
 
 class ShareLayout:
     """The buffers of one worker's rows as a layout of their own, and the byte ranges of a
@@ -176,20 +178,20 @@ class RayWorker:
         return None
 
     # ---- commands -----------------------------------------------------------------------------
-    def run(
-        self, control: np.ndarray, actions: np.ndarray, payload: bytes | None, ship_next: bool
-    ) -> tuple:
-        """Carry out one command: the caller's control bytes and actions of these rows in,
-        ``("ok", root bytes or None, "next" bytes or None, extras or None)`` out.
+    def run(self, packed: bytes, payload: bytes | None = None, ship_next: bool = False) -> Any:
+        """Carry out one command. In: the caller's control bytes of these rows, then their
+        actions (``ShareLayout.action``), as one bytes object; ``payload``: the reset options
+        and object actions, cloudpickled (None: neither); ``ship_next``: send "next" back even
+        if the command does not write it (the caller's copy of it is stale).
 
-        ``payload``: the reset options and object actions, cloudpickled (None: neither).
-        ``ship_next``: send "next" back even if the command does not write it (the caller's
-        copy of it is stale).
+        Out: the parts of the block the command wrote, as bytes (a byte of ``SHIP_ROOT`` and
+        ``SHIP_NEXT`` bits, then the root's part, then "next"'s); with extras,
+        ``("ok", those bytes, extras)``; ``("error", detail)`` if a sub-env raised.
         """
         share = self.share
-        self.control_flat[:] = control
-        self.flat[share.action] = actions
-        options = None
+        split = len(self.control_flat)
+        self.control_flat[:] = np.frombuffer(packed, np.uint8, split)
+        self.flat[share.action] = np.frombuffer(packed, np.uint8, offset=split)
         call = Call("step")
         if payload is not None:
             options, objects = cloudpickle.loads(payload)
@@ -197,7 +199,7 @@ class RayWorker:
                 for key, values in objects.items():
                     self.buffers.action_objects[key][:] = values
                 call.action_objects = self.buffers.action_objects
-        call.options = options
+            call.options = options
         modes = self.control.mode.tobytes()
         touched = self._touch.get(modes)
         if touched is None:
@@ -210,12 +212,15 @@ class RayWorker:
         root, next_, autoreset = touched
         if autoreset and not root:
             root = any_set(self.buffers.next.done)
-        return (
-            "ok",
-            self.flat[share.root].copy() if root else None,
-            self.flat[share.next].copy() if next_ or ship_next else None,
-            extras or None,
-        )
+        next_ = next_ or ship_next
+        flat = self.flat
+        parts = [bytes((SHIP_ROOT * root) | (SHIP_NEXT * next_))]
+        if root:
+            parts.append(flat[share.root].tobytes())
+        if next_:
+            parts.append(flat[share.next].tobytes())
+        shipped = b"".join(parts)
+        return ("ok", shipped, extras) if extras else shipped
 
     # ---- requests -----------------------------------------------------------------------------
     def request(self, payload: bytes) -> tuple:
