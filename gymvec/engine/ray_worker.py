@@ -214,7 +214,7 @@ class RayWorker:
             root = any_set(self.buffers.next.done)
         next_ = next_ or ship_next
         flat = self.flat
-        parts = [bytes((SHIP_ROOT * root) | (SHIP_NEXT * next_))]
+        parts = [bytes([SHIP_ROOT * root | SHIP_NEXT * next_])]
         if root:
             parts.append(flat[share.root].tobytes())
         if next_:
