@@ -332,6 +332,23 @@ def test_ray_kill_of_an_actor_and_requests_after_it():
         env.close()
 
 
+def test_the_ray_cluster_example_runs_on_loopback():
+    import subprocess
+
+    example = REPO / "examples" / "ray_cluster.py"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run(
+        [sys.executable, str(example), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "worker 1: node" in result.stdout and "at 127.0.0.1" in result.stdout
+    assert "50 steps of 4 envs on 2 actors" in result.stdout
+
+
 def test_bad_options_are_refused():
     with pytest.raises(ValueError, match="placement"):
         RayEnv(1, make_cartpole, placement="everywhere")
