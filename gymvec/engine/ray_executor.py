@@ -18,7 +18,8 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cloudpickle
@@ -108,6 +109,7 @@ class RayHandle:
         self.actor = actor
         self.node_id = "?"
         self.ref: Any = None  # the pending result of the call in flight
+        self.queue: deque[tuple[Any, list[int]]] = deque()  # first-ready calls, in order
         self.summaries: list[SubEnvSummary] = []
         share = ShareLayout(blocks.layout, stop - start)
         self.share = share
@@ -151,21 +153,27 @@ class RayHandle:
             self._next_pairs[lane] = pairs
         return pairs
 
-    def post(self, payload: bytes | None, ship_next: bool) -> None:
-        """Start the command in the control block on this actor."""
+    def post(self, payload: bytes | None, ship_next: bool, rows: list[int] | None = None) -> Any:
+        """Start the command in the control block on this actor: for all its rows, or (a
+        first-ready command) for ``rows`` only, the others doing nothing. Returns the ref."""
         control, start, stop = self.parent_control, self.start, self.stop
-        self.control.mode[:] = control.mode[start:stop]
-        self.control.seed[:] = control.seed[start:stop]
-        for staged, rows in self.action_pairs:
-            staged[...] = rows
+        if rows is None:
+            self.control.mode[:] = control.mode[start:stop]
+            self.control.seed[:] = control.seed[start:stop]
+        else:
+            local = np.asarray(rows) - start
+            self.control.mode[:] = 0
+            self.control.mode[local] = control.mode[rows]
+            self.control.seed[local] = control.seed[rows]
+        for staged, parent_rows in self.action_pairs:
+            staged[...] = parent_rows
         outgoing, split = self.outgoing, self.control_nbytes
         outgoing[:split] = self.control_flat
         outgoing[split:] = self.flat[self.share.action]
         # One bytes argument: Ray serialises bytes with msgpack, arrays through pickle
         if payload is None and not ship_next:
-            self.ref = self.actor.run.remote(outgoing.tobytes())
-        else:
-            self.ref = self.actor.run.remote(outgoing.tobytes(), payload, ship_next)
+            return self.actor.run.remote(outgoing.tobytes())
+        return self.actor.run.remote(outgoing.tobytes(), payload, ship_next)
 
     def receive(self, reply: bytes | tuple, lane: int, extras: dict[int, Extras]) -> None:
         """Copy an answer of ``run`` into the buffers; its extras into ``extras``."""
@@ -233,6 +241,8 @@ class RayExecutor(Executor):
         self.placement_group: Any = None
         self.last_lane = 0
         self.bounds = list(worker_bounds)
+        self.finished: dict[int, Extras | None] = {}  # first-ready rows done, not yet taken
+        self._lost: list[int] = []
         try:
             strategies = self._place(len(worker_bounds))
             actor_class = _remote_worker_class(ray)
@@ -347,7 +357,7 @@ class RayExecutor(Executor):
         ship_next = self.last_lane != 0 and call.lane == 0
         self.last_lane = call.lane
         for handle, payload in zip(self.handles, payloads):
-            handle.post(payload, ship_next)
+            handle.ref = handle.post(payload, ship_next)
 
     def wait(
         self, call: Call, timeout: float | None = None, on_local_done: OnLocalDone | None = None
@@ -404,6 +414,78 @@ class RayExecutor(Executor):
             if isinstance(reply, WorkerError):
                 raise reply
 
+    # ---- first-ready commands: one call per actor with the rows sent to it ------------------
+    def send_some(self, rows: Sequence[int]) -> None:
+        """One remote call per actor that holds some of ``rows``, carrying those rows'
+        commands (an actor runs its calls in the order they came, one at a time)."""
+        ship_next = self.last_lane != 0  # see send()
+        self.last_lane = 0
+        for group, positions in group_indices(rows, self.bounds):
+            handle = self.handles[group]
+            share = [rows[p] for p in positions]
+            handle.queue.append((handle.post(None, ship_next, share), share))
+
+    def wait_some(
+        self,
+        rows: Sequence[int],
+        min_get: int,
+        max_get: int | None = None,
+        timeout: float | None = None,
+    ) -> dict[int, Extras | None]:
+        """Wait (``ray.wait`` over the actors' pending calls) until ``min_get`` of ``rows``
+        have finished; returns those finished (at most ``max_get``, first finished first)."""
+        ray = self.ray
+        deadline = None if timeout is None else time.monotonic() + timeout
+        finished = self.finished
+        while sum(row in finished for row in rows) < min_get:
+            refs = [ref for handle in self.handles for ref, _ in handle.queue]
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            ready, _ = ray.wait(refs, num_returns=1, timeout=left)
+            if not ready:
+                queued = [share for handle in self.handles for _, share in handle.queue]
+                busy = [row for share in queued for row in share]
+                raise TimeoutError(
+                    f"first-ready wait: fewer than {min_get} sub-envs finished within {timeout} "
+                    f"s; sub-envs {sorted(busy)} are still busy"
+                )
+            self._take_ready(refs)
+        wanted = set(rows)
+        taken = [row for row in finished if row in wanted][:max_get]
+        return {row: finished.pop(row) for row in taken}
+
+    def _take_ready(self, refs: list) -> None:
+        """Copy the answers of every first-ready call that is done into the buffers, each
+        actor's in the order its calls were made (a later answer holds the newer rows);
+        raises the first error after all of them are in."""
+        ray = self.ray
+        ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
+        error = None
+        for handle in self.handles:
+            queue = handle.queue
+            while queue and queue[0][0] in ready:
+                ref, share = queue.popleft()
+                try:
+                    reply = ray.get(ref)
+                except ray.exceptions.RayError as exc:  # the actor is gone: so are its rows
+                    error = error or handle.died(exc)
+                    self._lost += share + [row for _, rows in queue for row in rows]
+                    queue.clear()
+                    break
+                if type(reply) is tuple and reply[0] == "error":
+                    error = error or handle.raised("raised", reply[1])
+                    self._lost += share
+                    continue
+                extras: dict[int, Extras] = {}
+                handle.receive(reply, 0, extras)
+                for row in share:
+                    self.finished[row] = extras.get(row)
+        if error is not None:
+            raise error
+
+    def take_lost(self) -> list[int]:
+        lost, self._lost = self._lost, []
+        return lost
+
     # ---- requests -----------------------------------------------------------------------------
     def request_send(self, call: Call) -> None:
         """One remote call per actor that holds some of ``call.indices`` (in its own rows)."""
@@ -442,6 +524,7 @@ class RayExecutor(Executor):
         fault; a sub-env's close error is raised after the rest is done."""
         ray = self.ray
         handles, self.handles = self.handles, []
+        self.finished.clear()
         error = None
         if ray.is_initialized():
             closing = [(handle, handle.actor.close.remote()) for handle in handles]
