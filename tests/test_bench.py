@@ -7,6 +7,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -15,7 +16,14 @@ import pytest
 
 from gymvec.bench.__main__ import main
 from gymvec.bench.cases import SB3_BACKENDS, default_backends
-from gymvec.bench.envs import BUSY_STEP_ID, IMAGE_OBS_ID, importable_id, register_bench_envs
+from gymvec.bench.envs import (
+    BUSY_LATENCY_ID,
+    BUSY_STEP_ID,
+    IMAGE_OBS_ID,
+    LATENCY_ID,
+    importable_id,
+    register_bench_envs,
+)
 from gymvec.bench.runners import RUNNERS, RunnerOptions, usable_cores, worker_layout
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +43,8 @@ def _rollout(env: gym.Env, seed: int, actions: list[int]) -> list[np.ndarray]:
     [
         (BUSY_STEP_ID, {"step_seconds": 0.0}, (4,), np.float32),
         (IMAGE_OBS_ID, {}, (4, 84, 84), np.uint8),
+        (LATENCY_ID, {"mean_seconds": 1e-4}, (4,), np.float32),
+        (BUSY_LATENCY_ID, {"mean_seconds": 1e-4}, (4,), np.float32),
     ],
 )
 def test_bench_env_observations_and_seeding(env_id, kwargs, shape, dtype):
@@ -66,6 +76,7 @@ def test_bench_env_observations_and_seeding(env_id, kwargs, shape, dtype):
     [
         (BUSY_STEP_ID, {"step_seconds": 0.0, "episode_steps": 5}),
         (IMAGE_OBS_ID, {"episode_steps": 5}),
+        (LATENCY_ID, {"mean_seconds": 0.0, "episode_steps": 5}),
     ],
 )
 def test_bench_env_truncates_after_episode_steps(env_id, kwargs):
@@ -88,6 +99,38 @@ def test_busy_step_env_rewards_action_one():
         assert env.step(0)[1] == 0.0
     finally:
         env.close()
+
+
+def test_latency_env_waits_exponential_times_from_its_own_generator():
+    env = gym.make(LATENCY_ID, mean_seconds=2e-3, episode_steps=10_000)
+    busy = gym.make(BUSY_LATENCY_ID, mean_seconds=2e-3, episode_steps=10_000)
+    try:
+        assert busy.unwrapped.busy and not env.unwrapped.busy
+        env.reset(seed=3)
+        busy.reset(seed=3)
+        start = time.perf_counter()
+        delays = []
+        for _ in range(200):
+            step, spun = env.step(0), busy.step(0)
+            np.testing.assert_array_equal(step[0], spun[0])  # the same draws, spun
+            assert step[1:4] == spun[1:4]
+            delays.append(step[4]["delay"])
+        elapsed = time.perf_counter() - start
+        # Exp(2 ms): mean 2 ms (200 draws: within 30%), and every step took its draw at least
+        assert 1.4e-3 < statistics.mean(delays) < 2.6e-3
+        assert elapsed >= 2 * sum(delays) * 0.99  # the sleeping env and the spinning one
+    finally:
+        env.close()
+        busy.close()
+
+
+def test_cli_quick_first_ready_runner_strict(capsys):
+    argv = ["--quick", "--strict", "--no-progress", "--env-id", LATENCY_ID, "--num-envs", "4"]
+    argv += ["--num-workers", "2", "--backends", "gym-async,gymvec-parallel,gymvec-first-ready"]
+    assert main(argv) == 0
+    rows = _table_rows(capsys.readouterr().out)
+    assert [row[1] for row in rows] == ["gym-async", "gymvec-parallel", "gymvec-first-ready"]
+    assert all(float(row[2]) > 0 for row in rows)
 
 
 def test_bench_env_bad_arguments_are_rejected():

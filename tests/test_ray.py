@@ -356,3 +356,82 @@ def test_bad_options_are_refused():
         RayEnv(1, make_cartpole, worker_processes=0)
     with pytest.raises(ValueError, match="num_workers"):
         RayEnv(0, make_cartpole)
+
+
+class SlowSteps(gym.Wrapper):
+    """Sleeps in every step: its actor answers last."""
+
+    def step(self, action):
+        time.sleep(0.4)
+        return self.env.step(action)
+
+
+def make_slow_cartpole():
+    return SlowSteps(make_cartpole())
+
+
+def test_first_ready_steps_come_back_from_the_first_actors_to_answer():
+    from tensordict import TensorDict
+
+    env = RayEnv(2, [make_cartpole, make_slow_cartpole], envs_per_worker=2)
+    refs = [make_cartpole() for _ in range(4)]
+    try:
+        env.set_seed(0)
+        out = env.reset()
+        for i, ref in enumerate(refs):
+            np.testing.assert_array_equal(out["observation"][i].numpy(), ref.reset(seed=i)[0])
+        rng = np.random.default_rng(0)
+        for _ in range(3):
+            actions = rng.integers(0, 2, 4)
+            td = TensorDict({"action": torch.as_tensor(actions)}, batch_size=[4])
+            env.async_step_send(td)
+            with pytest.raises(ValueError, match="in flight"):
+                env.async_step_send(td[:1].set("env_index", torch.tensor([2])))
+            first = env.async_step_recv(min_get=1)
+            assert sorted(first["env_index"].tolist()) == [0, 1]  # the fast actor's, alone
+            with pytest.raises(TimeoutError):
+                env.async_step_recv(min_get=2, timeout=0.01)
+            rest = env.async_step_recv(min_get=2)  # nothing was lost to the timeout
+            assert sorted(rest["env_index"].tolist()) == [2, 3]
+            for out in (first, rest):
+                for row, i in enumerate(out["env_index"].tolist()):
+                    obs, reward, terminated, truncated, _ = refs[i].step(actions[i])
+                    np.testing.assert_array_equal(out["next", "observation"][row].numpy(), obs)
+                    assert bool(out["next", "terminated"][row]) == terminated
+        # a subset: only sub-env 3 steps, the others stay as they were
+        td = TensorDict(
+            {"action": torch.tensor([1]), "env_index": torch.tensor([3])}, batch_size=[1]
+        )
+        env.async_step_send(td)
+        out = env.async_step_recv()
+        assert out["env_index"].tolist() == [3]
+        obs = refs[3].step(1)[0]
+        np.testing.assert_array_equal(out["next", "observation"][0].numpy(), obs)
+    finally:
+        env.close()
+
+
+def test_first_ready_gymnasium_face_over_ray_replays_each_sub_env():
+    envs = make_vec("CartPole-v1", 4, backend="ray", num_workers=2, batch_size=2)
+    refs = [gym.make("CartPole-v1") for _ in range(4)]
+    try:
+        envs.async_reset(seed=0)
+        last = [ref.reset(seed=i)[0] for i, ref in enumerate(refs)]
+        pending = [False] * 4
+        rng = np.random.default_rng(1)
+        for _ in range(20):
+            obs, rewards, terminations, truncations, infos = envs.recv()
+            env_id = infos["env_id"]
+            assert len(env_id) == 2
+            for row, i in enumerate(env_id.tolist()):
+                np.testing.assert_array_equal(obs[row], last[i])
+            actions = rng.integers(0, 2, 2)
+            for a, i in zip(actions.tolist(), env_id.tolist()):
+                if pending[i]:  # NEXT_STEP: the step after an episode's end resets
+                    last[i], pending[i] = refs[i].reset()[0], False
+                else:
+                    last[i], _, term, trunc, _ = refs[i].step(a)
+                    pending[i] = term or trunc
+            envs.send(actions, env_id)
+    finally:
+        envs.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
-from gymvec.bench.envs import BUSY_STEP_ID, IMAGE_OBS_ID
+from gymvec.bench.envs import BUSY_LATENCY_ID, BUSY_STEP_ID, IMAGE_OBS_ID, LATENCY_ID
 
 # Framework-free references (bench.bare): what one core, gymvec's parallel layout with nothing
 # else in it, and that layout's processes not waiting for each other, reach in the same run.
@@ -23,6 +23,8 @@ def default_backends() -> tuple[str, ...]:
 
 
 SB3_BACKENDS = ("gym-sync", "gym-async", "sb3-dummy", "sb3-subproc", "gymvec-sb3")
+# Lock-step runners against first-ready batches (runners.FIRST_READY_BATCH of the sub-envs).
+FIRST_READY_BACKENDS = ("gym-sync", "gym-async", "gymvec-parallel", "gymvec-first-ready")
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,11 @@ CASES: dict[str, Case] = {
         ),
         # Stable-Baselines3's VecEnv API: SB3's own vectorizers against gymvec's adapter.
         Case("sb3-32", "CartPole-v1", 32, num_workers=2, backends=SB3_BACKENDS),
+        # Steps that wait Exp(1 ms) (sleeping), one process per sub-env: lock-step waits for
+        # the slowest of 16 draws, first-ready batches take whichever finish first.
+        Case("latency-16", LATENCY_ID, 16, num_workers=16, backends=FIRST_READY_BACKENDS),
+        # The same draws spent spinning (CPU-bound), as many processes as cores.
+        Case("busy-latency-16", BUSY_LATENCY_ID, 16, num_workers=2, backends=FIRST_READY_BACKENDS),
     )
 }
 

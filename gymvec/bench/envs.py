@@ -5,6 +5,11 @@
   bench shows how well a vectorizer spreads CPU-bound work over cores.
 * ``GymvecBench/ImageObs-v0``: a near-free step returning ``4x84x84`` uint8 frames, so the bench
   shows what moving large observations costs.
+* ``GymvecBench/Latency-v0``: each step waits an exponentially distributed time (mean
+  ``mean_seconds``, default 1 ms) drawn from the env's own seeded generator, sleeping (an env
+  that waits on something outside the CPU) or, with ``busy=True``, spinning (CPU-bound work of
+  variable cost), so the bench shows what first-ready batches gain over lock-step;
+  ``GymvecBench/BusyLatency-v0`` is the spinning one.
 
 Entry points are strings, so a worker process (spawn or forkserver) that imports this module,
 or builds ``"gymvec.bench.envs:GymvecBench/BusyStep-v0"`` with ``gymnasium.make``, can build them.
@@ -21,7 +26,9 @@ from gymnasium import spaces
 
 BUSY_STEP_ID = "GymvecBench/BusyStep-v0"
 IMAGE_OBS_ID = "GymvecBench/ImageObs-v0"
-BENCH_ENV_IDS = (BUSY_STEP_ID, IMAGE_OBS_ID)
+LATENCY_ID = "GymvecBench/Latency-v0"
+BUSY_LATENCY_ID = "GymvecBench/BusyLatency-v0"  # LatencyEnv(busy=True)
+BENCH_ENV_IDS = (BUSY_STEP_ID, IMAGE_OBS_ID, LATENCY_ID, BUSY_LATENCY_ID)
 
 
 class BusyStepEnv(gym.Env):
@@ -100,16 +107,77 @@ class ImageObsEnv(gym.Env):
         return obs, reward, False, self._t >= self.episode_steps, {}
 
 
+class LatencyEnv(gym.Env):
+    """An env whose steps take a variable time: each waits ``Exp(mean_seconds)`` seconds.
+
+    The wait, the observation and the episode's end all come from the env's own seeded
+    generator, so a seeded sub-env's trajectory does not depend on when it was stepped.
+    ``busy``: spin instead of sleeping (CPU-bound steps of variable cost). An episode
+    terminates when the observation's first entry exceeds ``0.95`` and is truncated after
+    ``episode_steps`` steps; ``info["delay"]`` holds the step's wait.
+
+    Example:
+        >>> env = LatencyEnv(mean_seconds=1e-4)
+        >>> obs, info = env.reset(seed=0)
+        >>> obs, reward, terminated, truncated, info = env.step(1)
+        >>> info["delay"] > 0
+        True
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self, mean_seconds: float = 1e-3, busy: bool = False, episode_steps: int = 200
+    ) -> None:
+        if mean_seconds < 0:
+            raise ValueError(f"LatencyEnv mean_seconds must be >= 0, got {mean_seconds}")
+        if episode_steps < 1:
+            raise ValueError(f"LatencyEnv episode_steps must be >= 1, got {episode_steps}")
+        self.mean_seconds = mean_seconds
+        self.busy = busy
+        self.episode_steps = episode_steps
+        self.observation_space = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
+        self.action_space = spaces.Discrete(2)
+        self._t = 0
+
+    def _observation(self) -> np.ndarray:
+        return self.np_random.uniform(-1.0, 1.0, size=4).astype(np.float32)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._t = 0
+        return self._observation(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        delay = float(self.np_random.exponential(self.mean_seconds))
+        if self.busy:
+            end = time.perf_counter() + delay
+            while time.perf_counter() < end:
+                pass
+        else:
+            time.sleep(delay)
+        self._t += 1
+        obs = self._observation()
+        reward = float(int(action)) + float(obs[1])
+        terminated = bool(obs[0] > 0.95)
+        return obs, reward, terminated, self._t >= self.episode_steps, {"delay": delay}
+
+
 def register_bench_envs() -> None:
     """Register the bench envs with gymnasium; calling it again changes nothing."""
     entry_points = {
         BUSY_STEP_ID: "gymvec.bench.envs:BusyStepEnv",
         IMAGE_OBS_ID: "gymvec.bench.envs:ImageObsEnv",
+        LATENCY_ID: "gymvec.bench.envs:LatencyEnv",
+        BUSY_LATENCY_ID: "gymvec.bench.envs:LatencyEnv",
     }
+    kwargs = {BUSY_LATENCY_ID: {"busy": True}}
     for env_id, entry_point in entry_points.items():
         if env_id not in gym.registry:
             # The envs truncate themselves, so no TimeLimit wrapper is asked for.
-            gym.register(id=env_id, entry_point=entry_point)
+            gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs.get(env_id, {}))
 
 
 def importable_id(env_id: str) -> str:

@@ -113,7 +113,7 @@ def time_runner(runner: Runner, actions: Sequence[Any], num_envs: int, settings:
         if time.perf_counter() - start >= budget:
             break
     elapsed = time.perf_counter() - start
-    return num_envs * steps / elapsed
+    return (runner.env_steps or num_envs) * steps / elapsed
 
 
 def _close(runner: Runner, result: RunnerResult) -> None:

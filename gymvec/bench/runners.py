@@ -38,8 +38,11 @@ class Runner:
     """What the bench times: ``reset`` once, then ``step`` over and over, then ``close``.
 
     ``prepare_actions`` turns the bench's pool of batched numpy actions into whatever ``step``
-    takes; it runs outside the timed loop.
+    takes; it runs outside the timed loop. ``env_steps``: the env-steps one ``step`` makes
+    (None: every sub-env's, lock-step; a first-ready runner makes ``batch_size``).
     """
+
+    env_steps: int | None = None
 
     def reset(self, seed: int) -> None:
         raise NotImplementedError
@@ -181,6 +184,33 @@ class TensorDictRunner(Runner):
         return [torch.as_tensor(a, dtype=spec.dtype).reshape(spec.shape) for a in actions]
 
 
+class FirstReadyRunner(Runner):
+    """A gymnasium face with ``batch_size < num_envs``: each ``step`` sends the actions of the
+    sub-envs the last ``recv`` returned, then receives the next first-ready batch."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.env_steps = env.batch_size
+        self._env_id: Any = None
+
+    def reset(self, seed: int) -> None:
+        self.env.async_reset(seed=seed)
+        self._env_id = self.env.recv()[-1]["env_id"]
+
+    def step(self, actions: Any) -> None:
+        self.env.send(actions, self._env_id)
+        self._env_id = self.env.recv()[-1]["env_id"]
+
+    def close(self) -> None:
+        self.env.close()
+
+    def prepare_actions(self, actions: Sequence[np.ndarray]) -> list[Any]:
+        return [a[: self.env_steps] for a in actions]
+
+
+FIRST_READY_BATCH = 8  # the first-ready runner's batch_size (at most num_envs)
+
+
 @register_runner("gym-sync")
 def _gym_sync(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
     return VectorEnvRunner(gym.vector.SyncVectorEnv(make_env_fns(env_id, num_envs)))
@@ -284,6 +314,22 @@ def _gymvec_parallel(env_id: str, num_envs: int, options: RunnerOptions) -> Runn
     return VectorEnvRunner(
         ParallelVectorEnv(make_env_fns(env_id, num_envs), num_workers=num_workers)
     )
+
+
+@register_runner("gymvec-first-ready")
+def _gymvec_first_ready(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    """gymvec's parallel drop-in with first-ready batches of ``FIRST_READY_BATCH`` sub-envs
+    (every process a worker: the calling process only sends and receives)."""
+    from gymvec import ParallelVectorEnv
+
+    num_workers, _ = worker_layout(num_envs, options)
+    env = ParallelVectorEnv(
+        make_env_fns(env_id, num_envs),
+        num_workers=num_workers,
+        local_worker=False,
+        batch_size=min(FIRST_READY_BATCH, num_envs),
+    )
+    return FirstReadyRunner(env)
 
 
 @register_runner("gymvec-td")

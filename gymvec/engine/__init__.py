@@ -10,6 +10,7 @@ from gymvec.engine.commands import NOTHING, Autoreset, Extras, Mode
 from gymvec.engine.engine import (
     Backend,
     BatchEngine,
+    Ready,
     Received,
     expand_seeds,
     process_backend,
@@ -30,6 +31,7 @@ __all__ = [
     "LocalExecutor",
     "Mode",
     "ProcessOptions",
+    "Ready",
     "Received",
     "SubEnvFactories",
     "expand_seeds",

@@ -231,18 +231,27 @@ class Buffers:
         wide = self.wide_action.get(key)
         if wide is not None and values.dtype == np.float64:
             wide[0][...] = values
-            if not wide[1][0]:
-                wide[1][:] = True
+            wide[1].fill(True)  # every row: first-ready writes may have left them mixed
             return
         self.action[key][...] = values
-        if wide is not None and wide[1][0]:
-            wide[1][:] = False
+        if wide is not None:
+            wide[1].fill(False)
+
+    def write_action_rows(self, key: tuple, rows: np.ndarray, values: np.ndarray) -> None:
+        """``write_action`` for the sub-envs at ``rows`` only (first-ready commands)."""
+        wide = self.wide_action.get(key)
+        if wide is not None and values.dtype == np.float64:
+            wide[0][rows] = values
+            wide[1][rows] = True
+            return
+        self.action[key][rows] = values
+        if wide is not None:
+            wide[1][rows] = False
 
     def mark_actions_narrow(self) -> None:
         """The actions were written into the leaves' own buffers (the tensordict API)."""
         for _, is_wide in self.wide_action.values():
-            if is_wide[0]:
-                is_wide[:] = False
+            is_wide.fill(False)  # every row: first-ready writes may have left them mixed
 
     def handed_out_lanes(self) -> list[np.ndarray]:
         """The arrays over lanes 1, 2, ... that callers are handed (made on first use, then

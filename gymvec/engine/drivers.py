@@ -361,6 +361,7 @@ class BatchStep(CommandRunner):
         wide = buffers.wide_action.get(action_key)
         # float64 actions (see Buffers.write_action): their rows, and this group's first flag
         self.wide_actions = None if wide is None else (wide[0][rows], wide[1][start : start + 1])
+        self.wide_in_use = None if wide is None else wide[1][rows]  # per row: first-ready
         self.obs = drivers[0].next_obs[0][rows]
         slot = buffers.next
         self.reward, self.done = slot.reward[rows], slot.done[rows]
@@ -417,8 +418,15 @@ class BatchStep(CommandRunner):
         return super().run(modes, seeds, options)
 
     def step_rows(self, stepping: Sequence[int]) -> list[int]:
-        steps, actions = self.steps, self._actions()
-        return self._write([steps[k](actions[k]) for k in stepping], stepping)
+        steps = self.steps
+        if self.wide_in_use is None:
+            actions = self.narrow_actions
+            return self._write([steps[k](actions[k]) for k in stepping], stepping)
+        # Row by row: first-ready commands write the actions of some rows only, each row
+        # into the buffer its caller's dtype asks for.
+        narrow, wide, in_use = self.narrow_actions, self.wide_actions[0], self.wide_in_use
+        actions = [wide[k] if in_use[k] else narrow[k] for k in stepping]
+        return self._write([steps[k](action) for k, action in zip(stepping, actions)], stepping)
 
     def final_obs(self, k: int) -> Any:
         return self.last_obs[k]

@@ -7,7 +7,10 @@ process; ``processes.py``: in worker processes). It speaks in verbs:
 * ``step_send(autoreset=..., keep_final_obs=...)`` / ``recv()``: step every sub-env with the
   actions in ``buffers.action``, handling finished sub-envs by an :class:`Autoreset` policy;
 * ``reset_send(mask, seeds=..., options=..., into="root" | "next")`` / ``recv()``;
-* ``request(name, indices, **kwargs)``: attribute access and method calls on sub-envs.
+* ``request(name, indices, **kwargs)``: attribute access and method calls on sub-envs;
+* first-ready commands, to some sub-envs, taken back as they finish:
+  ``async_step_send(indices, autoreset)`` / ``async_reset_send(indices, seeds=..., into=...)``
+  / ``async_recv(kind, min_get, max_get, timeout)``.
 
 Results land in the buffers (numpy views, no copy): ``buffers.next`` holds each step's
 transition, ``buffers.root`` each sub-env's current observation once a reset into the root or
@@ -66,6 +69,10 @@ from gymvec.errors import ClosedEnvError, SpaceMismatchError, WorkerError
 OBS_LANES = 3  # observation lanes of a batch of large observations (see BufferLayout)
 _INT64 = np.iinfo(np.int64)
 
+# What a sub-env has in flight as a first-ready command (``BatchEngine._flight``)
+_IDLE, _STEP, _RESET_ROOT, _RESET_NEXT = 0, 1, 2, 3
+_KIND_NAMES = {None: "command", "step": "step", "reset": "reset"}
+
 
 class Received(NamedTuple):
     """What ``BatchEngine.recv`` returns beside the buffers.
@@ -81,6 +88,18 @@ class Received(NamedTuple):
     mask: np.ndarray | None
     extras: dict[int, Extras]
     observations: np.ndarray | None
+
+
+class Ready(NamedTuple):
+    """What ``BatchEngine.async_recv`` returns beside the buffers.
+
+    ``indices``: the sub-envs whose first-ready command finished (int64, first finished
+    first); their results are in their rows of the buffers until they are sent another
+    command. ``extras``: by sub-env index, what each reported that has no place in the buffers.
+    """
+
+    indices: np.ndarray
+    extras: dict[int, Extras]
 
 
 @dataclasses.dataclass
@@ -215,6 +234,12 @@ class BatchEngine:
         self._has_lanes = bool(self.buffers.obs_lanes) and not self.heterogeneous
         self._object_actions = bool(self.layout.object_action_keys)
         self._object_obs = bool(self.layout.object_obs_keys)
+        # first-ready commands: what each sub-env has in flight (_STEP, ...; _IDLE: nothing),
+        # and the sub-envs whose state an error or an interrupt left unknown (reset them)
+        self._flight = np.zeros(self.num_envs, dtype=np.int8)
+        self._flying = 0
+        self._needs_reset = np.zeros(self.num_envs, dtype=bool)
+        self._async_dirty = False  # some sub-env is in flight or needs a reset
 
     # ---- construction -------------------------------------------------------------------------
     def _probe(self, factories: SubEnvFactories) -> list[SubEnvSummary]:
@@ -487,6 +512,209 @@ class BatchEngine:
         leaf go to its float64 twin, see ``Buffers.write_action``)."""
         self.buffers.write_action(key, values)
 
+    # ---- first-ready commands -------------------------------------------------------------------
+    def async_step_send(
+        self, indices: Sequence[int] | np.ndarray | None = None, autoreset=Autoreset.NONE
+    ) -> None:
+        """Step the sub-envs at ``indices`` (all if None) with their rows of
+        ``buffers.action``, each on its own: ``async_recv`` takes them back as they finish.
+
+        ``autoreset``: NONE, or NEXT_STEP (a sub-env that finished at its previous step is
+        reset into "next" instead, as a transition). A sub-env still in flight raises a
+        ValueError naming it; nothing is sent then.
+        """
+        if autoreset is Autoreset.SAME_STEP:
+            raise ValueError("autoreset: first-ready steps take Autoreset.NONE or NEXT_STEP")
+        rows = self.async_rows(indices)
+        broken = rows[self._needs_reset[rows]]
+        if broken.size:
+            raise RuntimeError(
+                f"sub-envs {broken.tolist()} failed or were interrupted in a command, so their "
+                "states are unknown: reset them before stepping them"
+            )
+        modes: Any = STEP
+        if autoreset is Autoreset.NEXT_STEP and self.any_finished:
+            modes = np.where(self.finished[rows], RESET_NEXT, STEP).astype(np.uint8)
+        self._async_send(rows, modes, None, _STEP)
+
+    def async_reset_send(
+        self,
+        indices: Sequence[int] | np.ndarray | None = None,
+        *,
+        seeds: Sequence[int | None] | None = None,
+        into: str = "root",
+    ) -> None:
+        """Reset the sub-envs at ``indices`` (all if None), each on its own, into the root
+        or (``into="next"``) into "next" as a transition; ``seeds[k]`` seeds the ``k``-th of
+        them (None: unseeded). ``async_recv`` takes them back as they finish."""
+        if into not in ("root", "next"):
+            raise ValueError(f"into: expected 'root' or 'next', got {into!r}")
+        rows = self.async_rows(indices)
+        if seeds is not None and len(seeds) != len(rows):
+            raise ValueError(f"seeds: expected {len(rows)} seeds (one per index), got {len(seeds)}")
+        if into == "root":
+            self._async_send(rows, RESET, seeds, _RESET_ROOT)
+        else:
+            self._async_send(rows, RESET_NEXT, seeds, _RESET_NEXT)
+
+    def async_recv(
+        self,
+        kind: str | None = None,
+        min_get: int = 1,
+        max_get: int | None = None,
+        timeout: float | None = None,
+    ) -> Ready:
+        """Wait until at least ``min_get`` of the sub-envs with a first-ready command of
+        ``kind`` ("step", "reset", or None: either) in flight have finished, and take back
+        those that have (at most ``max_get``, first finished first; the others stay for a
+        later call).
+
+        Raises a RuntimeError when none is in flight, ``TimeoutError`` past ``timeout``
+        (nothing is lost: they come with a later call), and a sub-env's error (a
+        ``WorkerError`` from a worker process, or for a dead worker): the sub-envs it concerns
+        are out of flight and need a reset, the others stay in flight.
+        """
+        executor = self.executor
+        if kind is None:
+            mask = self._flight != _IDLE
+        elif kind == "step":
+            mask = self._flight == _STEP
+        elif kind == "reset":
+            mask = self._flight >= _RESET_ROOT
+        else:
+            raise ValueError(f"kind: expected 'step', 'reset' or None, got {kind!r}")
+        rows = np.flatnonzero(mask).tolist()
+        if not rows:
+            what = _KIND_NAMES[kind]
+            raise RuntimeError(
+                f"no first-ready {what} in flight: send one first (async_{kind or 'step'}_send)"
+            )
+        if not 1 <= min_get <= len(rows):
+            raise ValueError(
+                f"min_get: expected 1 to {len(rows)} (the sub-envs in flight), got {min_get}"
+            )
+        if max_get is not None and max_get < min_get:
+            raise ValueError(f"max_get: expected at least min_get={min_get}, got {max_get}")
+        try:
+            finished = executor.wait_some(rows, min_get, max_get, timeout)
+        except TimeoutError:
+            raise  # still in flight: a later call takes them back
+        except BaseException:
+            self._lose(executor.take_lost())
+            raise
+        indices = np.fromiter(finished, dtype=np.int64, count=len(finished))
+        self._book_rows(indices)
+        extras = {row: e for row, e in finished.items() if e is not None}
+        return Ready(indices, extras)
+
+    @property
+    def flying(self) -> np.ndarray:
+        """The sub-envs with a first-ready command in flight (int64)."""
+        return np.flatnonzero(self._flight).astype(np.int64)
+
+    def _flying_rows(self) -> list[int]:
+        return np.flatnonzero(self._flight).tolist()
+
+    def async_rows(self, indices: Any) -> np.ndarray:
+        """The sub-envs ``indices`` names (all if None) as an int64 array, checked: in range,
+        each once, none in flight, and no whole-batch call in flight."""
+        self.executor  # noqa: B018 (raises once closed; builds the sub-envs on first use)
+        call = self._call
+        if call is not None and call.interrupted:
+            self._abandon()
+        elif call is not None:
+            raise RuntimeError(f"a {call.kind} is in flight: receive it first (recv())")
+        if self._reset_required:  # an interrupted whole-batch command: every row is unknown
+            self._needs_reset[:] = True
+            self._reset_required = False
+            self._async_dirty = True
+        if indices is None:
+            return np.arange(self.num_envs, dtype=np.int64)
+        rows = np.asarray(indices)
+        if rows.ndim != 1 or rows.dtype.kind not in "iu":
+            raise ValueError(
+                f"env_index: expected a 1-d array of sub-env indices (integers), got shape "
+                f"{rows.shape} and dtype {rows.dtype}"
+            )
+        rows = rows.astype(np.int64)
+        outside = rows[(rows < 0) | (rows >= self.num_envs)]
+        if outside.size:
+            raise IndexError(
+                f"env_index: sub-env indices {outside.tolist()} out of range for "
+                f"{self.num_envs} sub-envs"
+            )
+        if np.unique(rows).size != rows.size:
+            raise ValueError(f"env_index: each sub-env at most once, got {rows.tolist()}")
+        busy = rows[self._flight[rows] != _IDLE]
+        if busy.size:
+            raise ValueError(
+                f"sub-envs {busy.tolist()} are still in flight: receive their results "
+                "(async_recv) before sending them another command"
+            )
+        return rows
+
+    def _async_send(
+        self, rows: np.ndarray, modes: Any, seeds: Sequence[int | None] | None, kind: int
+    ) -> None:
+        control = self.control
+        control.mode[rows] = modes
+        self._uniform_mode = None
+        if seeds is not None:
+            for row, seed in zip(rows.tolist(), seeds):
+                if seed is None:
+                    continue
+                if not _INT64.min <= seed <= _INT64.max:
+                    raise ValueError(f"seed for sub-env {row}: expected an int64, got {seed}")
+                control.seed[row] = seed
+                control.mode[row] |= SEED
+        if self._lane:  # first-ready results land in "next" itself
+            control.lane[0] = 0
+            self._lane = 0
+        self._executor.send_some(rows.tolist())
+        self._flight[rows] = kind
+        self._flying += len(rows)
+        self._async_dirty = True
+
+    def _book_rows(self, rows: np.ndarray) -> None:
+        """Which of ``rows`` finished an episode, and whose root is older than "next", after
+        their first-ready commands."""
+        kinds = self._flight[rows]
+        steps = rows[kinds == _STEP]
+        if steps.size:
+            self.finished[steps] = self.buffers.next.done[steps]
+            self.root_stale[steps] = True
+        resets = rows[kinds != _STEP]
+        if resets.size:
+            self.finished[resets] = False
+            self.root_stale[resets] = kinds[kinds != _STEP] == _RESET_NEXT
+            self._needs_reset[resets] = False
+        self.any_finished = any_set(self.finished)
+        self._flight[rows] = _IDLE
+        self._flying -= len(rows)
+        self._async_dirty = bool(self._flying) or any_set(self._needs_reset)
+
+    def _lose(self, rows: list[int]) -> None:
+        """Rows an error took out of flight: their states are unknown until a reset."""
+        if not rows:
+            return
+        self._flying -= int(np.count_nonzero(self._flight[rows]))
+        self._flight[rows] = _IDLE
+        self._needs_reset[rows] = True
+        self._async_dirty = True
+
+    def _check_needs_reset(self, call: Call) -> None:
+        """A whole-batch command after first-ready errors: a step needs every sub-env known;
+        a reset makes those it resets known again."""
+        broken = self._needs_reset
+        if call.kind == "step" and broken.any():
+            raise RuntimeError(
+                f"sub-envs {np.flatnonzero(broken).tolist()} failed or were interrupted in a "
+                "command, so their states are unknown: reset them before stepping"
+            )
+        if call.kind == "reset":
+            broken[slice(None) if call.mask is None else call.mask] = False
+        self._async_dirty = bool(self._flying) or any_set(broken)
+
     # ---- the round trip -------------------------------------------------------------------------
     def _ready(self) -> Executor:
         """The executor, once the call in flight (if any) is over."""
@@ -497,16 +725,23 @@ class BatchEngine:
             raise RuntimeError(
                 f"a {self._call.kind} is already in flight: receive it first (recv())"
             )
+        if self._flying:
+            raise RuntimeError(
+                f"first-ready commands are in flight for sub-envs {self._flying_rows()}: "
+                "receive them first (async_recv())"
+            )
         return executor
 
     def _send(
         self, call: Call, modes: Any, seeds: Sequence[int | None] | None, handout: bool
     ) -> None:
         executor = self._executor
-        if executor is None or self._call is not None or self._reset_required:
+        if executor is None or self._call is not None or self._reset_required or self._async_dirty:
             executor = self._ready()
             if self._reset_required:
                 self._check_resets_all(modes)
+            if self._async_dirty:
+                self._check_needs_reset(call)
         control = self.control
         # Step after step the same mode goes to every sub-env: the bytes already hold it.
         uniform = modes if type(modes) is int else None
@@ -639,6 +874,10 @@ class BatchEngine:
         the next use."""
         executor, self._executor = self._executor, None
         self._call = None
+        self._flight[:] = _IDLE
+        self._flying = 0
+        self._needs_reset[:] = False
+        self._async_dirty = False
         if self._finalizer is not None:
             self._finalizer.detach()
         if executor is not None:

@@ -10,7 +10,9 @@ machines, say) is a new :class:`Executor`: the engine and both front ends stay a
 from __future__ import annotations
 
 import dataclasses
+import time
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -108,6 +110,23 @@ class Executor(ABC):
     actions into the buffers, then calls :meth:`send`, then :meth:`wait` (which returns once
     every group is done). Requests (attribute access, method calls) go by name with keyword
     arguments, through :meth:`request_send` and :meth:`request_wait`.
+
+    First-ready commands (``BatchEngine.async_step_send`` and the like) go to single sub-envs
+    instead of every group: the engine writes the mode bytes (and seeds) of rows that are
+    not in flight, then calls :meth:`send_some` with them; :meth:`wait_some` returns the rows
+    that have finished, as soon as enough have. The contract a backend keeps:
+
+    * each group runs its rows one at a time, in the order they were sent (across calls);
+    * a row is finished as soon as its own command is, whatever the other rows of its group
+      are doing, and its results are then in the buffers (rows never share memory);
+    * nothing is lost: a finished row that a wait did not return (``max_get``, a timeout, an
+      error of another row) comes back from a later wait;
+    * rows that an error took out of flight (their sub-env raised, their worker died, an
+      interrupt hit them while this process ran them) are handed to the engine once through
+      :meth:`take_lost`; their sub-envs' states are unknown;
+    * a plain command (:meth:`send`) or request only comes once no row is in flight.
+
+    An executor without first-ready commands keeps the defaults, which raise.
     """
 
     bounds: list[tuple[int, int]]
@@ -140,6 +159,33 @@ class Executor(ABC):
     def drain(self, call: Call, timeout: float | None = None) -> None:
         """End an interrupted call: read the answers still due and drop them."""
 
+    def send_some(self, rows: Sequence[int]) -> None:
+        """Start the command in the control block of each sub-env at ``rows`` (none of them
+        in flight); each group queues its rows in the order sent. Returns at once where it
+        can (this process's rows run in :meth:`wait_some`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no first-ready commands")
+
+    def wait_some(
+        self,
+        rows: Sequence[int],
+        min_get: int,
+        max_get: int | None = None,
+        timeout: float | None = None,
+    ) -> dict[int, Extras | None]:
+        """Wait until at least ``min_get`` of ``rows`` (each in flight) have finished; returns
+        the finished ones (at most ``max_get``, first finished first) with their extras (None:
+        none), and keeps the others for a later wait.
+
+        Raises ``TimeoutError`` past ``timeout`` (nothing lost), a sub-env's error (as a
+        ``WorkerError`` from a worker process) or a ``WorkerError`` for a dead worker; see
+        :meth:`take_lost`.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no first-ready commands")
+
+    def take_lost(self) -> list[int]:
+        """The rows that errors took out of flight since the last call (see the class)."""
+        return []
+
     @abstractmethod
     def request_send(self, call: Call) -> None:
         """Start request ``call.name`` on the sub-envs at ``call.indices``."""
@@ -166,6 +212,26 @@ def group_indices(indices: Sequence[int], bounds: Sequence[tuple[int, int]]) -> 
     return sorted(by_group.items())
 
 
+def group_of(row: int, bounds: Sequence[tuple[int, int]]) -> int:
+    """The group that holds sub-env ``row``."""
+    for group, (start, stop) in enumerate(bounds):
+        if start <= row < stop:
+            return group
+    raise IndexError(f"sub-env {row} is in no group")
+
+
+def take_finished(
+    finished: dict[int, Extras | None], rows: Sequence[int], max_get: int | None
+) -> dict[int, Extras | None]:
+    """Take the finished entries of ``rows`` out of ``finished`` (first finished first, at
+    most ``max_get``)."""
+    wanted = set(rows)
+    taken = [row for row in finished if row in wanted]
+    if max_get is not None:
+        taken = taken[:max_get]
+    return {row: finished.pop(row) for row in taken}
+
+
 def request_kwargs(call: Call, positions: list[int]) -> dict:
     """The keyword arguments of a request for the indices at ``positions`` (per-index
     ``values`` split accordingly)."""
@@ -180,6 +246,9 @@ class LocalExecutor(Executor):
     def __init__(self, groups: list[SubEnvGroup]):
         self.groups = groups
         self.bounds = [(g.start, g.stop) for g in groups]
+        self.queue: deque[int] = deque()  # first-ready rows sent, to run in this order
+        self.finished: dict[int, Extras | None] = {}  # rows run, not yet taken
+        self._lost: list[int] = []
 
     @classmethod
     def build(
@@ -216,6 +285,46 @@ class LocalExecutor(Executor):
     def drain(self, call: Call, timeout: float | None = None) -> None:
         pass  # nothing runs elsewhere: nothing is left to wait for
 
+    # ---- first-ready commands: each row runs within a wait, in the order sent ----------------
+    def send_some(self, rows: Sequence[int]) -> None:
+        self.queue.extend(rows)
+
+    def run_next(self) -> int:
+        """Run the first row queued; returns it (its extras wait in ``finished``)."""
+        row = self.queue.popleft()
+        group = self.groups[group_of(row, self.bounds)]
+        try:
+            extras = group.run(None, only=row)
+        except BaseException:  # raised, or interrupted mid-command: its state is unknown
+            self._lost.append(row)
+            raise
+        self.finished[row] = extras.get(row)
+        return row
+
+    def wait_some(
+        self,
+        rows: Sequence[int],
+        min_get: int,
+        max_get: int | None = None,
+        timeout: float | None = None,
+    ) -> dict[int, Extras | None]:
+        # Nothing could cut a sub-env short: the timeout is checked between rows (at least
+        # one runs per wait, so waits always make progress).
+        deadline = None if timeout is None else time.monotonic() + timeout
+        finished = self.finished
+        while sum(row in finished for row in rows) < min_get:
+            self.run_next()
+            late = deadline is not None and time.monotonic() > deadline
+            if late and sum(row in finished for row in rows) < min_get:
+                raise TimeoutError(
+                    f"first-ready wait: fewer than {min_get} sub-envs finished within {timeout} s"
+                )
+        return take_finished(finished, rows, max_get)
+
+    def take_lost(self) -> list[int]:
+        lost, self._lost = self._lost, []
+        return lost
+
     def request_send(self, call: Call) -> None:
         pass  # runs in request_wait()
 
@@ -231,4 +340,6 @@ class LocalExecutor(Executor):
 
     def close(self) -> None:
         groups, self.groups = self.groups, []
+        self.queue.clear()
+        self.finished.clear()
         close_each(groups)

@@ -15,10 +15,11 @@ import os
 import platform
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cloudpickle
+import numpy as np
 
 from gymvec.engine.commands import Extras
 from gymvec.engine.executor import (
@@ -29,15 +30,22 @@ from gymvec.engine.executor import (
     OnLocalDone,
     group_indices,
     request_kwargs,
+    take_finished,
 )
 from gymvec.engine.subenvs import SubEnvSummary
 from gymvec.engine.worker import (
     CMD,
     CMD_SEQ,
     DONE_SEQ,
+    FINISHED,
+    LIVENESS_POLL_S,
     REPLY,
+    ROW_REPLY,
+    ROW_STATUS,
+    ROW_WORDS,
     STATUS,
     SYNC_WORDS,
+    TICKET,
     Command,
     PeerDied,
     Spin,
@@ -47,10 +55,11 @@ from gymvec.engine.worker import (
     wait_for,
     worker_main,
 )
-from gymvec.errors import SpaceMismatchError, WorkerError, worker_error
+from gymvec.errors import SpaceMismatchError, UnsupportedSpaceError, WorkerError, worker_error
 
 WORKER_SPIN_S = 200e-6  # how long an idle worker spins before it blocks
 PARENT_SPIN_S = 100e-6  # how long the parent spins on a worker's answer before it blocks
+_ERROR = int(Status.ERROR)
 
 
 def usable_cores() -> int:
@@ -174,6 +183,18 @@ class ProcessExecutor(Executor):
         self.parent_spin = Spin(parent_spin_s)
         self.sync_memory = None
         self.concurrency = None  # a semaphore that max_concurrency groups share
+        # first-ready commands (see worker.py): the row words, the semaphore a finished row
+        # posts, the count of rows sent, and what was read but not yet handed out
+        num_envs = blocks.layout.num_envs
+        self.rows_memory = None
+        self.ready = None
+        self._tickets = 0
+        self._finished: dict[int, Any] = {}  # row -> its Extras, None, or its WorkerError
+        self._gathered = np.zeros(num_envs, dtype=bool)  # the row's last ticket was gathered
+        self._messages: dict[int, Any] = {}  # row -> what its worker sent, read early
+        self._lost: list[int] = []
+        self._unsettled: set[WorkerHandle] = set()  # posted RUN_SOME, not yet seen idle
+        self._objects = bool(blocks.layout.object_obs_keys or blocks.layout.object_action_keys)
         try:
             self._start(worker_env_fns, worker_bounds, blocks, options, worker_spin_s)
             if options.local_worker:  # built while the workers build theirs
@@ -185,6 +206,13 @@ class ProcessExecutor(Executor):
             raise
         local = [] if self.local is None else self.local.bounds
         self.bounds = local + [(h.start, h.stop) for h in self.handles]
+        self.local_stop = local[-1][1] if local else 0  # rows [0, local_stop) run here
+        self.row_words = np.frombuffer(self.rows_memory, dtype=np.int64).reshape(
+            num_envs, ROW_WORDS
+        )
+        self.handle_of_row: list[WorkerHandle | None] = [None] * num_envs
+        for handle in self.handles:
+            self.handle_of_row[handle.start : handle.stop] = [handle] * (handle.stop - handle.start)
 
     def _start(
         self,
@@ -198,6 +226,8 @@ class ProcessExecutor(Executor):
         first_process = 1 if options.local_worker else 0
         n_proc = len(worker_bounds) - first_process
         self.sync_memory = ctx.RawArray("b", max(n_proc, 1) * SYNC_WORDS * 8)
+        self.rows_memory = ctx.RawArray("b", blocks.layout.num_envs * ROW_WORDS * 8)
+        self.ready = ctx.Semaphore(0)
         if options.max_concurrency is not None and options.max_concurrency < len(worker_bounds):
             self.concurrency = ctx.BoundedSemaphore(options.max_concurrency)
         # a forked worker inherits the registry; others get ids registered at run time here
@@ -218,6 +248,8 @@ class ProcessExecutor(Executor):
                 num_threads=options.num_sub_threads,
                 env_specs_payload=env_specs,
                 concurrency=self.concurrency,
+                rows_memory=self.rows_memory,
+                ready=self.ready,
             )
             process = ctx.Process(
                 target=worker_main,
@@ -263,6 +295,8 @@ class ProcessExecutor(Executor):
     def send(self, call: Call) -> None:
         """Start the command on every worker; reset options and the object actions (each
         worker's rows) travel with it."""
+        if self._unsettled:
+            self._settle()
         options, action_objects = call.options, call.action_objects
         if options is None and not action_objects:
             for handle in self.handles:
@@ -351,10 +385,172 @@ class ProcessExecutor(Executor):
                     on_reply(handle, reply)
         return error
 
+    # ---- first-ready commands -------------------------------------------------------------------
+    def send_some(self, rows: Sequence[int]) -> None:
+        """Hand each row a ticket (the order sent) and wake the workers that hold them; this
+        process's rows are queued for :meth:`wait_some`."""
+        if self._objects:
+            raise UnsupportedSpaceError(
+                "first-ready commands need observations and actions of fixed shape: object "
+                "leaves (spaces without one) travel with whole-batch commands only"
+            )
+        words, handle_of_row = self.row_words, self.handle_of_row
+        local, woken = [], {}
+        for row in rows:
+            handle = handle_of_row[row]
+            if handle is None:
+                local.append(row)
+                continue
+            self._tickets += 1
+            self._gathered[row] = False
+            words[row, TICKET] = self._tickets
+            woken[handle.index] = handle
+        if local:
+            self.local.send_some(local)
+        for handle in woken.values():  # after every ticket: one wake-up runs them all
+            handle.post(Command.RUN_SOME)
+            self._unsettled.add(handle)
+
+    def wait_some(
+        self,
+        rows: Sequence[int],
+        min_get: int,
+        max_get: int | None = None,
+        timeout: float | None = None,
+    ) -> dict[int, Any]:
+        """Gather the rows the workers finished; run this process's queued rows one at a
+        time while too few are; otherwise block on the ``ready`` semaphore (checking that
+        the workers holding rows in flight are alive)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        finished, local = self._finished, self.local
+        wanted = set(rows)
+        remote = np.array([row for row in rows if row >= self.local_stop], dtype=np.intp)
+        if remote.size:
+            self._gather(remote)
+        while True:
+            done = [row for row in finished if row in wanted]  # at most the batch: cheap
+            failed = next((row for row in done if isinstance(finished[row], WorkerError)), None)
+            if failed is not None:  # that row is over; the others stay for a later wait
+                self._lost.append(failed)
+                raise finished.pop(failed)
+            if len(done) >= min_get:
+                return take_finished(finished, rows, max_get)
+            if local is not None and local.queue:
+                row = local.run_next()
+                finished[row] = local.finished.pop(row)
+                continue
+            if not remote.size:  # the engine's books say otherwise: never wait for nothing
+                raise RuntimeError(f"first-ready wait: none of sub-envs {list(rows)} is running")
+            self._block(remote, deadline, min_get)
+            self._gather(remote)
+
+    def _gather(self, rows: np.ndarray) -> list[int]:
+        """The rows of ``rows`` that their workers finished since the last look, in the order
+        sent; each goes into ``_finished`` with its extras (or its error)."""
+        words, gathered = self.row_words, self._gathered
+        mine = words[rows]
+        done = (mine[:, FINISHED] >= mine[:, TICKET]) & ~gathered[rows]
+        if not done.any():
+            return []
+        new = rows[done]
+        if new.size > 1:
+            new = new[np.argsort(mine[done, TICKET])]
+        new = new.tolist()
+        finished = self._finished
+        for row in new:
+            gathered[row] = True
+            handle = self.handle_of_row[row]
+            payload = self._message(handle, row) if words[row, ROW_REPLY] else None
+            if int(words[row, ROW_STATUS]) == _ERROR:  # an int: see WorkerHandle.wait
+                message = f"sub-env {row} in worker {handle.index} raised"
+                finished[row] = handle.raised(message, payload)
+            else:
+                finished[row] = payload
+        return new
+
+    def _message(self, handle: WorkerHandle, row: int) -> Any:
+        """What ``handle``'s worker sent for ``row``: messages of its other rows read on the
+        way are kept for their turn."""
+        messages = self._messages
+        while row not in messages:
+            try:
+                sender, payload = handle.conn.recv()
+            except (EOFError, OSError):
+                self._lose_worker(handle)
+                raise handle.died() from None
+            messages[sender] = payload
+        return messages.pop(row)
+
+    def _block(self, rows: np.ndarray, deadline: float | None, min_get: int) -> None:
+        """Wait for some worker to finish a row (a post of ``ready``): spin briefly where
+        spinning pays (see ``ProcessOptions.spin_seconds``), then block. Returns after a post
+        or a liveness poll, for the caller to gather; raises past ``deadline``
+        (TimeoutError) or when a worker holding one of ``rows`` is dead (WorkerError)."""
+        ready, spin = self.ready, self.parent_spin
+        spin_s = spin.budget()
+        if spin_s > 0:
+            end = time.perf_counter() + spin_s
+            while time.perf_counter() < end:
+                if ready.acquire(False):
+                    spin.record(True)
+                    return
+            spin.record(False)
+        poll = LIVENESS_POLL_S
+        if deadline is not None:
+            poll = min(poll, max(deadline - time.monotonic(), 0.0))
+        if ready.acquire(True, poll):
+            return
+        busy = rows[~self._gathered[rows]].tolist()
+        for handle in dict.fromkeys(self.handle_of_row[row] for row in busy):
+            if not handle.process.is_alive():
+                self._gather(rows)  # what it finished before it died still counts
+                self._lose_worker(handle)
+                raise handle.died()
+        if deadline is not None and time.monotonic() >= deadline:
+            self._gather(rows)  # one last look: a row may have finished just now
+            busy = rows[~self._gathered[rows]].tolist()
+            workers = sorted({self.handle_of_row[row].index for row in busy})
+            raise TimeoutError(
+                f"first-ready wait: fewer than {min_get} sub-envs finished in time; "
+                f"sub-envs {busy} (workers {workers}) are still running"
+            )
+
+    def _lose_worker(self, handle: WorkerHandle) -> None:
+        """``handle``'s worker is gone: its rows in flight are lost."""
+        words = self.row_words[handle.start : handle.stop]
+        for k in np.flatnonzero(words[:, TICKET] > words[:, FINISHED]).tolist():
+            words[k, FINISHED] = words[k, TICKET]  # nothing will finish it now
+            self._gathered[handle.start + k] = True  # nor gather it
+            self._lost.append(handle.start + k)
+        handle.answered = handle.seq
+        self._unsettled.discard(handle)
+
+    def take_lost(self) -> list[int]:
+        lost, self._lost = self._lost, []
+        if self.local is not None:
+            lost += self.local.take_lost()
+        return lost
+
+    def _settle(self) -> None:
+        """Before a whole-batch command or a request: wait until each worker sent first-ready
+        rows has found none left (it then reads the next command word, not a stale one), and
+        drop the wake-ups posted meanwhile."""
+        for handle in self._unsettled:
+            if handle.process.is_alive():
+                handle.wait(self.parent_spin, None)
+            while handle.done.acquire(False):
+                pass
+        self._unsettled.clear()
+        while self.ready.acquire(False):
+            pass
+
     # ---- requests -----------------------------------------------------------------------------
+
     def request_send(self, call: Call) -> None:
         """Post the request to the workers that hold some of ``call.indices``. Every worker's
         request is pickled before any is posted: a failure leaves no worker a step ahead."""
+        if self._unsettled:
+            self._settle()
         offset = 0 if self.local is None else 1
         local, asked = None, []
         for group, positions in group_indices(call.indices, self.bounds):
@@ -413,7 +609,8 @@ class ProcessExecutor(Executor):
             stop_process(handle.process, timeout)
             handle.release()
         self.handles = []
-        self.sync_memory = self.concurrency = None
+        self._unsettled.clear()
+        self.sync_memory = self.concurrency = self.rows_memory = self.ready = None
         local, self.local = self.local, None
         if local is not None:
             local.close()  # last: a sub-env's close may raise

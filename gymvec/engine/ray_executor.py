@@ -34,6 +34,7 @@ from gymvec.engine.executor import (
     OnLocalDone,
     group_indices,
     request_kwargs,
+    take_finished,
 )
 from gymvec.engine.processes import _attach_worker_traceback
 from gymvec.engine.ray_worker import SHIP_NEXT, SHIP_ROOT, RayWorker, ShareLayout, WorkerSpec
@@ -449,9 +450,7 @@ class RayExecutor(Executor):
                     f"s; sub-envs {sorted(busy)} are still busy"
                 )
             self._take_ready(refs)
-        wanted = set(rows)
-        taken = [row for row in finished if row in wanted][:max_get]
-        return {row: finished.pop(row) for row in taken}
+        return take_finished(finished, rows, max_get)
 
     def _take_ready(self, refs: list) -> None:
         """Copy the answers of every first-ready call that is done into the buffers, each

@@ -168,9 +168,13 @@ class SubEnvGroup:
     def summaries(self) -> list[SubEnvSummary]:
         return [summarize(env) for env in self.envs]
 
-    def run(self, options: dict | None) -> dict[int, Extras]:
-        """Carry out the mode bytes of this group's rows; returns the extras by sub-env index."""
+    def run(self, options: dict | None, only: int | None = None) -> dict[int, Extras]:
+        """Carry out the mode bytes of this group's rows (with ``only``: of sub-env ``only``
+        alone, a first-ready command); returns the extras by sub-env index."""
         modes = self.modes.tobytes()  # bytes index as ints
+        if only is not None:  # a zero byte does nothing: the other rows are left alone
+            k = only - self.start
+            modes = bytes(k) + modes[k : k + 1] + bytes(len(modes) - k - 1)
         if self.obs_lanes and self.lane != self.lane_word[0]:
             self._use_lane(int(self.lane_word[0]))
         extras = self.runner.run(modes, self.seeds, options)

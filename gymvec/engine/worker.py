@@ -9,6 +9,15 @@ the truth and the semaphores only wake sleepers, so a post that nobody waited fo
 the next wait sees an old sequence number and waits again. Posting is cheap when nobody sleeps
 (a futex syscall only happens when a waiter blocks).
 
+First-ready commands (``RUN_SOME``) go to single sub-envs: each sub-env has its own "row
+words" in a second shared block, ``TICKET`` (the parent's count of first-ready commands when
+it sent this one) and ``FINISHED`` (the ticket of the last one done). The worker runs its
+pending rows (``TICKET > FINISHED``) one at a time, lowest ticket first (the order sent),
+publishes each as soon as it is done (``ROW_STATUS``, ``ROW_REPLY``, then ``FINISHED``) and
+posts the ``ready`` semaphore that every worker shares, so the parent can return it while the
+worker's other rows still run. A row's extras or error follow on the pipe as
+``(row, payload)``.
+
 Everything that is not per-step data travels over a pipe: the worker's first message (ready or
 the factory's traceback), request replies, error tracebacks, the info entries that have no
 buffer slot ("extras") and the values of object leaves (see ``BufferLayout``) both ways; the
@@ -39,6 +48,8 @@ from gymvec.errors import SpaceMismatchError, exception_type_name
 
 SYNC_WORDS = 8  # int64 words per worker: one 64-byte cache line
 CMD_SEQ, CMD, DONE_SEQ, STATUS, REPLY = range(5)
+ROW_WORDS = 8  # int64 words per sub-env (first-ready commands): one cache line
+TICKET, FINISHED, ROW_STATUS, ROW_REPLY = range(4)
 
 # How long a blocked waiter sleeps before it checks that the other side is still alive.
 LIVENESS_POLL_S = 0.05
@@ -49,6 +60,7 @@ class Command(enum.IntEnum):
     RUN_WITH_PAYLOAD = 2  # the same, with (reset options, object actions) read from the pipe
     REQUEST = 3  # a slow-path request read from the pipe
     CLOSE = 4
+    RUN_SOME = 5  # run this worker's pending first-ready rows (see the row words)
 
 
 class Status(enum.IntEnum):
@@ -145,8 +157,12 @@ class Worker:
         done,
         spin_s: float,
         concurrency: Any = None,
+        row_words: np.ndarray | None = None,
+        ready: Any = None,
     ):
         self.group = group
+        self.row_words = row_words  # [its sub-envs, ROW_WORDS] (first-ready commands)
+        self.ready = ready  # the semaphore a finished first-ready row posts
         self.concurrency = concurrency  # see ParallelVectorEnv's max_concurrency
         self.words = words
         self.conn = conn
@@ -158,6 +174,7 @@ class Worker:
             Command.RUN_WITH_PAYLOAD: self.run_with_payload,
             Command.REQUEST: self.request,
             Command.CLOSE: self.close,
+            Command.RUN_SOME: self.run_some,
         }
         self.open = True
 
@@ -190,13 +207,42 @@ class Worker:
                 self.conn.send_bytes(payload)
         self.group.close()
 
-    def run(self, options: dict | None = None) -> dict | None:
+    def run(self, options: dict | None = None, only: int | None = None) -> dict | None:
         if self.concurrency is None:
-            extras = self.group.run(options)
+            extras = self.group.run(options, only)
         else:
             with self.concurrency:
-                extras = self.group.run(options)
+                extras = self.group.run(options, only)
         return extras or None
+
+    def run_some(self) -> None:
+        """Run the pending first-ready rows, lowest ticket first, publishing each one as
+        soon as it is done; returns once none is pending (rows sent meanwhile included)."""
+        words = self.row_words
+        start = self.group.start
+        while True:
+            tickets = words[:, TICKET]
+            pending = np.flatnonzero(tickets > words[:, FINISHED])
+            if not pending.size:
+                return None
+            k = int(pending[np.argmin(tickets[pending])])
+            ticket = int(tickets[k])
+            status, payload = Status.OK, None
+            try:
+                extras = self.run(None, only=start + k)
+                if extras:  # pickled before the row is published: failing is its error
+                    payload = ForkingPickler.dumps((start + k, extras[start + k]))
+            except BaseException as exc:
+                detail = (traceback.format_exc(), exception_type_name(exc))
+                payload = ForkingPickler.dumps((start + k, detail))
+                status = Status.ERROR
+            row = words[k]
+            row[ROW_STATUS] = int(status)
+            row[ROW_REPLY] = payload is not None
+            row[FINISHED] = ticket
+            self.ready.release()
+            if payload is not None:  # after the post, as a command's reply
+                self.conn.send_bytes(payload)
 
     def run_with_payload(self) -> dict | None:
         options, action_objects = self.conn.recv()
@@ -282,6 +328,8 @@ class WorkerArgs:
     num_threads: int | None
     env_specs_payload: bytes | None = None
     concurrency: Any = None
+    rows_memory: Any = None  # the row words of every sub-env (first-ready commands)
+    ready: Any = None  # the semaphore a finished first-ready row posts
 
 
 def worker_main(args: WorkerArgs, conn, wake, done) -> None:
@@ -320,6 +368,11 @@ def worker_main(args: WorkerArgs, conn, wake, done) -> None:
     gc.freeze()
     conn.send_bytes(ready)
     try:
-        Worker(group, words, conn, wake, done, args.spin_s, args.concurrency).loop()
+        row_words = np.frombuffer(args.rows_memory, dtype=np.int64).reshape(-1, ROW_WORDS)
+        row_words = row_words[group.start : group.stop]
+        worker = Worker(
+            group, words, conn, wake, done, args.spin_s, args.concurrency, row_words, args.ready
+        )
+        worker.loop()
     except (EOFError, BrokenPipeError):
         pass

@@ -36,6 +36,7 @@ _GYMVEC_OPTIONS = (
     "output",
     "local_worker",
     "context",
+    "batch_size",
     "ray_options",
 )
 
@@ -50,6 +51,7 @@ def make_vec(
     output: str = "numpy",
     local_worker: bool | None = None,
     context: str | None = None,
+    batch_size: int | None = None,
     ray_options: dict | None = None,
     **env_kwargs: Any,
 ) -> GymnasiumVectorEnv:
@@ -68,6 +70,8 @@ def make_vec(
         context: parallel backend: the start method of the workers ("fork", "spawn",
             "forkserver"; default: multiprocessing's). Ids registered at run time work with
             every one of them: the id's ``EnvSpec`` travels to the workers.
+        batch_size: first-ready batches of this many sub-envs (``async_reset``,
+            ``send(actions, env_id)``, ``recv()``; default ``num_envs``).
         ray_options: ray backend: ``RayEnv``'s options as a dict (``address``,
             ``worker_processes``, ``actor_options``, ``placement``, ``startup_timeout``).
         **env_kwargs: passed to ``gymnasium.make`` (``max_episode_steps``, ``render_mode``...).
@@ -88,9 +92,11 @@ def make_vec(
     spec = gym.spec(env_id) if isinstance(env_id, str) else env_id
     env_fns = [functools.partial(gym.make, spec, **env_kwargs)] * num_envs
     if backend == "ray":
-        envs = _ray_vec(env_fns, num_workers, ray_options, autoreset_mode, output)
+        envs = _ray_vec(env_fns, num_workers, ray_options, autoreset_mode, output, batch_size)
     elif backend == "serial":
-        envs = SerialVectorEnv(env_fns, autoreset_mode=autoreset_mode, output=output)
+        envs = SerialVectorEnv(
+            env_fns, autoreset_mode=autoreset_mode, output=output, batch_size=batch_size
+        )
     else:
         envs = ParallelVectorEnv(
             env_fns,
@@ -99,6 +105,7 @@ def make_vec(
             output=output,
             local_worker=local_worker,
             context=context,
+            batch_size=batch_size,
             # Arrays go through shared memory either way; False also takes the spaces that
             # gymnasium's AsyncVectorEnv cannot share (Graph, Sequence, custom), pickled.
             shared_memory=False,
@@ -108,7 +115,12 @@ def make_vec(
 
 
 def _ray_vec(
-    env_fns: list, num_workers: int | None, ray_options: dict | None, autoreset_mode, output: str
+    env_fns: list,
+    num_workers: int | None,
+    ray_options: dict | None,
+    autoreset_mode: Any,
+    output: str,
+    batch_size: int | None,
 ) -> GymnasiumVectorEnv:
     """The gymnasium face over an engine whose sub-envs run on Ray actors (torch-free)."""
     from gymvec.engine.engine import BatchEngine
@@ -133,7 +145,9 @@ def _ray_vec(
     engine = BatchEngine(factories, ray_backend(options))
     try:
         _ = engine.executor  # the actors start now
-        return GymnasiumVectorEnv(engine, autoreset_mode=autoreset_mode, output=output)
+        return GymnasiumVectorEnv(
+            engine, autoreset_mode=autoreset_mode, output=output, batch_size=batch_size
+        )
     except BaseException:
         engine.close()
         raise

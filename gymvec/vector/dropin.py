@@ -141,6 +141,7 @@ class SerialVectorEnv(GymnasiumVectorEnv):
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         *,
         output: str = "numpy",
+        batch_size: int | None = None,
     ):
         self.env_fns = _check_env_fns(env_fns)
         self.observation_mode = observation_mode
@@ -149,7 +150,9 @@ class SerialVectorEnv(GymnasiumVectorEnv):
             "SerialVectorEnv", observation_mode, lambda: BatchEngine(factories, serial_backend())
         )
         try:
-            super().__init__(engine, autoreset_mode=autoreset_mode, output=output, copy=copy)
+            super().__init__(
+                engine, autoreset_mode, output=output, copy=copy, batch_size=batch_size
+            )
             _apply_observation_mode(self, observation_mode, "SerialVectorEnv")
         except BaseException:
             engine.close()
@@ -212,6 +215,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         num_workers: int | None = None,
         local_worker: bool | None = None,
         output: str = "numpy",
+        batch_size: int | None = None,
     ):
         if worker is not None:
             raise ValueError("ParallelVectorEnv does not support a custom `worker` function")
@@ -250,7 +254,9 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         try:
             if shared_memory:
                 _refuse_unshareable(engine)
-            super().__init__(engine, autoreset_mode=autoreset_mode, output=output, copy=copy)
+            super().__init__(
+                engine, autoreset_mode, output=output, copy=copy, batch_size=batch_size
+            )
             _apply_observation_mode(self, observation_mode, "ParallelVectorEnv")
         except BaseException:
             engine.close()
@@ -281,7 +287,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
                 f"Calling `{call}_wait` without any prior call to `{call}_async`.", state.value
             )
         try:
-            return self.recv(timeout)
+            return self.receive(timeout)
         except TimeoutError:
             # Still in flight: a later wait resumes it (gymnasium gives the call up instead).
             raise multiprocessing.TimeoutError(

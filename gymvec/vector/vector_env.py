@@ -13,6 +13,10 @@ SAME_STEP      a finished sub-env is reset within the step: it returns its reset
 DISABLED       finished sub-envs stay finished until ``reset(options={"reset_mask": m})``.
 =============  ==========================================================================
 
+First-ready batches (EnvPool's conventions): with ``batch_size=M``, ``async_reset()`` resets
+every sub-env, ``recv()`` returns the first ``M`` sub-envs to finish (``infos["env_id"]``
+names them) and ``send(actions, env_id)`` steps those, each sub-env under NEXT_STEP autoreset.
+
 Example:
     >>> import gymnasium as gym
     >>> from gymvec import GymnasiumVectorEnv, SerialEnv
@@ -96,6 +100,9 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         copy: observations the caller keeps never change (large ones are handed out from a
             free observation lane of the buffers, others copied); False: views of the buffers
             that the next call overwrites.
+        batch_size: how many sub-envs ``recv()`` returns (``1 <= batch_size <= num_envs``,
+            default all of them); with fewer than ``num_envs``, step with ``send``/``recv``
+            (``step()`` refuses). First-ready batches take NEXT_STEP autoreset.
     """
 
     def __init__(
@@ -104,6 +111,8 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         output: str = "numpy",
         copy: bool = True,
+        *,
+        batch_size: int | None = None,
     ):
         if output not in ("numpy", "torch"):
             raise ValueError(f"output: expected 'numpy' or 'torch', got {output!r}")
@@ -119,6 +128,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self.output = output
         self.copy = copy
         self.num_envs = engine.num_envs
+        self.batch_size = self._check_batch_size(batch_size)
         self.metadata = dict(engine.metadata)
         self.metadata["autoreset_mode"] = self.autoreset_mode
         self.render_mode = engine.render_mode
@@ -185,6 +195,26 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         early = self._plain_obs is not None and copy and self._plain_obs.nbytes >= EARLY_COPY_BYTES
         self._early_copy = self._copy_local_rows if early else None
 
+    def _check_batch_size(self, batch_size: int | None) -> int:
+        n = self.num_envs
+        if batch_size is None:
+            return n
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer):
+            raise TypeError(f"batch_size: expected an int from 1 to {n}, got {batch_size!r}")
+        if not 1 <= batch_size <= n:
+            raise ValueError(f"batch_size: expected 1 to num_envs={n}, got {batch_size}")
+        if batch_size < n and self.autoreset_mode != AutoresetMode.NEXT_STEP:
+            raise ValueError(
+                f"batch_size={batch_size} < num_envs={n} (first-ready batches) needs "
+                f"autoreset_mode NEXT_STEP, got {self.autoreset_mode.value}"
+            )
+        if batch_size < n and not hasattr(self.engine, "async_recv"):
+            raise ValueError(
+                f"batch_size={batch_size} < num_envs={n}: {type(self.engine).__name__} has no "
+                "first-ready commands (gymvec's SerialEnv and ParallelEnv have)"
+            )
+        return int(batch_size)
+
     def _set_spaces(self) -> None:
         single_obs, single_act = self.engine.sub_env_spaces()
         self.single_observation_space = single_obs[0]
@@ -207,7 +237,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     ) -> tuple[Any, dict]:
         """Reset all sub-envs, or those of ``options["reset_mask"]``; see gymnasium."""
         self.reset_send(seed=seed, options=options)
-        return self.finish(self.recv())
+        return self.finish(self.receive())
 
     def reset_send(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
@@ -237,10 +267,16 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict]:
         """Step every sub-env (or reset it, under NEXT_STEP, if it finished last step)."""
         self.step_send(actions)
-        return self.finish(self.recv())
+        return self.finish(self.receive())
 
     def step_send(self, actions: Any) -> None:
         self._early_obs = None  # left by a call that raised
+        if self.batch_size < self.num_envs:
+            raise RuntimeError(
+                f"step() steps every sub-env, but batch_size={self.batch_size} < num_envs="
+                f"{self.num_envs}: step first-ready batches with send(actions, env_id) and "
+                "recv() (after async_reset())"
+            )
         self._write_actions(actions)
         if self._disabled and self.engine.any_finished:
             finished = np.flatnonzero(self.engine.finished).tolist()
@@ -295,9 +331,139 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             infos["_final_info"] = finished.copy()
         return infos
 
-    def recv(self, timeout: float | None = None) -> Received:
-        """Wait for the call in flight (see ``BatchEngine.recv``)."""
+    def receive(self, timeout: float | None = None) -> Received:
+        """Wait for the whole-batch call in flight (see ``BatchEngine.recv``)."""
         return self.engine.recv(timeout, on_local_done=self._early_copy)
+
+    # ---- first-ready batches (EnvPool's conventions) ------------------------------------------
+    def async_reset(
+        self, seed: int | Sequence[int | None] | None = None, options: dict | None = None
+    ) -> None:
+        """Reset every sub-env (seeded as ``reset(seed=...)`` would) and return at once:
+        ``recv()`` returns the first ``batch_size`` of them to finish.
+
+        Example:
+            >>> import gymnasium as gym
+            >>> from gymvec import SerialVectorEnv
+            >>> envs = SerialVectorEnv([lambda: gym.make("CartPole-v1")] * 3, batch_size=2)
+            >>> envs.async_reset(seed=0)
+            >>> obs, rewards, terminations, truncations, infos = envs.recv()
+            >>> obs.shape, infos["env_id"].tolist()
+            ((2, 4), [0, 1])
+            >>> envs.send(envs.action_space.sample()[:2], infos["env_id"])
+            >>> envs.recv()[-1]["env_id"].tolist()
+            [2, 0]
+            >>> envs.close()
+        """
+        if options is not None:
+            raise ValueError("async_reset: options are not supported by first-ready resets")
+        self._check_first_ready()
+        seeds = expand_seeds(seed, self.num_envs)
+        if seed is not None:
+            super().reset(seed=seed if isinstance(seed, int) else None)
+        self.engine.async_reset_send(None, seeds=seeds, into="next")
+
+    def send(self, actions: Any, env_id: Any = None) -> None:
+        """Step the sub-envs ``env_id`` names (as ``recv`` returned it; None: all of them)
+        with ``actions`` (one row per sub-env); returns at once. A sub-env whose episode
+        ended at its previous step is reset instead (NEXT_STEP)."""
+        self._check_first_ready()
+        engine = self.engine
+        rows = engine.async_rows(np.arange(self.num_envs) if env_id is None else env_id)
+        self._write_action_rows(actions, rows)
+        engine.async_step_send(rows, Autoreset.NEXT_STEP)
+
+    def recv(self, timeout: float | None = None) -> tuple[Any, Any, Any, Any, dict]:
+        """The first ``batch_size`` sub-envs to finish what was sent them (steps or resets):
+        ``(obs, rewards, terminations, truncations, infos)``, row by row as
+        ``infos["env_id"]`` (int32) names them. Past ``timeout``, ``TimeoutError``: nothing is
+        lost, the results come with a later call."""
+        self._check_first_ready()
+        m = self.batch_size
+        ready = self.engine.async_recv(None, min_get=m, max_get=m, timeout=timeout)
+        rows = ready.indices
+        slot = self.buffers.next
+        rewards, terminations = slot.reward[rows], slot.terminated[rows]
+        truncations = slot.truncated[rows]
+        mask = np.zeros(self.num_envs, dtype=bool)
+        mask[rows] = True
+        extras = {i: e.next for i, e in ready.extras.items()}
+        infos = _take_rows(self._infos(slot, mask, extras), rows)
+        infos["env_id"] = rows.astype(np.int32)
+        obs = self._row_observations(rows)
+        if self.output == "torch":
+            import torch
+
+            device = self._torch_device
+            as_tensor = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
+            return obs, as_tensor(rewards), as_tensor(terminations), as_tensor(truncations), infos
+        return obs, rewards, terminations, truncations, infos
+
+    def _check_first_ready(self) -> None:
+        if self.closed:
+            raise gym.error.ClosedEnvironmentError(
+                f"Trying to operate on `{type(self).__name__}`, after a call to `close()`."
+            )
+        if self.autoreset_mode != AutoresetMode.NEXT_STEP:
+            raise RuntimeError(
+                "first-ready batches (async_reset, send, recv) take autoreset_mode NEXT_STEP, "
+                f"this env has {self.autoreset_mode.value}"
+            )
+        if not hasattr(self.engine, "async_recv"):
+            raise RuntimeError(
+                f"{type(self.engine).__name__} has no first-ready commands (gymvec's "
+                "SerialEnv and ParallelEnv have)"
+            )
+
+    def _write_action_rows(self, actions: Any, rows: np.ndarray) -> None:
+        """``_write_actions`` for the sub-envs at ``rows``: one action row per index."""
+        if self._action_objects:
+            raise ValueError(
+                "first-ready batches need actions of fixed shape: this action space has "
+                "leaves without one"
+            )
+        k = len(rows)
+        buffers = self.buffers
+        for leaf, target, has_twin, kinds in self._action_targets:
+            array = _as_numpy(actions if self._plain_action else get_leaf(actions, leaf.path))
+            expected = (k, *target.shape[1:])
+            if array.shape != expected:
+                raise ValueError(
+                    f"actions{_path_str(leaf.path)}: expected shape {expected} (one row per "
+                    f"env_id) for {self.single_action_space}, got shape {array.shape}"
+                )
+            if array.dtype.kind not in kinds:  # a cast would truncate or parse them
+                wanted = "integers" if kinds == "iu" else "numbers"
+                raise ValueError(
+                    f"actions{_path_str(leaf.path)}: expected {wanted} for "
+                    f"{self.single_action_space}, got dtype {array.dtype}"
+                )
+            if has_twin:
+                buffers.write_action_rows(leaf.key, rows, array)
+            else:
+                target[rows] = array
+        # NEXT_STEP ignores the actions of the sub-envs it resets, whatever their values
+        resetting = self.engine.finished[rows]
+        for path, sub, values, in_range in self._discrete_bounds:
+            taken = values[rows][~resetting]
+            if taken.size and not in_range(taken):
+                raise ValueError(
+                    f"actions{_path_str(path)}: expected values in {sub}, got "
+                    f"min {taken.min()} max {taken.max()}"
+                )
+
+    def _row_observations(self, rows: np.ndarray) -> Any:
+        """The observations in "next" of the sub-envs at ``rows`` (copies), in that order."""
+        slot = self.buffers.next
+        if self._plain_obs is not None:  # numpy output
+            return self._plain_obs[rows]
+        arrays = [None if leaf.is_object else slot.obs[leaf.key][rows] for leaf in self._obs_leaves]
+        if self.output == "torch":
+            import torch
+
+            device = self._torch_device
+            arrays = [a if a is None else torch.tensor(a, device=device) for a in arrays]
+        return build_value(self.single_observation_space, self._obs_leaves, arrays)
 
     def _copy_local_rows(self, stop: int) -> None:
         # Large observations: the rows stepped in this process are copied while the worker
@@ -476,6 +642,14 @@ def engine_of(env: Any) -> Engine:
     from gymvec.vector.tensordict_engine import TensorDictEngine
 
     return TensorDictEngine(env)
+
+
+def _take_rows(infos: dict, rows: np.ndarray) -> dict:
+    """gymnasium's vector infos (arrays over every sub-env) cut down to ``rows``, in order."""
+    return {
+        key: _take_rows(value, rows) if isinstance(value, dict) else value[rows]
+        for key, value in infos.items()
+    }
 
 
 def _check_reset_mask(mask: Any, n: int) -> np.ndarray:
