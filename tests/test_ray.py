@@ -435,3 +435,17 @@ def test_first_ready_gymnasium_face_over_ray_replays_each_sub_env():
             envs.send(actions, env_id)
     finally:
         envs.close()
+
+
+def test_bench_ray_runners_quick_strict(capsys):
+    """The bench's Ray runners on this module's Ray: every one runs, --strict."""
+    from gymvec.bench.__main__ import main
+
+    backends = "gym-sync,gymvec-ray,hand-ray,hand-ray-dag,naive-ray"
+    argv = ["--quick", "--strict", "--no-progress", "--env-id", "CartPole-v1"]
+    argv += ["--num-envs", "4", "--num-workers", "2", "--backends", backends]
+    assert main(argv) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    rows = [row for row in rows if row and row[0] == "CartPole-v1-4"]
+    assert [row[1] for row in rows] == backends.split(",")
+    assert all(float(row[2]) > 0 for row in rows)
