@@ -449,3 +449,24 @@ def test_bench_ray_runners_quick_strict(capsys):
     rows = [row for row in rows if row and row[0] == "CartPole-v1-4"]
     assert [row[1] for row in rows] == backends.split(",")
     assert all(float(row[2]) > 0 for row in rows)
+
+
+def test_first_ready_with_a_dead_actor_raises_worker_error_and_its_sub_envs_need_a_reset():
+    env = RayEnv(2, make_gym_cartpole, envs_per_worker=2, placement=None)
+    try:
+        env.set_seed(0)
+        env.reset()
+        node = env.worker_nodes[1]
+        os.kill(env.engine.request("apply", [2], fn=actor_pid)[0], 9)
+        env.async_step_send(env.rand_action())
+        taken = []
+        with pytest.raises(WorkerError) as info:
+            for _ in range(4):
+                taken += env.async_step_recv(min_get=1)["env_index"].tolist()
+        assert "worker 1" in str(info.value) and node in str(info.value)
+        assert set(taken) <= {0, 1}
+        step = env.rand_action()[2:3].set("env_index", torch.tensor([2]))
+        with pytest.raises(RuntimeError, match="reset"):
+            env.async_step_send(step)
+    finally:
+        env.close()
