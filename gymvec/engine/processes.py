@@ -28,6 +28,7 @@ from gymvec.engine.executor import (
     Executor,
     LocalExecutor,
     OnLocalDone,
+    first_ready_objects_error,
     group_indices,
     request_kwargs,
     take_finished,
@@ -55,7 +56,7 @@ from gymvec.engine.worker import (
     wait_for,
     worker_main,
 )
-from gymvec.errors import SpaceMismatchError, UnsupportedSpaceError, WorkerError, worker_error
+from gymvec.errors import SpaceMismatchError, WorkerError, worker_error
 
 WORKER_SPIN_S = 200e-6  # how long an idle worker spins before it blocks
 PARENT_SPIN_S = 100e-6  # how long the parent spins on a worker's answer before it blocks
@@ -390,10 +391,7 @@ class ProcessExecutor(Executor):
         """Hand each row a ticket (the order sent) and wake the workers that hold them; this
         process's rows are queued for :meth:`wait_some`."""
         if self._objects:
-            raise UnsupportedSpaceError(
-                "first-ready commands need observations and actions of fixed shape: object "
-                "leaves (spaces without one) travel with whole-batch commands only"
-            )
+            raise first_ready_objects_error()
         words, handle_of_row = self.row_words, self.handle_of_row
         local, woken = [], {}
         for row in rows:

@@ -32,6 +32,7 @@ from gymvec.engine.executor import (
     Call,
     Executor,
     OnLocalDone,
+    first_ready_objects_error,
     group_indices,
     request_kwargs,
     take_finished,
@@ -419,6 +420,9 @@ class RayExecutor(Executor):
     def send_some(self, rows: Sequence[int]) -> None:
         """One remote call per actor that holds some of ``rows``, carrying those rows'
         commands (an actor runs its calls in the order they came, one at a time)."""
+        layout = self.blocks.layout
+        if layout.object_obs_keys or layout.object_action_keys:
+            raise first_ready_objects_error()
         ship_next = self.last_lane != 0  # see send()
         self.last_lane = 0
         for group, positions in group_indices(rows, self.bounds):
