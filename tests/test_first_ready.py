@@ -362,6 +362,20 @@ def test_timeout_loses_nothing(no_leaks):
         engine.close()
 
 
+def test_serial_timeout_is_checked_between_sub_envs_and_loses_nothing():
+    factories = SubEnvFactories(1, [_face_envs.make_slow] * 2, None, 2)
+    engine = BatchEngine(factories, serial_backend())
+    engine.reset()
+    send_sleeps(engine, {0: 0.2, 1: 0.2})
+    with pytest.raises(TimeoutError, match="fewer than 2 sub-envs finished within 0.05 s"):
+        engine.async_recv(min_get=2, timeout=0.05)  # sub-env 0 ran (nothing cuts it short)
+    assert engine.flying.tolist() == [0, 1]
+    got = engine.async_recv(min_get=2).indices.tolist()
+    assert got == [0, 1]
+    assert engine.buffers.next.obs[("observation",)][:, 0].tolist() == pytest.approx([0.01] * 2)
+    engine.close()
+
+
 def test_max_get_keeps_the_rest_for_later(no_leaks):
     factories = SubEnvFactories(1, make_latency, None, 3)
     engine = BatchEngine(factories, process_backend(ProcessOptions("fork")))
@@ -491,5 +505,65 @@ def test_whole_batch_commands_after_first_ready_ones(no_leaks):
                 for i, env in enumerate(alone):
                     env.reset(seed=i)
         assert engine.request("get_attr", name="mean_seconds") == [MEAN_S] * n
+    finally:
+        engine.close()
+
+
+def test_face_infos_that_travel_beside_the_buffers_reach_their_rows(no_leaks):
+    """Info entries without a buffer field come over each worker's pipe, one message per
+    sub-env as it finishes (two sub-envs per worker here): each reaches its own row."""
+    n = 4
+    envs = ParallelVectorEnv(
+        [_face_envs.make_rich] * n, batch_size=2, num_workers=2, local_worker=False,
+        context="fork",
+    )  # fmt: skip
+    seen: dict[int, list] = {i: [] for i in range(n)}
+    try:
+        envs.async_reset(seed=5)
+        for _ in range(20):
+            _, _, terminations, truncations, infos = envs.recv()
+            for row, i in enumerate(infos["env_id"].tolist()):
+                entry = {
+                    key: infos[key][row]
+                    for key in ("t", "step_name", "reset_only")
+                    if key in infos and infos[f"_{key}"][row]
+                }
+                seen[i].append((entry, bool(terminations[row] or truncations[row])))
+            envs.send(np.ones(2, dtype=np.int64), infos["env_id"])
+    finally:
+        envs.close()
+    keys = ("t", "step_name", "reset_only")
+    for i in range(n):
+        assert len(seen[i]) > 3, seen
+        alone = _face_envs.make_rich()
+        _, info = alone.reset(seed=5 + i)
+        ended = False
+        for k, (entry, done) in enumerate(seen[i]):
+            assert entry == {key: info[key] for key in keys if key in info}, (i, k)
+            assert done == ended, (i, k)
+            if ended:  # NEXT_STEP: the step after the end resets
+                _, info = alone.reset()
+                ended = False
+            else:
+                *_, terminated, truncated, info = alone.step(1)
+                ended = terminated or truncated
+
+
+def test_a_step_receive_reads_past_a_reset_of_the_same_worker(no_leaks):
+    """A worker's messages come in the order it ran its sub-envs: a step receive that reads
+    past the message of a reset queued before it keeps it for the reset receive."""
+    factories = SubEnvFactories(1, [_face_envs.make_rich] * 2, None, 2)
+    engine = BatchEngine(factories, process_backend(ProcessOptions("fork")))
+    try:
+        engine.reset(seeds=[0, 1])
+        engine.buffers.action[("action",)][:] = 1
+        engine.async_reset_send([0])
+        engine.async_step_send([1])
+        step = engine.async_recv("step", timeout=30.0)
+        assert step.indices.tolist() == [1]
+        assert step.extras[1].next["step_name"] == "step-1"
+        reset = engine.async_recv("reset", timeout=30.0)
+        assert reset.indices.tolist() == [0]
+        assert reset.extras[0].root["reset_only"] == "fresh"
     finally:
         engine.close()

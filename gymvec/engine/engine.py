@@ -71,7 +71,12 @@ _INT64 = np.iinfo(np.int64)
 
 # What a sub-env has in flight as a first-ready command (``BatchEngine._flight``)
 _IDLE, _STEP, _RESET_ROOT, _RESET_NEXT = 0, 1, 2, 3
-_KIND_NAMES = {None: "command", "step": "step", "reset": "reset"}
+# what ``async_recv(kind)`` takes back: (the flight codes, the word for errors)
+_RECV_KINDS = {
+    None: ((_STEP, _RESET_ROOT, _RESET_NEXT), "command"),
+    "step": ((_STEP,), "step"),
+    "reset": ((_RESET_ROOT, _RESET_NEXT), "reset"),
+}
 
 
 class Received(NamedTuple):
@@ -575,17 +580,11 @@ class BatchEngine:
         are out of flight and need a reset, the others stay in flight.
         """
         executor = self.executor
-        if kind is None:
-            mask = self._flight != _IDLE
-        elif kind == "step":
-            mask = self._flight == _STEP
-        elif kind == "reset":
-            mask = self._flight >= _RESET_ROOT
-        else:
+        if kind not in _RECV_KINDS:
             raise ValueError(f"kind: expected 'step', 'reset' or None, got {kind!r}")
-        rows = np.flatnonzero(mask).tolist()
+        codes, what = _RECV_KINDS[kind]
+        rows = np.flatnonzero(np.isin(self._flight, codes)).tolist()
         if not rows:
-            what = _KIND_NAMES[kind]
             raise RuntimeError(
                 f"no first-ready {what} in flight: send one first (async_{kind or 'step'}_send)"
             )
@@ -628,29 +627,38 @@ class BatchEngine:
             self._needs_reset[:] = True
             self._reset_required = False
             self._async_dirty = True
+        rows = self._checked_rows(indices)
+        if self._flying:
+            busy = rows[self._flight[rows] != _IDLE]
+            if busy.size:
+                raise ValueError(
+                    f"sub-envs {busy.tolist()} are still in flight: receive their results "
+                    "(async_recv) before sending them another command"
+                )
+        return rows
+
+    def _checked_rows(self, indices: Any) -> np.ndarray:
+        """``indices`` as int64 sub-env indices, each in range and named once."""
+        n = self.num_envs
         if indices is None:
-            return np.arange(self.num_envs, dtype=np.int64)
+            return np.arange(n, dtype=np.int64)
         rows = np.asarray(indices)
         if rows.ndim != 1 or rows.dtype.kind not in "iu":
             raise ValueError(
                 f"env_index: expected a 1-d array of sub-env indices (integers), got shape "
                 f"{rows.shape} and dtype {rows.dtype}"
             )
-        rows = rows.astype(np.int64)
-        outside = rows[(rows < 0) | (rows >= self.num_envs)]
-        if outside.size:
+        if rows.dtype != np.int64:
+            rows = rows.astype(np.int64)
+        if not rows.size:
+            return rows
+        if rows.min() < 0 or rows.max() >= n:
+            outside = rows[(rows < 0) | (rows >= n)]
             raise IndexError(
-                f"env_index: sub-env indices {outside.tolist()} out of range for "
-                f"{self.num_envs} sub-envs"
+                f"env_index: sub-env indices {outside.tolist()} out of range for {n} sub-envs"
             )
-        if np.unique(rows).size != rows.size:
+        if rows.size > 1 and np.count_nonzero(np.bincount(rows, minlength=n)) != rows.size:
             raise ValueError(f"env_index: each sub-env at most once, got {rows.tolist()}")
-        busy = rows[self._flight[rows] != _IDLE]
-        if busy.size:
-            raise ValueError(
-                f"sub-envs {busy.tolist()} are still in flight: receive their results "
-                "(async_recv) before sending them another command"
-            )
         return rows
 
     def _async_send(

@@ -434,7 +434,11 @@ class ProcessExecutor(Executor):
             if len(done) >= min_get:
                 return take_finished(finished, rows, max_get)
             if local is not None and local.queue:
-                row = local.run_next()
+                if self.concurrency is None:
+                    row = local.run_next()
+                else:
+                    with self.concurrency:
+                        row = local.run_next()
                 finished[row] = local.finished.pop(row)
                 continue
             if not remote.size:  # the engine's books say otherwise: never wait for nothing

@@ -369,7 +369,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         ended at its previous step is reset instead (NEXT_STEP)."""
         self._check_first_ready()
         engine = self.engine
-        rows = engine.async_rows(np.arange(self.num_envs) if env_id is None else env_id)
+        rows = engine.async_rows(env_id)
         self._write_action_rows(actions, rows)
         engine.async_step_send(rows, Autoreset.NEXT_STEP)
 
