@@ -17,7 +17,9 @@ from typing import Any
 
 from gymvec.errors import (
     ClosedEnvError,
+    MainModuleError,
     SpaceMismatchError,
+    SubEnvTimeoutError,
     UnsupportedSpaceError,
     WorkerError,
 )
@@ -49,7 +51,9 @@ _EXPORTS = {
 
 __all__ = [
     "ClosedEnvError",
+    "MainModuleError",
     "SpaceMismatchError",
+    "SubEnvTimeoutError",
     "UnsupportedSpaceError",
     "WorkerError",
     *_EXPORTS,
@@ -58,10 +62,14 @@ __version__ = "0.1.0"
 
 
 def _register_vector_ids() -> None:
-    # gymnasium.make_vec("gymvec:gymvec/<id>") imports gymvec, then looks the id up.
-    from gymvec.integrations.make_vec import register_vector_ids
+    # gymnasium.make_vec("gymvec:gymvec/<id>") imports gymvec, then looks the id up; for an
+    # id registered after this import, its error gets a note that says what to do.
+    import gymnasium
+
+    from gymvec.integrations.make_vec import register_vector_ids, with_unregistered_hint
 
     register_vector_ids()
+    gymnasium.make_vec = with_unregistered_hint(gymnasium.make_vec)
 
 
 _register_vector_ids()

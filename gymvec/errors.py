@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import multiprocessing
 import sys
 
 from gymnasium.error import ClosedEnvironmentError
@@ -99,6 +100,24 @@ def _typed_worker_error(exc_type: type | None) -> type[WorkerError]:
         return type(f"Worker{exc_type.__name__}", (WorkerError, exc_type), {"__module__": __name__})
     except TypeError:  # e.g. OSError's instance layout differs from RuntimeError's
         return WorkerError
+
+
+class SubEnvTimeoutError(multiprocessing.TimeoutError, TimeoutError):
+    """A step, reset or request outlasted its timeout; ``busy`` names what still ran then:
+    ``[(worker index, pid, sub-env indices)]``.
+
+    A ``TimeoutError``, and the ``multiprocessing.TimeoutError`` that gymnasium's
+    ``AsyncVectorEnv`` raises from its waits.
+    """
+
+    def __init__(self, message: str, busy: list[tuple[int, int | None, list[int]]] = ()):
+        super().__init__(message)
+        self.busy = list(busy)
+
+
+class MainModuleError(WorkerError):
+    """Worker processes could not start because the script that builds the env runs it at
+    import: spawned workers import the main module again (see ``ProcessExecutor``)."""
 
 
 class ClosedEnvError(ClosedEnvironmentError):

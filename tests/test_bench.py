@@ -336,3 +336,48 @@ def test_optional_runners_without_their_package_say_how_to_install(monkeypatch):
         *gymvec_runners,
         *bare,
     )
+
+
+def test_cli_soak_short_run_samples_and_stays_flat(tmp_path, capsys, no_leaks):
+    """``--soak`` in its short form: every tenth of the run sampled, a summary per
+    configuration, JSON; --strict passes only if each stayed flat and close() left nothing."""
+    json_path = tmp_path / "soak.json"
+    configs = ["face-disabled", "face-first-ready", "td-parallel-local", "sb3"]
+    argv = ["--soak", "--soak-steps", "400", "--num-envs", "4", "--no-progress", "--strict"]
+    argv += [arg for name in configs for arg in ("--soak-config", name)]
+    assert main([*argv, "--json", str(json_path)]) == 0
+    out = capsys.readouterr().out
+    assert "change from the first sample" in out
+    document = json.loads(json_path.read_text())
+    assert document["soak"]["steps"] == 400 and document["soak"]["num_envs"] == 4
+    results = document["results"]
+    assert [r["config"] for r in results] == configs
+    for result in results:
+        assert result["error"] is None and result["flat"] is True
+        steps = [s["env_steps"] for s in result["samples"]]
+        assert steps == list(range(40, 401, 40))  # a sample every tenth of the run
+        first = result["samples"][0]
+        assert first["rss_mb"] > 0 and first["fds"] > 0 and first["threads"] >= 1
+        assert first["children"] >= 1  # the worker processes are counted
+        assert result["left_after_close"] == {"children": 0, "shm": 0, "fds": 0}
+        assert result["steps_per_s"] > 0
+    # with spawn (the tensordict API's default) the workers' semaphores are named in /dev/shm
+    assert results[2]["samples"][0]["shm"] >= 2
+
+
+def test_soak_verdict_fails_on_growth_and_on_leftovers():
+    from gymvec.bench.soak import RSS_SLACK_MB, Sample, SoakResult
+
+    def result(last: dict, left: dict | None = None) -> SoakResult:
+        first = Sample(10, 100.0, 50.0, 12, 3, 2, 4)
+        fields = {**first.__dict__, "env_steps": 20, **last}
+        return SoakResult("x", [first, Sample(**fields)], 1.0, left or {"children": 0})
+
+    assert result({}).flat()
+    assert result({"rss_mb": 100.0 + RSS_SLACK_MB / 2}).flat()  # allocator noise
+    assert not result({"rss_mb": 100.0 + 2 * RSS_SLACK_MB}).flat()
+    assert not result({"children_rss_mb": 50.0 + 2 * RSS_SLACK_MB}).flat()
+    for field in ("fds", "threads", "children", "shm"):
+        assert not result({field: 99}).flat(), field
+    assert not result({}, {"children": 1}).flat()
+    assert result({}).growth()["fds"] == 0

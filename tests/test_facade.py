@@ -294,6 +294,33 @@ def test_bad_input_raises_named_errors_and_env_stays_usable(backend):
         ref.close()
 
 
+@pytest.mark.parametrize(
+    "seed, error, match",
+    [
+        ([0.5, None, None, None], TypeError, r"seed\[0\]: expected a non-negative int .*float"),
+        ([None, -3, None, None], ValueError, r"seed\[1\]: expected a non-negative int, got -3"),
+        (1.5, TypeError, r"seed: expected an int, a list of 4 ints or None.*float"),
+        ("7", TypeError, r"seed: expected an int, a list of 4 ints or None.*str"),
+        (-1, ValueError, r"seed: expected a non-negative int, got -1"),
+    ],
+)
+def test_bad_seeds_are_refused_before_any_sub_env_runs(seed, error, match):
+    """Found by the fuzz tests: a float in a seed list was truncated (0.5 seeded with 0), a
+    negative seed failed inside a sub-env (gymnasium's own Error, from a worker)."""
+    env = SerialVectorEnv(ENV_FNS["CartPole-v1"])
+    ref = SyncVectorEnv(ENV_FNS["CartPole-v1"])
+    fe.assert_same(env.reset(seed=0), ref.reset(seed=0), "reset")
+    with pytest.raises(error, match=match):
+        env.reset(seed=seed)
+    td_env = SerialEnv(4, _envs.make_gym_cartpole)  # the tensordict API checks them alike
+    with pytest.raises(error, match=match):
+        td_env.set_seed(seed)
+    td_env.close()
+    fe.assert_same(env.step(np.zeros(4, dtype=np.int64)), ref.step(np.zeros(4, dtype=np.int64)))
+    env.close()
+    ref.close()
+
+
 def test_bad_dict_action_names_the_key():
     env = SerialVectorEnv(ENV_FNS["dict"])
     env.reset(seed=0)

@@ -34,7 +34,7 @@ from _envs import (
     make_gym_hanging,
     make_gym_stalling,
 )
-from conftest import child_pids, open_fds
+from conftest import child_pids, open_fds, shm_entries
 
 from gymvec import (
     ClosedEnvError,
@@ -288,6 +288,37 @@ def test_killed_worker_cycles_leak_no_file_descriptor(no_leaks):
         cycle()
     gc.collect()
     assert open_fds() == before
+
+
+@pytest.mark.parametrize("killed", [False, True], ids=["closed", "killed-then-closed"])
+def test_close_removes_the_named_semaphores_of_a_still_referenced_env(killed, no_leaks):
+    """Under spawn, multiprocessing names each semaphore in /dev/shm and used to remove the
+    names only when they were garbage-collected: a closed env still referenced (or a kept
+    WorkerError, whose traceback holds the wait's frame) kept its names until the end of the
+    process. close() removes them, however many references are left."""
+    before = shm_entries()
+    env = ParallelVectorEnv(
+        [make_gym_cartpole] * 2,
+        context="spawn",
+        num_workers=2,
+        local_worker=False,
+        max_concurrency=1,
+    )
+    executor = env.engine.executor
+    semaphores = [s for h in executor.handles for s in (h.wake, h.done)]
+    semaphores += [executor.concurrency, executor.ready]
+    names = {"sem." + s._semlock.name.lstrip("/") for s in semaphores}
+    assert names <= shm_entries() - before  # two per worker, max_concurrency's, first-ready's
+    env.reset(seed=0)
+    error = None
+    if killed:
+        os.kill(executor.handles[0].process.pid, signal.SIGKILL)
+        with pytest.raises(WorkerError, match="worker 0.*died") as info:
+            env.step(np.zeros(2, dtype=np.int64))
+        error = info.value
+    env.close()
+    assert shm_entries() & names == set()  # env, semaphores and error all still referenced
+    assert env.closed and len(semaphores) == 6 and (error is not None) == killed
 
 
 # ---- interrupts (Ctrl-C) ----------------------------------------------------------------------

@@ -23,6 +23,7 @@ def default_backends() -> tuple[str, ...]:
 
 
 SB3_BACKENDS = ("gym-sync", "gym-async", "sb3-dummy", "sb3-subproc", "gymvec-sb3")
+COLLECTOR_BACKENDS = ("gym-sync", "collector-torchrl", "collector-gymvec")
 # Lock-step runners against first-ready batches (runners.FIRST_READY_BATCH of the sub-envs).
 FIRST_READY_BACKENDS = ("gym-sync", "gym-async", "gymvec-parallel", "gymvec-first-ready")
 
@@ -56,6 +57,9 @@ CASES: dict[str, Case] = {
         ),
         # Stable-Baselines3's VecEnv API: SB3's own vectorizers against gymvec's adapter.
         Case("sb3-32", "CartPole-v1", 32, num_workers=2, backends=SB3_BACKENDS),
+        # torchrl's Collector (needs gymvec[torchrl]) over torchrl's ParallelEnv and over
+        # gymvec's (to_torchrl), the same layout.
+        Case("torchrl-collector-32", "CartPole-v1", 32, num_workers=2, backends=COLLECTOR_BACKENDS),
         # Steps that wait Exp(1 ms) (sleeping), one process per sub-env: lock-step waits for
         # the slowest of 16 draws, first-ready batches take whichever finish first.
         Case("latency-16", LATENCY_ID, 16, num_workers=16, backends=FIRST_READY_BACKENDS),

@@ -101,19 +101,23 @@ def time_runner(runner: Runner, actions: Sequence[Any], num_envs: int, settings:
     """Env-steps per second over one timed run, after a few untimed warm-up steps."""
     step = runner.step
     cycle = itertools.cycle(actions)
-    for _ in range(settings.warmup):
+    env_steps = runner.env_steps or num_envs
+    # Vector steps one call makes (a collector's batch makes many): warm-up and the step
+    # budget count vector steps, at least one per call.
+    per_call = max(1, env_steps // num_envs)
+    for _ in range(math.ceil(settings.warmup / per_call)):
         step(next(cycle))
     gc.collect()
     budget = math.inf if settings.max_seconds is None else settings.max_seconds
-    steps = 0
+    calls = 0
     start = time.perf_counter()
-    while steps < settings.steps:
+    while calls * per_call < settings.steps:
         step(next(cycle))
-        steps += 1
+        calls += 1
         if time.perf_counter() - start >= budget:
             break
     elapsed = time.perf_counter() - start
-    return (runner.env_steps or num_envs) * steps / elapsed
+    return env_steps * calls / elapsed
 
 
 def _close(runner: Runner, result: RunnerResult) -> None:

@@ -39,7 +39,8 @@ class Runner:
 
     ``prepare_actions`` turns the bench's pool of batched numpy actions into whatever ``step``
     takes; it runs outside the timed loop. ``env_steps``: the env-steps one ``step`` makes
-    (None: every sub-env's, lock-step; a first-ready runner makes ``batch_size``).
+    (None: every sub-env's, lock-step; a first-ready runner makes ``batch_size``, a
+    collector's batch ``frames_per_batch``).
     """
 
     env_steps: int | None = None
@@ -184,6 +185,28 @@ class TensorDictRunner(Runner):
         return [torch.as_tensor(a, dtype=spec.dtype).reshape(spec.shape) for a in actions]
 
 
+class CollectorRunner(Runner):
+    """A torchrl ``Collector`` (random policy) over a torchrl env: one ``step`` is one batch
+    of ``frames_per_batch`` frames (the bench's actions are not used)."""
+
+    def __init__(self, env: Any, frames_per_batch: int = 1024) -> None:
+        from torchrl.collectors import Collector
+
+        self.env_steps = frames_per_batch
+        self.collector = Collector(env, None, frames_per_batch=frames_per_batch, total_frames=-1)
+        self._batches: Any = None
+
+    def reset(self, seed: int) -> None:
+        self.collector.set_seed(seed)
+        self._batches = iter(self.collector)
+
+    def step(self, actions: Any) -> None:
+        next(self._batches)
+
+    def close(self) -> None:
+        self.collector.shutdown()
+
+
 class FirstReadyRunner(Runner):
     """A gymnasium face with ``batch_size < num_envs``: each ``step`` sends the actions of the
     sub-envs the last ``recv`` returned, then receives the next first-ready batch."""
@@ -259,17 +282,41 @@ def _torchrl_parallel(env_id: str, num_envs: int, options: RunnerOptions) -> Run
     """torchrl's ParallelEnv (optional, ``pip install torchrl``) in gymvec's layout: each worker
     process a torchrl SerialEnv of ``envs_per_worker`` GymEnvs (faster there than one process
     per sub-env), driven through ``step_and_maybe_reset`` like gymvec-td."""
+    return TensorDictRunner(_torchrl_parallel_env(env_id, num_envs, options))
+
+
+def _torchrl_parallel_env(env_id: str, num_envs: int, options: RunnerOptions) -> Any:
     try:
         from torchrl.envs import GymEnv, ParallelEnv, SerialEnv
     except ImportError as e:
-        raise ImportError("torchrl-parallel needs torchrl: pip install torchrl") from e
+        raise ImportError(
+            "torchrl's runners need torchrl: pip install torchrl (gymvec[torchrl])"
+        ) from e
     num_workers, envs_per_worker = worker_layout(num_envs, options)
     make_sub_env = functools.partial(
         GymEnv, importable_id(env_id), categorical_action_encoding=True
     )
     make_worker_env = functools.partial(SerialEnv, envs_per_worker, make_sub_env)
     start_method = "fork" if "fork" in mp.get_all_start_methods() else None
-    return TensorDictRunner(ParallelEnv(num_workers, make_worker_env, mp_start_method=start_method))
+    return ParallelEnv(num_workers, make_worker_env, mp_start_method=start_method)
+
+
+@register_runner("collector-torchrl")
+def _collector_torchrl(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    """A torchrl collector (frames_per_batch 1024, random policy) over torchrl's ParallelEnv in
+    gymvec's layout (see torchrl-parallel)."""
+    return CollectorRunner(_torchrl_parallel_env(env_id, num_envs, options))
+
+
+@register_runner("collector-gymvec")
+def _collector_gymvec(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    """The same collector over gymvec's ParallelEnv (the gymvec-td layout) through
+    ``gymvec.torchrl.to_torchrl``."""
+    try:
+        from gymvec.torchrl import to_torchrl
+    except ImportError as e:
+        raise ImportError("collector-gymvec needs torchrl: pip install gymvec[torchrl]") from e
+    return CollectorRunner(to_torchrl(_gymvec_parallel_env(env_id, num_envs, options)))
 
 
 @register_runner("bare-loop")
@@ -334,19 +381,22 @@ def _gymvec_first_ready(env_id: str, num_envs: int, options: RunnerOptions) -> R
 
 @register_runner("gymvec-td")
 def _gymvec_td(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    return TensorDictRunner(_gymvec_parallel_env(env_id, num_envs, options))
+
+
+def _gymvec_parallel_env(env_id: str, num_envs: int, options: RunnerOptions) -> Any:
     from gymvec import ParallelEnv
     from gymvec.vector.dropin import default_local_worker
 
     num_workers, envs_per_worker = worker_layout(num_envs, options)
     # Factories of gymnasium envs: workers then never import torch (GymEnv wraps them in the
     # parent). The layout is the one ParallelVectorEnv picks by default.
-    env = ParallelEnv(
+    return ParallelEnv(
         num_workers=num_workers,
         create_env_fn=functools.partial(gym.make, importable_id(env_id)),
         envs_per_worker=envs_per_worker,
         local_worker=default_local_worker(num_workers),
     )
-    return TensorDictRunner(env)
 
 
 # The Ray runners register themselves (Ray itself is imported only when one is built).

@@ -37,6 +37,10 @@ _ALIGN = 64  # a cache line: fields never share one, so workers do not false-sha
 # Observations smaller than this are copied out: a copy of a few kB costs less than the lanes'
 # bookkeeping, and the memory of the lanes would be wasted.
 LANE_MIN_BYTES = 64 * 1024
+# Room per sub-env and slot for the info fields learnt from the sub-envs' first results (see
+# BufferLayout.place_info_fields): 64 numbers, or fewer and small arrays.
+INFO_RESERVE_BYTES = 512
+LEARNED_FIELDS = 64  # at most this many learnt fields
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,11 @@ class BufferLayout:
     Leaves of dtype ``object`` (values of spaces without a fixed shape, see
     ``envs.structure``) get no place in the block: ``Buffers`` keeps them in per-process lists,
     and commands carry them between processes (``object_obs_keys``, ``object_action_keys``).
+
+    ``info_fields`` are the fields known at construction (declared by the sub-envs); each slot
+    also reserves ``INFO_RESERVE_BYTES`` per sub-env for fields learnt later from what the
+    sub-envs report (:meth:`place_info_fields`, ``Buffers.add_info_fields``), so the block
+    never has to be laid out again while processes map it.
     """
 
     def __init__(
@@ -89,13 +98,16 @@ class BufferLayout:
         self.info_fields = dict(info_fields)
         self.fields: dict[tuple, Field] = {}
         self._size = 0
+        self.learned_info: dict[str, int] = {}  # learnt field -> its offset in the reserve
+        self._reserve_used = 0
         flag, real = np.dtype(bool), np.dtype(np.float64)
-        n_info = max(len(info_fields), 1)
+        n_info = len(info_fields) + LEARNED_FIELDS
         for slot in ("root", "next"):
             for key, shape, dtype in obs_leaves:
                 self._add((slot, "obs", key), shape, dtype)
             for name, field in info_fields.items():
                 self._add((slot, "info", name), field.shape, field.dtype)
+            self._add((slot, "info_reserve"), (INFO_RESERVE_BYTES,), np.dtype(np.uint8))
             self._add((slot, "info_present"), (n_info,), flag)
             for name in ("done", "terminated", "truncated"):
                 self._add((slot, name), (), flag)
@@ -129,6 +141,34 @@ class BufferLayout:
     def nbytes(self) -> int:
         return max(self._size, _ALIGN)
 
+    def place_info_fields(self, fields: dict[str, InfoField]) -> dict[str, tuple[InfoField, int]]:
+        """Places in the info reserve for the ``fields`` not known yet, as far as they fit:
+        ``{name: (field, offset)}`` (the others stay extras). Nothing changes until
+        ``Buffers.add_info_fields`` adopts the places, in every process that maps the block."""
+        places: dict[str, tuple[InfoField, int]] = {}
+        used = self._reserve_used
+        for name, field in fields.items():
+            if name in self.info_fields or len(self.learned_info) + len(places) >= LEARNED_FIELDS:
+                continue
+            nbytes = int(np.prod(field.shape, dtype=np.int64)) * field.dtype.itemsize
+            offset = -(-used // 8) * 8  # aligned for any numeric dtype
+            if offset + nbytes > INFO_RESERVE_BYTES:
+                continue
+            places[name] = (field, offset)
+            used = offset + nbytes
+        return places
+
+    def adopt_info_places(self, places: dict[str, tuple[InfoField, int]]) -> list[str]:
+        """Record ``places`` (see :meth:`place_info_fields`); returns the names new here."""
+        new = [name for name in places if name not in self.info_fields]
+        for name in new:
+            field, offset = places[name]
+            self.info_fields[name] = field  # in place: drivers and faces hold this dict
+            self.learned_info[name] = offset
+            nbytes = int(np.prod(field.shape, dtype=np.int64)) * field.dtype.itemsize
+            self._reserve_used = max(self._reserve_used, offset + nbytes)
+        return new
+
     def __eq__(self, other: object) -> bool:
         return (
             isinstance(other, BufferLayout)
@@ -149,11 +189,21 @@ class Slot:
         self.objects = {key: [None] * n for key in layout.object_obs_keys}
         self.obs = {key: views[(slot, "obs", key)] for key in layout.obs_keys}
         self.info = {name: views[(slot, "info", name)] for name in layout.info_fields}
+        self.info_reserve = views[(slot, "info_reserve")]
         self.info_present = views[(slot, "info_present")]
+        for name in layout.learned_info:
+            self.add_info(name, layout.info_fields[name], layout.learned_info[name])
         self.done = views[(slot, "done")]
         self.terminated = views[(slot, "terminated")]
         self.truncated = views[(slot, "truncated")]
         self.reward = views.get((slot, "reward"))
+
+    def add_info(self, name: str, field: InfoField, offset: int) -> None:
+        """A view of the info reserve as the array of learnt field ``name``."""
+        nbytes = int(np.prod(field.shape, dtype=np.int64)) * field.dtype.itemsize
+        raw = self.info_reserve[:, offset : offset + nbytes]
+        # splitting the contiguous last axis of a strided view: a view, never a copy
+        self.info[name] = raw.view(field.dtype).reshape(len(raw), *field.shape)
 
     def copy_rows(self, other: Slot, rows: Any) -> None:
         """Copy ``other``'s observations, infos and flags at ``rows`` into this slot."""
@@ -220,6 +270,17 @@ class Buffers:
             self.obs_lanes = [first, *lanes]
         self._handed_out: list[np.ndarray] | None = None  # see handed_out_lanes
         self._free_refs = 0
+
+    def add_info_fields(self, places: dict[str, tuple[InfoField, int]]) -> list[str]:
+        """Adopt learnt info fields (see ``BufferLayout.place_info_fields``): their arrays
+        appear in both slots, their presence flags after the known ones. Adopting places
+        already adopted changes nothing. Returns the names new here."""
+        new = self.layout.adopt_info_places(places)
+        for name in new:
+            field, offset = places[name]
+            self.root.add_info(name, field, offset)
+            self.next.add_info(name, field, offset)
+        return new
 
     def write_action(self, key: tuple, values: np.ndarray) -> None:
         """Write the actions of every sub-env for action leaf ``key``.

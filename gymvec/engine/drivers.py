@@ -97,6 +97,10 @@ class GymDriver:
         self.next_value: Any = None  # the observation of the last reset into "next"
         self.step_value: Any = None  # the observation of the last step
 
+    def fields_changed(self) -> None:
+        """Info fields were learnt (``self.fields`` is the layout's dict, grown in place)."""
+        self.field_index = {name: k for k, name in enumerate(self.fields)}
+
     def read_action(self) -> Any:
         i = self.index
         if self.discrete_action:
@@ -236,6 +240,9 @@ class TensorDictDriver:
         self.step_value: Any = NOTHING
         self._pending_seed: int | None = None
 
+    def fields_changed(self) -> None:
+        """Info fields were learnt: an EnvBase sub-env's infos are its own keys, unchanged."""
+
     def step(self) -> bool:
         from tensordict import TensorDict
 
@@ -281,6 +288,11 @@ class CommandRunner:
         self.drivers = drivers
         self.start = start
         self.root, self.next = buffers.root, buffers.next
+
+    def fields_changed(self) -> None:
+        """Info fields were learnt (see ``Buffers.add_info_fields``)."""
+        for driver in self.drivers:
+            driver.fields_changed()
 
     def step_rows(self, stepping: Sequence[int]) -> list[int]:
         """Step the sub-envs at ``stepping`` (group rows); returns those that finished."""
@@ -366,6 +378,7 @@ class BatchStep(CommandRunner):
         slot = buffers.next
         self.reward, self.done = slot.reward[rows], slot.done[rows]
         self.terminated, self.truncated = slot.terminated[rows], slot.truncated[rows]
+        self.layout = buffers.layout
         self.with_fields = bool(buffers.layout.info_fields)
         self.wrote_extras = False  # whether the last _write left extras on a driver
         self.all_step = bytes([STEP]) * (stop - start)  # the mode bytes of a plain step
@@ -386,6 +399,10 @@ class BatchStep(CommandRunner):
             self.lanes.append(
                 (obs, obs.reshape(-1, *self.obs_shape[1:]) if self.obs_shape else None)
             )
+
+    def fields_changed(self) -> None:
+        super().fields_changed()
+        self.with_fields = bool(self.layout.info_fields)
 
     def use_lane(self, lane: int) -> None:
         """Write the observations of "next" into observation lane ``lane`` from now on; back

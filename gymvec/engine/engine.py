@@ -44,7 +44,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from gymvec.common.arrays import any_set
-from gymvec.common.infos import InfoField
+from gymvec.common.infos import InfoField, infer_info_fields
 from gymvec.common.structure import LeafSpec
 from gymvec.engine.buffers import BufferLayout, Buffers, MemmapMemory, private_memory
 from gymvec.engine.commands import (
@@ -137,7 +137,9 @@ def process_backend(options: Any, memmap: bool = False) -> Backend:
     """Sub-envs in worker processes (``options``: a ``ProcessOptions``), buffers in shared
     memory (or, with ``memmap``, in a temporary file)."""
     from gymvec.engine.buffers import shared_memory
-    from gymvec.engine.processes import ProcessExecutor
+    from gymvec.engine.processes import ProcessExecutor, refuse_start_while_importing_main
+
+    refuse_start_while_importing_main()  # before anything is built
 
     memmaps: list[MemmapMemory] = []
 
@@ -163,18 +165,36 @@ def process_backend(options: Any, memmap: bool = False) -> Backend:
 
 
 def expand_seeds(seed: int | Sequence[int | None] | None, n: int) -> list[int | None] | None:
-    """gymnasium's convention: an int ``s`` seeds sub-env ``i`` with ``s + i``."""
+    """gymnasium's convention: an int ``s`` seeds sub-env ``i`` with ``s + i``; a list gives
+    each sub-env its seed (or None). Seeds are non-negative integers, as gymnasium's envs
+    take them: anything else raises here, before any sub-env runs (a float used to be
+    truncated, a negative seed to fail inside a sub-env)."""
     if seed is None:
         return None
     if isinstance(seed, int | np.integer):
-        return [int(seed) + i for i in range(n)]
+        return [_checked_seed(seed, "seed") + i for i in range(n)]
+    if isinstance(seed, str | bytes) or not isinstance(seed, Sequence | np.ndarray):
+        raise TypeError(
+            f"seed: expected an int, a list of {n} ints or None, or None; got "
+            f"{type(seed).__name__} {seed!r}"
+        )
     seeds = list(seed)
     if len(seeds) != n:  # gymnasium's own words, which its users (and tests) match
         raise ValueError(
             f"If seeds are passed as a list the length must match num_envs={n} "
             f"but got length={len(seeds)}."
         )
-    return [None if s is None else int(s) for s in seeds]
+    return [None if s is None else _checked_seed(s, f"seed[{i}]") for i, s in enumerate(seeds)]
+
+
+def _checked_seed(seed: Any, where: str) -> int:
+    if not isinstance(seed, int | np.integer):
+        raise TypeError(
+            f"{where}: expected a non-negative int or None, got {type(seed).__name__} {seed!r}"
+        )
+    if seed < 0:
+        raise ValueError(f"{where}: expected a non-negative int, got {seed}")
+    return int(seed)
 
 
 def masked_seeds(
@@ -194,16 +214,30 @@ class BatchEngine:
         backend: where the buffers live and the sub-envs run (``serial_backend()``,
             ``process_backend(...)``).
         obs_lanes: spare buffers for large observations that callers may hand out.
+        timeout: seconds a command or request may take when the caller gives no timeout of
+            its own (None: as long as it takes). Past it the wait raises
+            ``SubEnvTimeoutError`` and the engine refuses further calls: only ``close()``
+            is left, and it ends the busy workers at once.
 
     Construction builds the first sub-env (one per task of a multi-task batch) in this
-    process to learn the layout, then closes it; the executor starts on first use, or at once
-    where the sub-envs have factories of their own (their spaces are checked then).
+    process to learn the layout from its spaces, then closes it, without resetting or
+    stepping it; the executor starts on first use, or at once where the sub-envs have
+    factories of their own (their spaces are checked then). Info fields are those the
+    sub-envs declare; :meth:`learn_info_fields` adds those of their first results.
     """
 
     def __init__(
-        self, factories: SubEnvFactories, backend: Backend, *, obs_lanes: int = OBS_LANES
+        self,
+        factories: SubEnvFactories,
+        backend: Backend,
+        *,
+        obs_lanes: int = OBS_LANES,
+        timeout: float | None = None,
     ) -> None:
         self.factories = factories
+        self.timeout = timeout
+        self.stuck: TimeoutError | None = None  # the timeout that ended the engine's use
+        self.timed_out = False  # the last wait outlasted its timeout (the call is in flight)
         self.backend = backend
         self.num_envs = factories.num_envs
         self.num_workers = factories.num_workers
@@ -239,6 +273,7 @@ class BatchEngine:
         self._has_lanes = bool(self.buffers.obs_lanes) and not self.heterogeneous
         self._object_actions = bool(self.layout.object_action_keys)
         self._object_obs = bool(self.layout.object_obs_keys)
+        self._learning = False  # info fields are learnt from the results (learn_info_fields)
         # first-ready commands: what each sub-env has in flight (_STEP, ...; _IDLE: nothing),
         # and the sub-envs whose state an error or an interrupt left unknown (reset them)
         self._flight = np.zeros(self.num_envs, dtype=np.int8)
@@ -255,7 +290,7 @@ class BatchEngine:
         for first in dict.fromkeys(firsts):
             env = check_sub_env(factories.sub_env_fn(first)())
             try:
-                probed[first] = summarize(env, probe_infos=True)
+                probed[first] = summarize(env, declared_infos=True)
             finally:
                 env.close()
         return [probed[first] for first in firsts]
@@ -301,6 +336,26 @@ class BatchEngine:
                         kind=name.split("_")[0],
                     )
                 self.heterogeneous = True
+
+    def learn_info_fields(self) -> None:
+        """Give the numeric info entries of the sub-envs' first reset and first step buffer
+        fields (``layout.info_fields`` grows in place); until then, and for entries that do
+        not fit the reserve (see ``BufferLayout``), infos travel as extras. For front ends
+        whose infos are built per call (the gymnasium face), not fixed by specs."""
+        self._learning = True
+
+    def _learn_infos(self, call: Call, extras: dict[int, Extras]) -> None:
+        """Fields for the entries that ``call``'s results reported as extras (the same type
+        and shape in every sub-env that reported them), adopted by every process; learning
+        ends with the first step."""
+        if call.kind == "step":
+            self._learning = False
+        infos = [info for e in extras.values() for info in (e.root, e.next) if info]
+        fields = infer_info_fields(*infos)
+        places = self.layout.place_info_fields(fields)
+        if places:
+            self.request("add_info_fields", places=places)
+            self.buffers.add_info_fields(places)  # (done already where groups share them)
 
     @property
     def executor(self) -> Executor:
@@ -416,16 +471,20 @@ class BatchEngine:
         that the caller can start copying their rows (not for a command into a lane).
         """
         call = self._call
-        if call is None or call.kind == "request" or call.interrupted:
+        if call is None or call.kind == "request" or call.interrupted or self.stuck:
             self._refuse_recv(call, timeout)
+        own = timeout is None and self.timeout is not None  # the engine's timeout applies
+        if own:
+            timeout = self.timeout
         lane = call.lane
         if lane:  # the observations go to a lane: nothing is left to copy early
             on_local_done = None
         # (the try of _wait, inline: this runs every step)
         try:
             extras = self._executor.wait(call, timeout, on_local_done)
-        except TimeoutError:
-            raise  # still in flight: a later recv() resumes the wait
+        except TimeoutError as exc:
+            self._timed_out(exc, own)
+            raise  # still in flight: a later recv() resumes the wait (but after `own`)
         except Exception:
             self._call = None  # a sub-env raised or a worker died: the command is over
             raise
@@ -433,13 +492,31 @@ class BatchEngine:
             call.interrupted = True  # see _wait
             raise
         self._call = None
+        self.timed_out = False
         if self._object_obs:
             self._store_objects(extras)
         self._book(call)
+        if self._learning:
+            self._learn_infos(call, extras)
         observations = self.buffers.handed_out_lanes()[lane - 1] if lane else None
         return Received(call.kind, call.mask, extras, observations)
 
+    def _timed_out(self, exc: TimeoutError, own: bool) -> None:
+        """A wait outlasted its timeout; under the engine's own, the engine is stuck."""
+        self.timed_out = True
+        if own:
+            self.stuck = exc
+
+    def check_not_stuck(self) -> None:
+        """A RuntimeError once a call outlasted the engine's own timeout."""
+        if self.stuck is not None:
+            raise RuntimeError(
+                f"a call timed out under the env's timeout of {self.timeout} s ({self.stuck}); "
+                "the env cannot go on: close() it (which ends the busy workers) and make a new one"
+            )
+
     def _refuse_recv(self, call: Call | None, timeout: float | None) -> None:
+        self.check_not_stuck()
         if call is None or call.kind == "request":
             raise RuntimeError("no command in flight: call step_send() or reset_send() first")
         # an interrupted command: its results are gone with the interrupted wait
@@ -492,10 +569,18 @@ class BatchEngine:
         self._call = call
 
     def request_recv(self, timeout: float | None = None) -> list:
+        self.check_not_stuck()
         call = self._call
         if call is None or call.kind != "request":
             raise RuntimeError("no request in flight: call request_send() first")
-        return self._wait(lambda: self.executor.request_wait(call, timeout))
+        own = timeout is None and self.timeout is not None
+        if own:
+            timeout = self.timeout
+        try:
+            return self._wait(lambda: self.executor.request_wait(call, timeout))
+        except TimeoutError as exc:
+            self._timed_out(exc, own)
+            raise
 
     @property
     def in_flight(self) -> str | None:
@@ -579,6 +664,7 @@ class BatchEngine:
         ``WorkerError`` from a worker process, or for a dead worker): the sub-envs it concerns
         are out of flight and need a reset, the others stay in flight.
         """
+        self.check_not_stuck()
         executor = self.executor
         if kind not in _RECV_KINDS:
             raise ValueError(f"kind: expected 'step', 'reset' or None, got {kind!r}")
@@ -594,10 +680,14 @@ class BatchEngine:
             )
         if max_get is not None and max_get < min_get:
             raise ValueError(f"max_get: expected at least min_get={min_get}, got {max_get}")
+        own = timeout is None and self.timeout is not None  # the engine's timeout applies
+        if own:
+            timeout = self.timeout
         try:
             finished = executor.wait_some(rows, min_get, max_get, timeout)
-        except TimeoutError:
-            raise  # still in flight: a later call takes them back
+        except TimeoutError as exc:
+            self._timed_out(exc, own)
+            raise  # still in flight: a later call takes them back (but after `own`)
         except BaseException:
             self._lose(executor.take_lost())
             raise
@@ -664,6 +754,7 @@ class BatchEngine:
     def _async_send(
         self, rows: np.ndarray, modes: Any, seeds: Sequence[int | None] | None, kind: int
     ) -> None:
+        self.check_not_stuck()
         control = self.control
         control.mode[rows] = modes
         self._uniform_mode = None
@@ -726,6 +817,7 @@ class BatchEngine:
     # ---- the round trip -------------------------------------------------------------------------
     def _ready(self) -> Executor:
         """The executor, once the call in flight (if any) is over."""
+        self.check_not_stuck()
         executor = self.executor
         if self._call is not None and self._call.interrupted:
             self._abandon()
@@ -813,6 +905,7 @@ class BatchEngine:
             call.interrupted = True
             raise
         self._call = None
+        self.timed_out = False
         return result
 
     def _abandon(self, timeout: float | None = None) -> None:
@@ -828,6 +921,7 @@ class BatchEngine:
             self._call = None
             raise
         self._call = None
+        self.timed_out = False
 
     def _check_resets_all(self, modes: Any) -> None:
         resets = np.bitwise_and(np.asarray(modes, dtype=np.uint8), np.uint8(RESET))

@@ -66,6 +66,8 @@ class SubEnvFactories:
             sub-env.
         create_env_kwargs: kwargs for the factories: a dict, or a list as ``create_env_fn``.
         envs_per_worker: sub-envs per worker, or a list of ``num_workers`` counts.
+        tasks: whether one factory per worker makes a multi-task batch (False: the
+            factories build sub-envs of one task, as gymnasium's vector envs take them).
     """
 
     def __init__(
@@ -74,8 +76,11 @@ class SubEnvFactories:
         create_env_fn: Callable[..., Any] | Sequence[Callable[..., Any]],
         create_env_kwargs: dict | Sequence[dict] | None = None,
         envs_per_worker: int | Sequence[int] = 1,
+        *,
+        tasks: bool = True,
     ):
         self.num_workers = check_count("num_workers", num_workers)
+        self.tasks = tasks
         sizes = worker_sizes(self.num_workers, envs_per_worker)
         self.num_envs = sum(sizes)
         ends = np.cumsum(sizes).tolist()
@@ -103,8 +108,14 @@ class SubEnvFactories:
     def one_per_worker(self) -> bool:
         """A multi-task batch: several factories, each shared by a whole worker."""
         fns = self.fns
-        return not self.single_factory() and all(
-            fns[i] is fns[start] for start, stop in self.worker_bounds for i in range(start, stop)
+        return (
+            self.tasks
+            and not self.single_factory()
+            and all(
+                fns[i] is fns[start]
+                for start, stop in self.worker_bounds
+                for i in range(start, stop)
+            )
         )
 
     def distinct(self) -> list[int]:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing as mp
+import multiprocessing.util
 import os
 import platform
 import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -56,11 +58,20 @@ from gymvec.engine.worker import (
     wait_for,
     worker_main,
 )
-from gymvec.errors import SpaceMismatchError, WorkerError, worker_error
+from gymvec.errors import (
+    MainModuleError,
+    SpaceMismatchError,
+    SubEnvTimeoutError,
+    WorkerError,
+    worker_error,
+)
 
 WORKER_SPIN_S = 200e-6  # how long an idle worker spins before it blocks
 PARENT_SPIN_S = 100e-6  # how long the parent spins on a worker's answer before it blocks
 _ERROR = int(Status.ERROR)
+# The exit code of a spawned worker that found itself importing the main module (see
+# refuse_start_while_importing_main); EX_CONFIG of sysexits.h.
+MAIN_REIMPORT_EXIT = 78
 
 
 def usable_cores() -> int:
@@ -142,6 +153,10 @@ class WorkerHandle:
     def alive(self) -> bool:
         return self.process.is_alive()
 
+    def busy(self) -> bool:
+        """Whether the worker has not finished the last command posted to it."""
+        return self.answered != self.seq and self.words[DONE_SEQ] < self.seq
+
     def died(self) -> WorkerError:
         self.process.join(0.1)
         code = self.process.exitcode
@@ -154,10 +169,12 @@ class WorkerHandle:
         )
 
     def release(self) -> None:
-        """Close the parent's end: the pipe, the process object and the semaphores (named
-        ones live in /dev/shm until their last reference goes)."""
+        """Close the parent's end: the pipe, the process object and the semaphores, whose
+        /dev/shm entries go now (see ``unlink_semaphore``)."""
         self.conn.close()
         self.process.close()
+        unlink_semaphore(self.wake)
+        unlink_semaphore(self.done)
         self.process = self.wake = self.done = None
 
 
@@ -277,8 +294,8 @@ class ProcessExecutor(Executor):
         if handle.conn in ready:
             try:
                 kind, detail = cloudpickle.loads(handle.conn.recv_bytes())
-            except (EOFError, OSError):
-                raise handle.died() from None
+            except (EOFError, OSError):  # it died before its first message
+                raise start_failure(handle) from None
             if kind == "mismatch":
                 message, what = detail
                 raise SpaceMismatchError(f"worker {handle.index}: {message}", kind=what)
@@ -287,7 +304,7 @@ class ProcessExecutor(Executor):
             handle.summaries = detail
             return
         if ready:
-            raise handle.died()
+            raise start_failure(handle) from None
         raise WorkerError(
             f"worker {handle.index} did not start within {timeout} s", worker_index=handle.index
         )
@@ -332,8 +349,17 @@ class ProcessExecutor(Executor):
             if on_local_done is not None and call.local_error is None:
                 on_local_done(local.bounds[-1][1] if local is not None else 0)
             if deadline is not None and time.monotonic() > deadline and self.handles:
-                raise TimeoutError(f"the local share outlasted the timeout of {timeout} s")
-        error = self._collect(deadline, into=call.extras)
+                rows = list(range(*local.bounds[0])) if local is not None else []
+                raise SubEnvTimeoutError(
+                    f"the {call.kind} did not finish within {timeout} s: sub-envs "
+                    f"{_rows(rows)} stepped in this process took longer (with a timeout= "
+                    "option, none is)",
+                    [(0, os.getpid(), rows)],
+                )
+        try:
+            error = self._collect(deadline, into=call.extras)
+        except TimeoutError:
+            raise self.busy_error(call, timeout) from None
         if call.local_error is not None:  # the sub-env's own exception, as SerialEnv raises it
             raise call.local_error
         if error is not None:
@@ -351,9 +377,24 @@ class ProcessExecutor(Executor):
         them, and the errors of their sub-envs; this process's share does not run again. A
         dead worker raises WorkerError. After a TimeoutError, calling again resumes."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        error = self._collect(deadline, on_reply=_drop)
+        try:
+            error = self._collect(deadline, on_reply=_drop)
+        except TimeoutError:
+            raise self.busy_error(call, timeout) from None
         if error is not None and error.worker_traceback is None:  # died, not raised
             raise error
+
+    def busy_error(self, call: Call, timeout: float | None) -> SubEnvTimeoutError:
+        """The error for a wait that outlasted ``timeout``: it names the workers that had
+        not answered, and their sub-envs."""
+        busy = [
+            (h.index, h.process.pid, list(range(h.start, h.stop))) for h in self.handles if h.busy()
+        ]
+        what = f"{call.name} request" if call.kind == "request" else call.kind
+        where = "; ".join(f"sub-envs {_rows(r)} (worker {w}, pid {pid})" for w, pid, r in busy)
+        return SubEnvTimeoutError(
+            f"the {what} did not finish within {timeout} s; still busy: {where}", busy
+        )
 
     def _collect(
         self,
@@ -511,10 +552,15 @@ class ProcessExecutor(Executor):
         if deadline is not None and time.monotonic() >= deadline:
             self._gather(rows)  # one last look: a row may have finished just now
             busy = rows[~self._gathered[rows]].tolist()
-            workers = sorted({self.handle_of_row[row].index for row in busy})
-            raise TimeoutError(
+            handles = dict.fromkeys(self.handle_of_row[row] for row in busy)
+            workers = sorted(handle.index for handle in handles)
+            raise SubEnvTimeoutError(
                 f"first-ready wait: fewer than {min_get} sub-envs finished in time; "
-                f"sub-envs {busy} (workers {workers}) are still running"
+                f"sub-envs {busy} (workers {workers}) are still running",
+                [
+                    (h.index, h.process.pid, [row for row in busy if self.handle_of_row[row] is h])
+                    for h in handles
+                ],
             )
 
     def _lose_worker(self, handle: WorkerHandle) -> None:
@@ -594,28 +640,59 @@ class ProcessExecutor(Executor):
                 for p, answer in zip(positions_of[handle.index], reply[1]):
                     call.results[p] = answer
 
-        died = self._collect(deadline, on_reply, [handle for handle, _ in asked])
+        try:
+            died = self._collect(deadline, on_reply, [handle for handle, _ in asked])
+        except TimeoutError:
+            raise self.busy_error(call, timeout) from None
         error = next((e for e in errors if e is not None), died)
         if error is not None:
             raise error
         return call.results
 
     def close(self, timeout: float = 5.0) -> None:
-        for handle in self.handles:
-            if handle.process.is_alive():
+        """Stop every worker: an idle one closes its sub-envs and exits (``timeout`` s at
+        most); one still busy with a command (it timed out, or the wait was given up) could
+        not read the close before that command ends, if ever: it is terminated at once."""
+        busy = [handle.busy() for handle in self.handles]
+        for handle, is_busy in zip(self.handles, busy):
+            if is_busy:
+                terminate(handle.process)
+            elif handle.process.is_alive():
                 try:
                     handle.post(Command.CLOSE)
                 except (OSError, ValueError):
                     pass
-        for handle in self.handles:
-            stop_process(handle.process, timeout)
+        for handle, is_busy in zip(self.handles, busy):
+            stop_process(handle.process, 0.0 if is_busy else timeout)
             handle.release()
         self.handles = []
         self._unsettled.clear()
+        unlink_semaphore(self.concurrency)
+        unlink_semaphore(self.ready)
         self.sync_memory = self.concurrency = self.rows_memory = self.ready = None
         local, self.local = self.local, None
         if local is not None:
             local.close()  # last: a sub-env's close may raise
+
+
+def unlink_semaphore(semaphore: Any) -> None:
+    """Remove the /dev/shm entry of a named multiprocessing semaphore now.
+
+    Under spawn and forkserver, multiprocessing names each semaphore in /dev/shm and removes
+    the name only when the semaphore is garbage-collected, which any reference left behind
+    puts off (a kept WorkerError holds the frame of the wait on ``done``). Running that
+    finalizer here removes the name once (the processes that opened the semaphore keep it);
+    the later collection then does nothing. A semaphore without a name (fork unlinks at
+    once) or without a finalizer to find is left to the collector, as before.
+    """
+    if getattr(getattr(semaphore, "_semlock", None), "name", None) is None:
+        return
+    registry = getattr(multiprocessing.util, "_finalizer_registry", {})
+    for finalizer in list(registry.values()):
+        ref = getattr(finalizer, "_weakref", None)
+        if ref is not None and ref() is semaphore:
+            finalizer()
+            return
 
 
 def _drop(handle: WorkerHandle, reply: Any) -> None:
@@ -629,17 +706,76 @@ def worker_words(sync_memory: Any, k: int) -> Any:
     return np.frombuffer(sync_memory, dtype=np.int64)[k * SYNC_WORDS : (k + 1) * SYNC_WORDS]
 
 
+def terminate(process) -> None:
+    if process._popen is not None and process.exitcode is None:
+        process.terminate()
+
+
 def stop_process(process, timeout: float) -> None:
     """Join, then terminate, then kill: never wait unbounded."""
     if process._popen is None:  # never started
         return
-    process.join(timeout)
+    if timeout > 0:
+        process.join(timeout)
     if process.exitcode is None:
         process.terminate()
         process.join(1.0)
     if process.exitcode is None:
         process.kill()
         process.join()
+
+
+def _rows(rows: list[int]) -> str:
+    """Sub-env indices, a run of them as ``a-b``."""
+    if len(rows) > 2 and rows == list(range(rows[0], rows[-1] + 1)):
+        return f"{rows[0]}-{rows[-1]}"
+    return ", ".join(map(str, rows))
+
+
+def check_timeout(timeout: float | None, local_worker: bool | None) -> float | None:
+    """A ``timeout=`` option: None or positive seconds; it rules out ``local_worker`` (a
+    sub-env stepped in the calling process could not be cut short)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise ValueError(f"timeout: expected None or a positive number of seconds, got {timeout!r}")
+    if local_worker:
+        raise ValueError(
+            "timeout: local_worker=True steps sub-envs in the calling process, where a timeout "
+            "cannot cut them short; leave local_worker unset (or False) with a timeout"
+        )
+    return float(timeout)
+
+
+def refuse_start_while_importing_main() -> None:
+    """In a spawned worker that is still importing the main module (a script that builds
+    an env at import time, without ``if __name__ == "__main__":``), exit at once with
+    ``MAIN_REIMPORT_EXIT``: the parent tells its user why (``ProcessExecutor._wait_ready``),
+    instead of one multiprocessing traceback per worker."""
+    if getattr(mp.current_process(), "_inheriting", False):
+        sys.stderr.flush()
+        os._exit(MAIN_REIMPORT_EXIT)
+
+
+def start_failure(handle: WorkerHandle) -> WorkerError:
+    """The error for a worker that died before it was ready: a MainModuleError when it
+    found itself importing the main module (see refuse_start_while_importing_main)."""
+    handle.process.join(1.0)
+    if handle.process.exitcode == MAIN_REIMPORT_EXIT:
+        return main_reimport_error(handle)
+    return handle.died()
+
+
+def main_reimport_error(handle: WorkerHandle) -> MainModuleError:
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__file__", None) or "the main module"
+    return MainModuleError(
+        f"worker {handle.index} could not start: {script} builds this env when it is "
+        "imported, and spawned worker processes import it again. Put the code that builds "
+        'and runs the env under `if __name__ == "__main__":` (or in a function called from '
+        "there).",
+        worker_index=handle.index,
+    )
 
 
 class RemoteTraceback(Exception):

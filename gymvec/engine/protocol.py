@@ -68,6 +68,10 @@ class Engine(Protocol):
 
     def write_action(self, key: tuple, values: np.ndarray) -> None: ...
 
+    def learn_info_fields(self) -> None:
+        """Let ``layout.info_fields`` grow (in place) with the entries the sub-envs report,
+        where the engine can; the face reads it at every call."""
+
     def request_send(
         self, name: str, indices: Sequence[int] | None = None, **kwargs: Any
     ) -> None: ...

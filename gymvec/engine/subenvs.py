@@ -60,8 +60,9 @@ class SubEnvSummary:
     ``observation_leaves``/``action_leaves``: (key, shape, numpy dtype) of each leaf, as the
     buffers lay them out. Gymnasium sub-envs (also inside a ``GymEnv``) give their spaces and
     gymnasium attributes; other ``EnvBase`` sub-envs give their specs (``specs``: observation
-    spec, full action spec, reward dtype). ``info_fields``: the numeric info entries that get
-    a buffer field, known for the sub-env that the engine probes (None for the others).
+    spec, full action spec, reward dtype). ``info_fields``: the numeric info entries the
+    sub-env declares (a ``GymEnv``'s, an ``EnvBase``'s ``info_spec``; none for a gymnasium
+    env), for the sub-env the engine builds to learn the layout (None for the others).
     """
 
     observation_leaves: list[LeafSpec]
@@ -75,15 +76,18 @@ class SubEnvSummary:
     info_fields: dict[str, InfoField] | None = None
 
 
-def summarize(env: Any, probe_infos: bool = False) -> SubEnvSummary:
-    """The summary of a sub-env; with ``probe_infos``, also its info fields (a gymnasium
-    sub-env is then reset and stepped once to see its infos, see ``probe_info_fields``)."""
+def summarize(env: Any, declared_infos: bool = False) -> SubEnvSummary:
+    """The summary of a sub-env; with ``declared_infos``, also the info fields it declares.
+
+    Nothing here resets or steps the sub-env: the info entries of a gymnasium env are learnt
+    from its own first results (see ``BatchEngine.learn_info_fields``).
+    """
     gym_env = gym_env_of(env)
     if gym_env is not None:
         fields = None
-        if probe_infos:
-            declared = getattr(env, "info_fields", None)  # a GymEnv found them already
-            fields = dict(declared) if declared is not None else probe_info_fields(gym_env)
+        if declared_infos:
+            declared = getattr(env, "info_fields", None) if env is not gym_env else None
+            fields = dict(declared) if isinstance(declared, dict) else {}  # a GymEnv's
         return SubEnvSummary(
             observation_leaves=leaf_specs(observation_leaves(gym_env.observation_space)),
             action_leaves=leaf_specs(space_leaves(gym_env.action_space, ("action",))),
@@ -104,7 +108,7 @@ def summarize(env: Any, probe_infos: bool = False) -> SubEnvSummary:
         observation_leaves=spec_leaves(env.observation_spec),
         action_leaves=spec_leaves(env.full_action_spec),
         specs=(env.observation_spec, env.full_action_spec, env.reward_spec.dtype),
-        info_fields=info_fields_of(env.info_spec) if probe_infos else None,
+        info_fields=info_fields_of(env.info_spec) if declared_infos else None,
     )
 
 
@@ -116,7 +120,7 @@ def probe_info_fields(gym_env: gym.Env) -> dict[str, InfoField]:
     attribute set, or reset options, first) is probed no further, and the infos it reports
     later travel as extras. Its real calls then raise whatever they raise.
     """
-    infos: list[dict] = []
+    infos: list[dict] = []  # (GymEnv's choice, for specs known at construction)
     try:
         infos.append(gym_env.reset()[1])
         infos.append(gym_env.step(gym_env.action_space.sample())[-1])
@@ -133,6 +137,7 @@ class SubEnvGroup:
     ):
         self.start = start
         self.stop = start + len(env_fns)
+        self.buffers = buffers
         self.modes = control.mode[start : self.stop]  # this group's rows, sliced once
         self.seeds = control.seed[start : self.stop]
         self.lane_word = control.lane
@@ -190,6 +195,11 @@ class SubEnvGroup:
                     row = ([objects[i] for objects in root], [objects[i] for objects in next_])
                     extras.setdefault(i, Extras()).objects = row
         return extras
+
+    def add_info_fields(self, places: dict) -> None:
+        """Adopt info fields the engine learnt (see ``Buffers.add_info_fields``)."""
+        self.buffers.add_info_fields(places)
+        self.runner.fields_changed()
 
     def set_action_objects(self, values: dict[tuple, list]) -> None:
         """Store the object actions of this group's rows (``values[key]``: one per row)."""
@@ -284,6 +294,11 @@ def apply(
     return [fn(target, *args, **(kwargs or {})) for target in group.targets(indices, True)]
 
 
+def add_info_fields(group: SubEnvGroup, indices: Sequence[int], *, places: dict) -> list:
+    group.add_info_fields(places)
+    return [None] * len(indices)
+
+
 def state_dict(group: SubEnvGroup, indices: Sequence[int]) -> list:
     return [env_state(env) for env in group.targets(indices)]
 
@@ -322,6 +337,7 @@ REQUESTS: dict[str, Callable[..., list]] = {
     "apply": apply,
     "state_dict": state_dict,
     "load_state_dict": load_state_dict,
+    "add_info_fields": add_info_fields,
 }
 
 

@@ -30,10 +30,12 @@ import dataclasses
 import enum
 import gc
 import os
+import re
 import signal
 import sys
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
@@ -286,9 +288,15 @@ def env_specs_payload() -> bytes:
 
 def add_missing_env_specs(pickled_specs: list[bytes]) -> None:
     """Register the parent's ids that this process does not know (after the factories were
-    unpickled: the modules they import register their own ids first)."""
+    unpickled: the modules they import register their own ids first).
+
+    A package the parent imported inside its main code (ale_py, say) registers its ids
+    again when an entry point imports it here: gymnasium then warns that each copied id is
+    overridden (by the same spec). Those warnings, for the copied ids only, are silenced.
+    """
     import gymnasium
 
+    copied = []
     for payload in pickled_specs:
         try:
             spec = cloudpickle.loads(payload)
@@ -296,6 +304,12 @@ def add_missing_env_specs(pickled_specs: list[bytes]) -> None:
             continue
         if spec.id not in gymnasium.registry:
             gymnasium.registry[spec.id] = spec
+            copied.append(spec.id)
+    if copied:
+        ids = "|".join(re.escape(env_id) for env_id in copied)
+        # gymnasium's words (after its colour codes): registration.register's warning
+        pattern = rf".*Overriding environment ({ids}) already in registry\."
+        warnings.filterwarnings("ignore", message=pattern, category=UserWarning)
 
 
 def ready_message(summaries: list[SubEnvSummary]) -> bytes:

@@ -25,7 +25,7 @@ from gymvec.engine.buffers import Buffers
 from gymvec.engine.commands import Autoreset, Extras
 from gymvec.engine.engine import Backend, BatchEngine, expand_seeds, process_backend, serial_backend
 from gymvec.engine.factories import SubEnvFactories, check_count
-from gymvec.engine.processes import ProcessOptions, check_start_method
+from gymvec.engine.processes import ProcessOptions, check_start_method, check_timeout
 from gymvec.engine.subenvs import SubEnvSummary
 from gymvec.envs.base import DONE_KEYS, EnvBase, make_done_spec, make_reward_spec, set_next
 from gymvec.envs.gym_env import observation_spec_from_space
@@ -80,6 +80,7 @@ class BatchedEnvBase(EnvBase):
             hold different numbers); the batch size is their total.
         device: where outputs live (sub-envs run on CPU).
         backend: where the sub-envs run (see ``engine.Backend``).
+        timeout: seconds a reset, step or call may take (see ``BatchEngine``).
     """
 
     def __init__(
@@ -91,6 +92,7 @@ class BatchedEnvBase(EnvBase):
         envs_per_worker: int | Sequence[int] = 1,
         device: DeviceLike = None,
         backend: Backend,
+        timeout: float | None = None,
     ) -> None:
         factories = SubEnvFactories(num_workers, create_env_fn, create_env_kwargs, envs_per_worker)
         self.num_workers = factories.num_workers
@@ -102,7 +104,7 @@ class BatchedEnvBase(EnvBase):
         self.last_extras: dict[int, Extras] = {}
         self._sent: dict[int, TensorDictBase] = {}  # first-ready steps: each row as sent
         self._row_specs: dict[tuple, TensorSpec] = {}  # (key, K) -> the leaf spec of K rows
-        self.engine = BatchEngine(factories, backend)
+        self.engine = BatchEngine(factories, backend, timeout=timeout)
         try:
             self._set_specs(self.engine.summaries)
             self._make_views()
@@ -582,6 +584,10 @@ class ParallelEnv(BatchedEnvBase):
         startup_timeout: seconds a worker may take to build its sub-envs.
         spin: whether waits spin briefly before blocking (None: when every busy process has
             a core of its own, on x86).
+        timeout: seconds a reset, step or call may take (None: as long as it takes). Past
+            it, ``SubEnvTimeoutError`` names the sub-envs and workers still busy, the env
+            refuses further calls, and ``close()`` ends the busy workers at once. Rules out
+            ``local_worker``: no sub-env runs in this process.
         device: where outputs live.
 
     A worker that raises or dies surfaces as :class:`gymvec.WorkerError` (with the worker's
@@ -612,9 +618,11 @@ class ParallelEnv(BatchedEnvBase):
         daemon: bool = False,
         startup_timeout: float = 120.0,
         spin: bool | None = None,
+        timeout: float | None = None,
         device: DeviceLike = None,
     ) -> None:
         check_count("num_workers", num_workers)  # before it is used below
+        self.timeout = check_timeout(timeout, local_worker)
         if not shared_memory:
             raise ValueError("shared_memory=False is not supported: buffers are always shared")
         self.memmap = memmap
@@ -640,6 +648,7 @@ class ParallelEnv(BatchedEnvBase):
             envs_per_worker=envs_per_worker,
             device=device,
             backend=process_backend(options, memmap=memmap),
+            timeout=self.timeout,
         )
 
 

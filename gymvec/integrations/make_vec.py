@@ -9,10 +9,11 @@ Two ways in:
   id ``gymvec/<id>`` (``gymvec-<namespace>/<name>`` for namespaced ids) for every registered
   id, whose ``vector_entry_point`` is gymvec's parallel backend. The ``gymvec:`` prefix makes
   gymnasium import gymvec first; ids registered later are covered by calling
-  ``gymvec.register_vector_ids()`` again. Existing ids are never modified. gymvec options
+  ``gymvec.register_vector_ids()`` again (``gymnasium.make_vec`` says so in a note on its
+  error for such an id). Existing ids are never modified. gymvec options
   (``num_workers``, ``autoreset_mode``, ``output``, ``local_worker``, ``backend``,
-  ``context``) can be passed as keyword arguments of ``gymnasium.make_vec``; the rest go to
-  the env.
+  ``context``, ``timeout``) can be passed as keyword arguments of ``gymnasium.make_vec``; the
+  rest go to the env.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ _GYMVEC_OPTIONS = (
     "local_worker",
     "context",
     "batch_size",
+    "timeout",
     "ray_options",
 )
 
@@ -52,6 +54,7 @@ def make_vec(
     local_worker: bool | None = None,
     context: str | None = None,
     batch_size: int | None = None,
+    timeout: float | None = None,
     ray_options: dict | None = None,
     **env_kwargs: Any,
 ) -> GymnasiumVectorEnv:
@@ -94,6 +97,11 @@ def make_vec(
     if backend == "ray":
         envs = _ray_vec(env_fns, num_workers, ray_options, autoreset_mode, output, batch_size)
     elif backend == "serial":
+        if timeout is not None:
+            raise ValueError(
+                "timeout: the serial backend steps every sub-env in this process, where a "
+                "timeout cannot cut them short; use backend='parallel'"
+            )
         envs = SerialVectorEnv(
             env_fns, autoreset_mode=autoreset_mode, output=output, batch_size=batch_size
         )
@@ -106,6 +114,7 @@ def make_vec(
             local_worker=local_worker,
             context=context,
             batch_size=batch_size,
+            timeout=timeout,
             # Arrays go through shared memory either way; False also takes the spaces that
             # gymnasium's AsyncVectorEnv cannot share (Graph, Sequence, custom), pickled.
             shared_memory=False,
@@ -185,3 +194,48 @@ def register_vector_ids() -> list[str]:
         )
         added.append(new_id)
     return added
+
+
+def base_id(derived: str) -> str:
+    """The id a derived id stands for: ``gymvec/<id>`` -> ``<id>``, ``gymvec-<ns>/<name>`` ->
+    ``<ns>/<name>`` (the inverse of :func:`derived_id`)."""
+    if derived.startswith("gymvec/"):
+        return derived[len("gymvec/") :]
+    return derived[len("gymvec-") :]
+
+
+def unregistered_hint(derived: str) -> str:
+    """What to do about a derived id that is not registered."""
+    base = base_id(derived)
+    if base in gym.registry:
+        return (
+            f"gymvec: {base!r} was registered after gymvec was imported, so {derived!r} is "
+            "not registered yet: call gymvec.register_vector_ids() once the package that "
+            f"registers {base!r} is imported (or import that package before gymvec)"
+        )
+    return (
+        f"gymvec: {derived!r} stands for {base!r}, which is not registered either: import "
+        "the package that registers it, then call gymvec.register_vector_ids()"
+    )
+
+
+def with_unregistered_hint(make_vec_fn: Any) -> Any:
+    """``gymnasium.make_vec`` whose lookup error for an unregistered derived id (a
+    ``gymvec/...`` or ``gymvec-...`` id, with or without the ``gymvec:`` prefix) carries a
+    note saying what to do (see :func:`unregistered_hint`); nothing else changes."""
+    if getattr(make_vec_fn, "gymvec_hint", False):
+        return make_vec_fn
+
+    @functools.wraps(make_vec_fn)
+    def make_vec_with_hint(id: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002
+        try:
+            return make_vec_fn(id, *args, **kwargs)
+        except gym.error.Error as exc:
+            name = id.rpartition(":")[2] if isinstance(id, str) else ""
+            derived = name.startswith(("gymvec/", "gymvec-"))
+            if derived and name not in gym.registry and hasattr(exc, "add_note"):
+                exc.add_note(unregistered_hint(name))
+            raise
+
+    make_vec_with_hint.gymvec_hint = True  # type: ignore[attr-defined]
+    return make_vec_with_hint

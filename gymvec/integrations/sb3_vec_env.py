@@ -54,7 +54,12 @@ class _FunctionAccess:
         return self._run(_call_method, (name, args, kwargs), indices)
 
     def get(self, name: str, indices: list[int]) -> list:
-        return self._run(_get_attr, (name,), indices)
+        try:
+            return self._run(_get_attr, (name,), indices)
+        except NotImplementedError as error:
+            # A batched env without sub-envs to reach (a torchrl env behind the face): to SB3
+            # (VecEnv.__init__, has_attr) the attribute is missing.
+            raise AttributeError(f"get_attr({name!r}): {error}") from error
 
     def set(self, name: str, value: Any, indices: list[int]) -> None:
         self._run(_set_attr, (name, value), indices)

@@ -30,8 +30,13 @@ from gymnasium.vector.utils import batch_differing_spaces
 from gymvec.common.structure import observation_leaves, refuse_object_leaves, space_leaves
 from gymvec.engine.engine import BatchEngine, process_backend, serial_backend
 from gymvec.engine.factories import SubEnvFactories
-from gymvec.engine.processes import ProcessOptions, check_start_method, usable_cores
-from gymvec.errors import SpaceMismatchError
+from gymvec.engine.processes import (
+    ProcessOptions,
+    check_start_method,
+    check_timeout,
+    usable_cores,
+)
+from gymvec.errors import SpaceMismatchError, SubEnvTimeoutError
 from gymvec.vector.vector_env import GymnasiumVectorEnv
 
 
@@ -197,7 +202,11 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         runs its sub-envs one after the other, so at most this many of them run a command at
         once).
     Args (gymvec's): num_workers, local_worker (step one share of the sub-envs in this
-        process: None picks by the number of cores), output ("numpy" or "torch").
+        process: None picks by the number of cores, False with a timeout), output ("numpy"
+        or "torch"), timeout (seconds any reset, step or call may take when its wait gives
+        no timeout of its own; None: as long as it takes. Past it, a ``SubEnvTimeoutError``
+        names the busy sub-envs and workers, the env refuses further calls, and ``close()``
+        ends the busy workers at once. No sub-env then runs in this process).
     """
 
     def __init__(
@@ -216,6 +225,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         local_worker: bool | None = None,
         output: str = "numpy",
         batch_size: int | None = None,
+        timeout: float | None = None,
     ):
         if worker is not None:
             raise ValueError("ParallelVectorEnv does not support a custom `worker` function")
@@ -237,19 +247,24 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
             raise ValueError(
                 f"num_workers: expected at most one worker per sub-env ({n}), got {num_workers}"
             )
+        self.timeout = check_timeout(timeout, local_worker)
         if local_worker is None:
-            local_worker = default_local_worker(num_workers)
+            local_worker = timeout is None and default_local_worker(num_workers)
         options = ProcessOptions(
             start_method=check_start_method(context or multiprocessing.get_start_method()),
             daemon=daemon,
             local_worker=local_worker,
             max_concurrency=max_concurrency,
         )
-        factories = SubEnvFactories(num_workers, self.env_fns, None, spread(n, num_workers))
+        # one task: sub-env 0 alone is built here for the layout (the others' spaces are
+        # checked where they are built), not one per worker's factory
+        factories = SubEnvFactories(
+            num_workers, self.env_fns, None, spread(n, num_workers), tasks=False
+        )
         engine = _engine(
             "ParallelVectorEnv",
             observation_mode,
-            lambda: BatchEngine(factories, process_backend(options)),
+            lambda: BatchEngine(factories, process_backend(options), timeout=self.timeout),
         )
         try:
             if shared_memory:
@@ -288,17 +303,17 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
             )
         try:
             return self.receive(timeout)
-        except TimeoutError:
-            # Still in flight: a later wait resumes it (gymnasium gives the call up instead).
-            raise multiprocessing.TimeoutError(
-                f"The call to `{call}_wait` has timed out after {timeout} second(s)."
-            ) from None
+        except TimeoutError as exc:
+            # Still in flight: a later wait resumes it (gymnasium gives the call up instead),
+            # but for the constructor's timeout, after which the env refuses further calls.
+            raise _wait_timeout(call, timeout, self.timeout, exc) from None
 
     def _check_running(self) -> None:
         if self.closed:
             raise gym.error.ClosedEnvironmentError(
                 f"Trying to operate on `{type(self).__name__}`, after a call to `close()`."
             )
+        self.engine.check_not_stuck()
 
     def reset_async(
         self, seed: int | Sequence[int | None] | None = None, options: dict | None = None
@@ -339,12 +354,10 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
             )
         try:
             return tuple(self.engine.request_recv(timeout))
-        except TimeoutError:
+        except TimeoutError as exc:
             # gymnasium gives the call up: its answers are read and dropped by the next call
             self.engine.abandon()
-            raise multiprocessing.TimeoutError(
-                f"The call to `call_wait` has timed out after {timeout} second(s)."
-            ) from None
+            raise _wait_timeout("call", timeout, self.timeout, exc) from None
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         self.call_async(name, *args, **kwargs)
@@ -366,7 +379,8 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
                 f"Calling `close` while waiting for a pending call to `{self._state.value}` to "
                 "complete."
             )
-            if not terminate:
+            if not terminate and not self.engine.timed_out:
+                # (after a timeout, it may never finish: close() ends its workers instead)
                 try:  # let the call in flight finish, as AsyncVectorEnv does
                     if self.engine.in_flight == "request":
                         self.engine.request_recv(timeout)
@@ -375,6 +389,17 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
                 except Exception:
                     pass
         self.engine.close()
+
+
+def _wait_timeout(
+    call: str, timeout: float | None, default: float | None, exc: TimeoutError
+) -> SubEnvTimeoutError:
+    """gymnasium's words for a wait that timed out, then what was still busy."""
+    seconds = default if timeout is None else timeout
+    return SubEnvTimeoutError(
+        f"The call to `{call}_wait` has timed out after {seconds} second(s): {exc}",
+        getattr(exc, "busy", []),
+    )
 
 
 def default_num_workers(num_envs: int) -> int:

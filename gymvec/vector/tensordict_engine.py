@@ -128,6 +128,9 @@ class TensorDictEngine:
         self.any_finished = bool(self.finished.any())
         return Received("step", None, extras, None)
 
+    def learn_info_fields(self) -> None:
+        """Nothing to learn: the env's ``info_spec`` fixes its info fields."""
+
     def write_action(self, key: tuple, values: np.ndarray) -> None:
         self.buffers.write_action(key, values)
 

@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -137,8 +138,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self._discrete_bounds = discrete_bounds(
             self.single_action_space, self._action_leaves, self.buffers.action
         )
-        self.fields = list(engine.layout.info_fields.items())
-        self.field_names = set(engine.layout.info_fields)
+        # The info fields: the engine learns more from the sub-envs' first results (this
+        # dict grows in place), and infos are built from it at every call.
+        engine.learn_info_fields()
+        self._info_fields = engine.layout.info_fields
         self._same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
         self._disabled = self.autoreset_mode == AutoresetMode.DISABLED
         # The slot that holds what the caller sees: SAME_STEP's reset observations sit in the
@@ -560,14 +563,15 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     def _infos(self, slot: Slot, rows: np.ndarray | None, extras: dict[int, dict | None]) -> dict:
         """gymnasium's vector infos from the info fields of ``slot`` and the extras."""
         extras = {i: e for i, e in extras.items() if e and (rows is None or rows[i])}
-        if not extras and not self.fields:
+        fields = self._info_fields
+        if not extras and not fields:
             return {}
         infos: dict = {}
         # A field that is also an extra somewhere changed type: gymnasium types the array after
         # the first sub-env that reports the key, so such fields go sub-env by sub-env.
-        mixed = {name for e in extras.values() for name in e} & self.field_names
+        mixed = {name for e in extras.values() for name in e} & fields.keys()
         per_env: dict[int, dict] = {}
-        for k, (name, field) in enumerate(self.fields):
+        for k, (name, field) in enumerate(fields.items()):
             present = slot.info_present[:, k]
             if rows is not None:
                 present = present & rows
@@ -633,7 +637,13 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 # ---- helpers ---------------------------------------------------------------------------------
 def engine_of(env: Any) -> Engine:
     """The engine under ``env``: a batched gymvec env's own, an engine as it is, or any other
-    batched ``EnvBase`` driven through its tensordict API (``TensorDictEngine``)."""
+    batched ``EnvBase`` driven through its tensordict API (``TensorDictEngine``); a torchrl env
+    through ``gymvec.torchrl.from_torchrl`` (reached only when torchrl is imported already)."""
+    torchrl_envs = sys.modules.get("torchrl.envs")
+    if torchrl_envs is not None and isinstance(env, torchrl_envs.EnvBase):
+        from gymvec.torchrl import from_torchrl
+
+        env = from_torchrl(env)
     engine = getattr(env, "engine", None)
     if engine is not None:
         return engine

@@ -1,0 +1,155 @@
+"""``GymvecWrapper``: a batched gymvec env as a ``torchrl.envs.EnvBase``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torchrl._utils import seed_generator
+from torchrl.envs import EnvBase as TorchRLEnvBase
+
+from gymvec.envs.base import EnvBase
+from gymvec.specs import Composite
+from gymvec.torchrl.specs import to_torchrl_spec
+
+
+class GymvecWrapper(TorchRLEnvBase):
+    """A batched gymvec env (``SerialEnv``, ``ParallelEnv``, ``GymVectorEnvWrapper``, any
+    batched ``gymvec.EnvBase``) as a torchrl env: torchrl's specs, its batch size and
+    device, so that ``TransformedEnv``, the collectors, ``check_env_specs`` and the losses'
+    spec checks take it.
+
+    Steps go through the gymvec env's own ``step`` and ``step_and_maybe_reset`` (one round
+    trip to the workers, which resets finished sub-envs too): the tensors it returns are handed
+    to torchrl as they are, without another copy. ``reset`` with a ``"_reset"`` mask resets
+    the masked sub-envs only. Numeric info entries (``("info", name)``) are observations.
+
+    Seeding follows torchrl's batched envs of ``GymEnv``: ``set_seed(s)`` gives sub-env 0 the
+    seed ``s``, each next one the seed torchrl derives from the previous one
+    (``torchrl._utils.seed_generator``), resets every sub-env with its seed at once (as torchrl's
+    gym wrappers do) and returns the seed after the last. Same seeds and actions then give the
+    same data as torchrl's ``SerialEnv``/``ParallelEnv`` of ``GymEnv`` over the same envs.
+
+    The wrapper owns the gymvec env: ``close()`` closes it.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from gymvec import SerialEnv
+        >>> from gymvec.torchrl import to_torchrl
+        >>> from torchrl.envs.utils import check_env_specs
+        >>> env = to_torchrl(SerialEnv(2, lambda: gym.make("CartPole-v1")))
+        >>> check_env_specs(env)
+        >>> env.rollout(3).batch_size
+        torch.Size([2, 3])
+        >>> env.close()
+    """
+
+    def __init__(self, env: EnvBase, *, allow_done_after_reset: bool = False) -> None:
+        if not isinstance(env, EnvBase):
+            raise TypeError(f"GymvecWrapper expects a gymvec EnvBase, got {type(env).__name__}")
+        if not env.batch_size:
+            raise ValueError("GymvecWrapper expects a batched gymvec env (batch size [n, ...])")
+        if getattr(env, "heterogeneous", False):
+            raise ValueError(
+                "GymvecWrapper needs sub-envs with the same keys; this multi-task batch has "
+                "tasks with different keys"
+            )
+        super().__init__(
+            device=env.device,
+            batch_size=env.batch_size,
+            allow_done_after_reset=allow_done_after_reset,
+        )
+        self.gymvec_env = env
+        device = env.device
+        observation = env.observation_spec.clone()
+        if len(env.info_spec.keys()):  # numeric info entries are outputs too
+            observation["info"] = env.info_spec.clone()
+        self.observation_spec = to_torchrl_spec(observation, device, "observation_spec")
+        self.action_spec = to_torchrl_spec(env.full_action_spec, device, "full_action_spec")
+        reward = Composite({"reward": env.reward_spec}, shape=env.batch_size)
+        self.reward_spec = to_torchrl_spec(reward, device, "reward_spec")
+        self.done_spec = to_torchrl_spec(env.done_spec, device, "done_spec")
+        if len(env.state_spec.keys()):
+            self.state_spec = to_torchrl_spec(env.state_spec, device, "state_spec")
+        self.is_closed = False
+
+    # ---- torchrl's EnvBase ---------------------------------------------------------------------
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
+        if kwargs:
+            raise TypeError(f"GymvecWrapper.reset takes no reset kwargs, got {sorted(kwargs)}")
+        mask = None if tensordict is None else tensordict.get("_reset", None)
+        if mask is None:
+            return self.gymvec_env.reset()
+        reset_td = TensorDict({"_reset": mask}, batch_size=self.batch_size, device=mask.device)
+        return self.gymvec_env.reset(reset_td)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        partial = tensordict.get("_step", None)
+        if partial is not None and not bool(partial.all()):
+            raise NotImplementedError(
+                '"_step": gymvec envs step every sub-env at once; a partial step (of '
+                f"{int(partial.sum())} of {partial.numel()} sub-envs) is not supported"
+            )
+        return self.gymvec_env.step(tensordict).get("next")
+
+    def _step_and_maybe_reset(
+        self, tensordict: TensorDictBase
+    ) -> tuple[TensorDictBase, TensorDictBase]:
+        # torchrl's steps, then resets the finished sub-envs: two round trips to the workers.
+        # The gymvec env does both in one; the result is torchrl's (step_mdp of the step, the
+        # reset sub-envs' rows from their reset).
+        if "_step" in tensordict.keys() or self._post_step_mdp_hooks is not None:
+            # torchrl's path: partial steps (refused in _step) and hooks handled there
+            return super()._step_and_maybe_reset(tensordict)
+        if tensordict.device != self.device:
+            tensordict = tensordict.to(self.device)
+        self._assert_tensordict_shape(tensordict)
+        tensordict, root = self.gymvec_env.step_and_maybe_reset(tensordict)
+        # torchrl's _step_proc_data (reward reshaped, missing done keys filled) has nothing to
+        # do: gymvec's outputs hold every key of the specs, in their shapes.
+        next_root = self._step_mdp(tensordict)
+        done = tensordict.get(("next", "done"))
+        if done.any() and not done.all():
+            # As torchrl's partial reset leaves them: entries that a reset does not return
+            # (the action, policy outputs) are zeros in the rows reset.
+            returned = set(root.keys(True, True))
+            batch = self.batch_size
+            for key in next_root.keys(True, True):
+                value = next_root.get(key)
+                if key not in returned and isinstance(value, torch.Tensor):
+                    rows = done.reshape(*batch, *(1,) * (value.ndim - len(batch)))
+                    next_root.set(key, value.masked_fill(rows, 0))
+        next_root.update(root)
+        return tensordict, next_root
+
+    def set_seed(self, seed: int | None = None, static_seed: bool = False) -> int | None:
+        """Seed every sub-env as torchrl's batched envs do (see the class docstring) and
+        reset them; returns the next seed in torchrl's chain."""
+        if seed is None:
+            self.gymvec_env.set_seed(None)
+            return None
+        seeds = []
+        for _ in range(self.gymvec_env.batch_size.numel()):
+            seeds.append(seed)
+            if not static_seed:
+                seed = seed_generator(seed)
+        self.gymvec_env.set_seed(seeds)
+        self.gymvec_env.reset()
+        return seed
+
+    def _set_seed(self, seed: int | None) -> None:
+        self.set_seed(seed)
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        self.is_closed = True
+        self.gymvec_env.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.gymvec_env!r})"
+
+
+def to_torchrl(env: EnvBase, **kwargs: Any) -> GymvecWrapper:
+    """``env`` (a batched gymvec env) as a ``torchrl.envs.EnvBase`` (see
+    :class:`GymvecWrapper`)."""
+    return GymvecWrapper(env, **kwargs)
