@@ -470,3 +470,45 @@ def test_first_ready_with_a_dead_actor_raises_worker_error_and_its_sub_envs_need
             env.async_step_send(step)
     finally:
         env.close()
+
+
+class StepCount(gym.Wrapper):
+    """Reports its step count and a constant in its infos (numeric entries: buffer fields
+    learnt from the first results)."""
+
+    def reset(self, **kwargs):
+        self.count = 0
+        obs, info = self.env.reset(**kwargs)
+        return obs, {**info, "count": self.count, "scale": 0.5}
+
+    def step(self, action):
+        self.count += 1
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, {**info, "count": self.count, "scale": 0.5}
+
+
+def make_counting_cartpole():
+    return StepCount(make_cartpole())
+
+
+def test_infos_through_the_gymnasium_face_equal_sync_vector_env():
+    envs = RayEnv(2, make_counting_cartpole, envs_per_worker=2).to_gymnasium()
+    sync = gym.vector.SyncVectorEnv([make_counting_cartpole] * 4)
+    try:
+        _, infos = envs.reset(seed=1)
+        _, ref_infos = sync.reset(seed=1)
+        for key in ref_infos:
+            np.testing.assert_array_equal(infos[key], ref_infos[key])
+        rng = np.random.default_rng(2)
+        for _ in range(20):
+            actions = rng.integers(0, 2, 4)
+            *got, infos = envs.step(actions)
+            *want, ref_infos = sync.step(actions)
+            for a, b in zip(got, want):
+                np.testing.assert_array_equal(a, b)
+            assert sorted(infos) == sorted(ref_infos)
+            for key in ref_infos:
+                np.testing.assert_array_equal(infos[key], ref_infos[key])
+    finally:
+        envs.close()
+        sync.close()
