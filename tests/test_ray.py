@@ -512,3 +512,36 @@ def test_infos_through_the_gymnasium_face_equal_sync_vector_env():
     finally:
         envs.close()
         sync.close()
+
+
+class Hangs(gym.Wrapper):
+    """Its 2nd step takes a minute."""
+
+    def step(self, action):
+        self.steps = getattr(self, "steps", 0) + 1
+        if self.steps == 2:
+            time.sleep(60)
+        return self.env.step(action)
+
+
+def make_hanging():
+    return Hangs(make_cartpole())
+
+
+def test_a_timeout_names_the_busy_worker_and_close_ends_within_seconds():
+    from gymvec.errors import SubEnvTimeoutError
+
+    env = RayEnv(2, [make_cartpole, make_hanging], timeout=3.0, placement=None)
+    try:
+        env.reset()
+        env.step(env.rand_action())
+        began = time.monotonic()
+        with pytest.raises(SubEnvTimeoutError, match=r"workers \[1\] \(sub-envs \[1\]\)"):
+            env.step(env.rand_action())
+        assert time.monotonic() - began < 20
+        with pytest.raises(RuntimeError, match="timed out"):
+            env.step(env.rand_action())
+    finally:
+        began = time.monotonic()
+        env.close()
+        assert time.monotonic() - began < 20

@@ -41,7 +41,7 @@ from gymvec.engine.processes import _attach_worker_traceback
 from gymvec.engine.ray_worker import SHIP_NEXT, SHIP_ROOT, RayWorker, ShareLayout, WorkerSpec
 from gymvec.engine.subenvs import SubEnvSummary
 from gymvec.engine.worker import env_specs_payload
-from gymvec.errors import SpaceMismatchError, WorkerError, worker_error
+from gymvec.errors import SpaceMismatchError, SubEnvTimeoutError, WorkerError, worker_error
 
 INSTALL_HINT = "RayEnv needs Ray: pip install 'gymvec[ray]' (or pip install ray)"
 PLACEMENTS = {"spread": "SPREAD", "strict_spread": "STRICT_SPREAD", "pack": "PACK", None: None}
@@ -391,9 +391,10 @@ class RayExecutor(Executor):
             if busy:
                 waiting = [h for h in handles if h.ref in set(busy)]
                 rows = [i for h in waiting for i in range(h.start, h.stop)]
-                raise TimeoutError(
+                raise SubEnvTimeoutError(
                     f"{what} outlasted the timeout of {timeout} s: workers "
-                    f"{[h.index for h in waiting]} (sub-envs {rows}) are still busy"
+                    f"{[h.index for h in waiting]} (sub-envs {rows}) are still busy",
+                    [(h.index, None, list(range(h.start, h.stop))) for h in waiting],
                 )
         try:
             replies = ray.get(refs)
@@ -449,9 +450,14 @@ class RayExecutor(Executor):
             if not ready:
                 queued = [share for handle in self.handles for _, share in handle.queue]
                 busy = [row for share in queued for row in share]
-                raise TimeoutError(
+                raise SubEnvTimeoutError(
                     f"first-ready wait: fewer than {min_get} sub-envs finished within {timeout} "
-                    f"s; sub-envs {sorted(busy)} are still busy"
+                    f"s; sub-envs {sorted(busy)} are still busy",
+                    [
+                        (h.index, None, sorted(r for _, rows in h.queue for r in rows))
+                        for h in self.handles
+                        if h.queue
+                    ],
                 )
             self._take_ready(refs)
         return take_finished(finished, rows, max_get)

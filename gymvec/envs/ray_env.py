@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gymvec.engine.factories import check_count
-from gymvec.engine.processes import check_start_method
+from gymvec.engine.processes import check_start_method, check_timeout
 from gymvec.envs.batched import BatchedEnvBase
 from gymvec.specs import DeviceLike
 
@@ -41,6 +41,9 @@ class RayEnv(BatchedEnvBase):
             None (Ray's default scheduling, no placement group).
         startup_timeout: seconds for the placement group and the actors to be ready.
         mp_start_method: how an actor starts its worker processes ("spawn", default).
+        timeout: seconds a reset, step or request may take (None: as long as it takes); past
+            it, ``SubEnvTimeoutError`` naming the busy workers and sub-envs, and the env
+            refuses further calls; ``close()`` then kills the actors within seconds.
         device: where outputs live.
 
     A step is one remote call per actor carrying that actor's actions, and the results
@@ -75,6 +78,7 @@ class RayEnv(BatchedEnvBase):
         placement: str | None = "spread",
         startup_timeout: float = 120.0,
         mp_start_method: str | None = None,
+        timeout: float | None = None,
         device: DeviceLike = None,
     ) -> None:
         from gymvec.engine.ray_executor import RayOptions, import_ray, ray_backend
@@ -97,6 +101,7 @@ class RayEnv(BatchedEnvBase):
             envs_per_worker=envs_per_worker,
             device=device,
             backend=ray_backend(options),
+            timeout=check_timeout(timeout, False),
         )
         try:
             _ = self.engine.executor  # the actors start now: worker_nodes is known from here on

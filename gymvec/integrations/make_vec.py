@@ -95,7 +95,9 @@ def make_vec(
     spec = gym.spec(env_id) if isinstance(env_id, str) else env_id
     env_fns = [functools.partial(gym.make, spec, **env_kwargs)] * num_envs
     if backend == "ray":
-        envs = _ray_vec(env_fns, num_workers, ray_options, autoreset_mode, output, batch_size)
+        envs = _ray_vec(
+            env_fns, num_workers, ray_options, autoreset_mode, output, batch_size, timeout
+        )
     elif backend == "serial":
         if timeout is not None:
             raise ValueError(
@@ -130,6 +132,7 @@ def _ray_vec(
     autoreset_mode: Any,
     output: str,
     batch_size: int | None,
+    timeout: float | None,
 ) -> GymnasiumVectorEnv:
     """The gymnasium face over an engine whose sub-envs run on Ray actors (torch-free)."""
     from gymvec.engine.engine import BatchEngine
@@ -151,7 +154,9 @@ def _ray_vec(
             f"num_workers: expected at most one worker per sub-env ({n}), got {num_workers}"
         )
     factories = SubEnvFactories(num_workers, env_fns, None, spread(n, num_workers))
-    engine = BatchEngine(factories, ray_backend(options))
+    from gymvec.engine.processes import check_timeout
+
+    engine = BatchEngine(factories, ray_backend(options), timeout=check_timeout(timeout, False))
     try:
         _ = engine.executor  # the actors start now
         return GymnasiumVectorEnv(
