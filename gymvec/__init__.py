@@ -31,6 +31,7 @@ _EXPORTS = {
     "GymVectorEnvWrapper": "gymvec.envs.gym_vector_wrapper",
     "SerialEnv": "gymvec.envs.batched",
     "ParallelEnv": "gymvec.envs.batched",
+    "RayEnv": "gymvec.envs.ray_env",
     "GymnasiumVectorEnv": "gymvec.vector.vector_env",
     "SerialVectorEnv": "gymvec.vector.dropin",
     "ParallelVectorEnv": "gymvec.vector.dropin",

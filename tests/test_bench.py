@@ -310,6 +310,13 @@ def test_cli_quick_sb3_case_strict():
         assert all(float(cell) > 0 for cell in row[2:5]) and row[5] == "-"
 
 
+def test_ray_runners_without_ray_say_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # whether or not Ray is installed
+    for name in ("gymvec-ray", "hand-ray", "hand-ray-dag", "naive-ray"):
+        with pytest.raises(ImportError, match=r"pip install 'gymvec\[ray\]'"):
+            RUNNERS[name]("CartPole-v1", 4, RunnerOptions(num_workers=2))
+
+
 def test_optional_runners_without_their_package_say_how_to_install(monkeypatch):
     # None in sys.modules makes the import fail, whether or not the package is installed.
     monkeypatch.setitem(sys.modules, "torchrl", None)

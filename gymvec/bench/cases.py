@@ -68,5 +68,17 @@ CASES: dict[str, Case] = {
     )
 }
 
+# Ray (pip install 'gymvec[ray]'): RayEnv's actors against hand-written ones; run on request.
+RAY_BACKENDS = ("gym-sync", "gymvec-ray", "hand-ray", "hand-ray-dag", "naive-ray")
+CASES.update(
+    {
+        case.name: case
+        for case in (
+            Case("ray-busy-8", BUSY_STEP_ID, 8, num_workers=2, backends=RAY_BACKENDS),
+            Case("ray-cartpole-32", "CartPole-v1", 32, num_workers=2, backends=RAY_BACKENDS),
+        )
+    }
+)
+
 # What a bare `python -m gymvec.bench` runs.
 DEFAULT_CASES = ("cartpole-8", "cartpole-32")

@@ -21,6 +21,7 @@ import numpy as np
 from gymvec.engine.buffers import BufferLayout, Buffers
 from gymvec.engine.commands import Autoreset, Control, Extras
 from gymvec.engine.subenvs import SubEnvGroup, SubEnvSummary, close_each, run_request
+from gymvec.errors import UnsupportedSpaceError
 
 OnLocalDone = Callable[[int], None]
 
@@ -210,6 +211,14 @@ def group_indices(indices: Sequence[int], bounds: Sequence[tuple[int, int]]) -> 
                 by_group.setdefault(group, []).append(position)
                 break
     return sorted(by_group.items())
+
+
+def first_ready_objects_error() -> UnsupportedSpaceError:
+    """What a first-ready command of a batch with object leaves raises (they carry none)."""
+    return UnsupportedSpaceError(
+        "first-ready commands need observations and actions of fixed shape: object "
+        "leaves (spaces without one) travel with whole-batch commands only"
+    )
 
 
 def group_of(row: int, bounds: Sequence[tuple[int, int]]) -> int:

@@ -30,6 +30,7 @@ from gymvec.engine.executor import (
     Executor,
     LocalExecutor,
     OnLocalDone,
+    first_ready_objects_error,
     group_indices,
     request_kwargs,
     take_finished,
@@ -61,7 +62,6 @@ from gymvec.errors import (
     MainModuleError,
     SpaceMismatchError,
     SubEnvTimeoutError,
-    UnsupportedSpaceError,
     WorkerError,
     worker_error,
 )
@@ -432,10 +432,7 @@ class ProcessExecutor(Executor):
         """Hand each row a ticket (the order sent) and wake the workers that hold them; this
         process's rows are queued for :meth:`wait_some`."""
         if self._objects:
-            raise UnsupportedSpaceError(
-                "first-ready commands need observations and actions of fixed shape: object "
-                "leaves (spaces without one) travel with whole-batch commands only"
-            )
+            raise first_ready_objects_error()
         words, handle_of_row = self.row_words, self.handle_of_row
         local, woken = [], {}
         for row in rows:

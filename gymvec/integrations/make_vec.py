@@ -29,7 +29,7 @@ from gymnasium.vector import AutoresetMode
 if TYPE_CHECKING:  # importing gymvec registers the ids: torch is not imported for that
     from gymvec.vector.vector_env import GymnasiumVectorEnv
 
-BACKENDS = ("serial", "parallel")
+BACKENDS = ("serial", "parallel", "ray")
 _GYMVEC_OPTIONS = (
     "backend",
     "num_workers",
@@ -39,6 +39,7 @@ _GYMVEC_OPTIONS = (
     "context",
     "batch_size",
     "timeout",
+    "ray_options",
 )
 
 
@@ -54,6 +55,7 @@ def make_vec(
     context: str | None = None,
     batch_size: int | None = None,
     timeout: float | None = None,
+    ray_options: dict | None = None,
     **env_kwargs: Any,
 ) -> GymnasiumVectorEnv:
     """``num_envs`` copies of a registered gymnasium env as a gymvec vector env.
@@ -61,8 +63,10 @@ def make_vec(
     Args:
         env_id: a registered id (or an ``EnvSpec``).
         num_envs: number of sub-envs.
-        backend: "parallel" (worker processes) or "serial" (this process).
-        num_workers: worker processes for the parallel backend (default: usable cores).
+        backend: "parallel" (worker processes), "serial" (this process) or "ray" (Ray
+            actors, as ``RayEnv``; needs ``pip install 'gymvec[ray]'``).
+        num_workers: worker processes for the parallel backend (default: usable cores);
+            Ray actors for the ray backend (default: one per alive node of the cluster).
         autoreset_mode: "next_step", "same_step" or "disabled".
         output: "numpy" or "torch".
         local_worker: parallel backend: step a share of the sub-envs in this process.
@@ -71,6 +75,8 @@ def make_vec(
             every one of them: the id's ``EnvSpec`` travels to the workers.
         batch_size: first-ready batches of this many sub-envs (``async_reset``,
             ``send(actions, env_id)``, ``recv()``; default ``num_envs``).
+        ray_options: ray backend: ``RayEnv``'s options as a dict (``address``,
+            ``worker_processes``, ``actor_options``, ``placement``, ``startup_timeout``).
         **env_kwargs: passed to ``gymnasium.make`` (``max_episode_steps``, ``render_mode``...).
 
     Example:
@@ -88,7 +94,11 @@ def make_vec(
         raise ValueError(f"num_envs: expected a positive int, got {num_envs!r}")
     spec = gym.spec(env_id) if isinstance(env_id, str) else env_id
     env_fns = [functools.partial(gym.make, spec, **env_kwargs)] * num_envs
-    if backend == "serial":
+    if backend == "ray":
+        envs = _ray_vec(
+            env_fns, num_workers, ray_options, autoreset_mode, output, batch_size, timeout
+        )
+    elif backend == "serial":
         if timeout is not None:
             raise ValueError(
                 "timeout: the serial backend steps every sub-env in this process, where a "
@@ -113,6 +123,48 @@ def make_vec(
         )
     envs.spec = spec
     return envs
+
+
+def _ray_vec(
+    env_fns: list,
+    num_workers: int | None,
+    ray_options: dict | None,
+    autoreset_mode: Any,
+    output: str,
+    batch_size: int | None,
+    timeout: float | None,
+) -> GymnasiumVectorEnv:
+    """The gymnasium face over an engine whose sub-envs run on Ray actors (torch-free)."""
+    from gymvec.engine.engine import BatchEngine
+    from gymvec.engine.factories import SubEnvFactories
+    from gymvec.engine.ray_executor import RayOptions, connect, import_ray, ray_backend
+    from gymvec.vector.dropin import spread
+    from gymvec.vector.vector_env import GymnasiumVectorEnv
+
+    import_ray()  # before anything is built: without Ray, say how to install it
+    options = RayOptions(**(ray_options or {}))
+    n = len(env_fns)
+    if num_workers is None:
+        ray = connect(options.address)
+        num_workers = min(n, max(sum(1 for node in ray.nodes() if node["Alive"]), 1))
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+        raise ValueError(f"num_workers: expected a positive int, got {num_workers!r}")
+    if num_workers > n:
+        raise ValueError(
+            f"num_workers: expected at most one worker per sub-env ({n}), got {num_workers}"
+        )
+    factories = SubEnvFactories(num_workers, env_fns, None, spread(n, num_workers))
+    from gymvec.engine.processes import check_timeout
+
+    engine = BatchEngine(factories, ray_backend(options), timeout=check_timeout(timeout, False))
+    try:
+        _ = engine.executor  # the actors start now
+        return GymnasiumVectorEnv(
+            engine, autoreset_mode=autoreset_mode, output=output, batch_size=batch_size
+        )
+    except BaseException:
+        engine.close()
+        raise
 
 
 def vector_entry_point(base_id: str, num_envs: int = 1, **kwargs: Any) -> GymnasiumVectorEnv:

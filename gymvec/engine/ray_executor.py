@@ -1,0 +1,574 @@
+"""Sub-envs on Ray actors, across the nodes of a cluster: the executor of ``RayEnv``.
+
+One actor per worker (``ray_worker.RayWorker``), placed through a placement group
+(``placement="spread"``: on distinct nodes where the cluster has them). The engine's buffers
+stay in the driver's memory; per command, :class:`RayExecutor` makes one remote call per actor
+carrying that actor's rows of the control bytes and actions as two flat arrays, and copies what
+comes back (the root and/or ``"next"`` rows the command wrote, as flat arrays) into the
+buffers. The engine above it and both front ends are the same as for ``SerialEnv`` and
+``ParallelEnv``.
+
+A dead actor (killed, its node lost) makes Ray fail the call's result at once; it surfaces as
+``gymvec.WorkerError`` naming the worker and its node. Ray is imported only here, and only
+when a ``RayEnv`` is made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from gymvec.engine.buffers import Buffers, private_memory
+from gymvec.engine.commands import Control, Extras
+from gymvec.engine.executor import (
+    Blocks,
+    Call,
+    Executor,
+    OnLocalDone,
+    first_ready_objects_error,
+    group_indices,
+    request_kwargs,
+    take_finished,
+)
+from gymvec.engine.processes import _attach_worker_traceback
+from gymvec.engine.ray_worker import SHIP_NEXT, SHIP_ROOT, RayWorker, ShareLayout, WorkerSpec
+from gymvec.engine.subenvs import SubEnvSummary
+from gymvec.engine.worker import env_specs_payload
+from gymvec.errors import SpaceMismatchError, SubEnvTimeoutError, WorkerError, worker_error
+
+INSTALL_HINT = "RayEnv needs Ray: pip install 'gymvec[ray]' (or pip install ray)"
+PLACEMENTS = {"spread": "SPREAD", "strict_spread": "STRICT_SPREAD", "pack": "PACK", None: None}
+CLOSE_TIMEOUT_S = 5.0  # how long close() waits for an actor to close its sub-envs
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or an ImportError that says how to install it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError(INSTALL_HINT) from exc
+    return ray
+
+
+@dataclasses.dataclass(frozen=True)
+class RayOptions:
+    """How a ``RayEnv``'s actors run (see ``RayEnv`` for each option)."""
+
+    address: str | None = None
+    worker_processes: int = 1
+    actor_options: dict | None = None
+    placement: str | None = "spread"
+    startup_timeout: float = 120.0
+    start_method: str = "spawn"
+
+    def __post_init__(self) -> None:
+        if self.placement not in PLACEMENTS:
+            raise ValueError(
+                f"placement: expected one of {sorted(p for p in PLACEMENTS if p)} or None, "
+                f"got {self.placement!r}"
+            )
+        count = self.worker_processes
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"worker_processes: expected a positive int, got {count!r}")
+
+
+def connect(address: str | None) -> Any:
+    """Ray, initialised: the running instance if there is one, else ``address`` joined (None:
+    a new local instance, without the dashboard)."""
+    ray = import_ray()
+    if not ray.is_initialized():
+        if address is None:
+            ray.init(include_dashboard=False)
+        else:
+            ray.init(address=address)
+    return ray
+
+
+_actor_class: Any = None
+
+
+def _remote_worker_class(ray: Any) -> Any:
+    global _actor_class
+    if _actor_class is None:
+        # max_restarts=0: an actor that died stays dead, and the batch says so
+        _actor_class = ray.remote(max_restarts=0, max_task_retries=0)(RayWorker)
+    return _actor_class
+
+
+class RayHandle:
+    """The driver's end of one actor: its rows, a staging copy of their part of the buffers
+    (what travels is cut from it), and the call in flight (``ref``)."""
+
+    def __init__(self, index: int, start: int, stop: int, actor: Any, blocks: Blocks):
+        self.index, self.start, self.stop = index, start, stop
+        self.actor = actor
+        self.node_id = "?"
+        self.ref: Any = None  # the pending result of the call in flight
+        self.queue: deque[tuple[Any, list[int]]] = deque()  # first-ready calls, in order
+        self.summaries: list[SubEnvSummary] = []
+        share = ShareLayout(blocks.layout, stop - start)
+        self.share = share
+        memory = private_memory(share.layout.nbytes)
+        self.staging = Buffers(share.layout, memory)
+        self.flat = np.frombuffer(memory, dtype=np.uint8, count=share.layout.nbytes)
+        self.control_nbytes = Control.nbytes(stop - start)
+        control_memory = private_memory(self.control_nbytes)
+        self.control = Control(stop - start, control_memory)
+        self.control_flat = np.frombuffer(control_memory, dtype=np.uint8)
+        action_nbytes = share.action.stop - share.action.start
+        self.outgoing = np.zeros(self.control_nbytes + action_nbytes, dtype=np.uint8)
+        rows = slice(start, stop)
+        parent = blocks.buffers
+        self.parent = parent
+        self.parent_control = blocks.control
+        self.action_pairs = [
+            (self.staging.views[name], parent.views[name][rows])
+            for name in share.slot_names("action")
+        ]
+        staged = self.staging.views
+        root_names = share.slot_names("root")
+        self.root_pairs = [(parent.views[name][rows], staged[name]) for name in root_names]
+        self._next_pairs: dict[int, list] = {}  # by observation lane
+
+    def next_pairs(self, lane: int) -> list:
+        """(buffer rows, staging view) of "next"'s fields; its observations into ``lane``."""
+        pairs = self._next_pairs.get(lane)
+        if pairs is None:
+            rows = slice(self.start, self.stop)
+            lane_key = ("next", "obs", self.parent.layout.obs_keys[0]) if lane else None
+            pairs = [
+                (
+                    self.parent.obs_lanes[lane][rows]
+                    if name == lane_key
+                    else self.parent.views[name][rows],
+                    self.staging.views[name],
+                )
+                for name in self.share.slot_names("next")
+            ]
+            self._next_pairs[lane] = pairs
+        return pairs
+
+    def post(self, payload: bytes | None, ship_next: bool, rows: list[int] | None = None) -> Any:
+        """Start the command in the control block on this actor: for all its rows, or (a
+        first-ready command) for ``rows`` only, the others doing nothing. Returns the ref."""
+        control, start, stop = self.parent_control, self.start, self.stop
+        if rows is None:
+            self.control.mode[:] = control.mode[start:stop]
+            self.control.seed[:] = control.seed[start:stop]
+        else:
+            local = np.asarray(rows) - start
+            self.control.mode[:] = 0
+            self.control.mode[local] = control.mode[rows]
+            self.control.seed[local] = control.seed[rows]
+        for staged, parent_rows in self.action_pairs:
+            staged[...] = parent_rows
+        outgoing, split = self.outgoing, self.control_nbytes
+        outgoing[:split] = self.control_flat
+        outgoing[split:] = self.flat[self.share.action]
+        # One bytes argument: Ray serialises bytes with msgpack, arrays through pickle
+        if payload is None and not ship_next:
+            return self.actor.run.remote(outgoing.tobytes())
+        return self.actor.run.remote(outgoing.tobytes(), payload, ship_next)
+
+    def receive(self, reply: bytes | tuple, lane: int, extras: dict[int, Extras]) -> None:
+        """Copy an answer of ``run`` into the buffers; its extras into ``extras``."""
+        if type(reply) is bytes:
+            parts, share_extras = reply, None
+        else:
+            _, parts, share_extras = reply
+        share, flat = self.share, self.flat
+        which, at = parts[0], 1
+        if which & SHIP_ROOT:
+            size = share.root.stop
+            flat[share.root] = np.frombuffer(parts, np.uint8, size, at)
+            at += size
+            for rows, staged in self.root_pairs:
+                rows[...] = staged
+        if which & SHIP_NEXT:
+            flat[share.next] = np.frombuffer(
+                parts, np.uint8, share.next.stop - share.next.start, at
+            )
+            for rows, staged in self.next_pairs(lane):
+                rows[...] = staged
+        if share_extras:
+            start = self.start
+            extras.update({start + i: e for i, e in share_extras.items()})
+
+    def where(self) -> str:
+        return f"worker {self.index} (Ray actor on node {self.node_id})"
+
+    def died(self, exc: BaseException) -> WorkerError:
+        reason = str(exc).strip().splitlines()
+        detail = f": {type(exc).__name__}: {reason[0]}" if reason else f": {type(exc).__name__}"
+        return WorkerError(f"{self.where()} died{detail}", worker_index=self.index)
+
+    def raised(self, message: str, detail: tuple) -> WorkerError:
+        text, type_name = detail
+        return worker_error(
+            f"{self.where()} {message}",
+            worker_index=self.index,
+            worker_traceback=text,
+            type_name=type_name,
+        )
+
+
+class RayExecutor(Executor):
+    """Starts one Ray actor per worker and drives them, one remote call per actor per command.
+
+    Args:
+        worker_env_fns: per worker, the factories of its sub-envs (rows ``worker_bounds``).
+        worker_bounds: per worker, its row range.
+        blocks: the engine's buffers and control block (in this process's memory).
+        options: where and how the actors run.
+    """
+
+    def __init__(
+        self,
+        worker_env_fns: list[list[Callable[[], Any]]],
+        worker_bounds: list[tuple[int, int]],
+        blocks: Blocks,
+        options: RayOptions,
+    ):
+        self.ray = ray = connect(options.address)
+        self.options = options
+        self.blocks = blocks
+        self.handles: list[RayHandle] = []
+        self.placement_group: Any = None
+        self.last_lane = 0
+        self.bounds = list(worker_bounds)
+        self.finished: dict[int, Extras | None] = {}  # first-ready rows done, not yet taken
+        self._lost: list[int] = []
+        try:
+            strategies = self._place(len(worker_bounds))
+            actor_class = _remote_worker_class(ray)
+            actor_options = {"num_cpus": 1, **(options.actor_options or {})}
+            for w, (start, stop) in enumerate(worker_bounds):
+                actor = actor_class.options(**actor_options, **strategies[w]).remote(w)
+                self.handles.append(RayHandle(w, start, stop, actor, blocks))
+            self._start(worker_env_fns)
+        except BaseException:
+            self.close()
+            raise
+
+    def _place(self, num_workers: int) -> list[dict]:
+        """The scheduling options of each actor: a bundle of a placement group each."""
+        strategy = PLACEMENTS[self.options.placement]
+        if strategy is None:
+            return [{}] * num_workers
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        ray = self.ray
+        actor_options = self.options.actor_options or {}
+        bundle = {"CPU": actor_options.get("num_cpus", 1)}
+        if actor_options.get("num_gpus"):
+            bundle["GPU"] = actor_options["num_gpus"]
+        bundle.update(actor_options.get("resources") or {})
+        bundle = {name: amount for name, amount in bundle.items() if amount}
+        total = ray.cluster_resources()
+        wanted = {name: amount * num_workers for name, amount in bundle.items()}
+        short = {name: amount for name, amount in wanted.items() if total.get(name, 0) < amount}
+        if short:  # an autoscaler may still add nodes: say so, and wait startup_timeout
+            warnings.warn(
+                f"RayEnv: {num_workers} actors of {bundle} need {wanted}, the Ray cluster has "
+                f"{ {name: total.get(name, 0) for name in wanted} } now; waiting up to "
+                f"{self.options.startup_timeout} s (set actor_options={{'num_cpus': ...}})",
+                stacklevel=4,
+            )
+        self.placement_group = placement_group([bundle] * num_workers, strategy=strategy)
+        try:
+            ray.get(self.placement_group.ready(), timeout=self.options.startup_timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise WorkerError(
+                f"RayEnv: the placement group of {num_workers} bundles {bundle} "
+                f"({strategy}) was not placed within {self.options.startup_timeout} s; the "
+                f"cluster has {total}"
+            ) from None
+        return [
+            {
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                    self.placement_group, placement_group_bundle_index=w
+                )
+            }
+            for w in range(num_workers)
+        ]
+
+    def _start(self, worker_env_fns: list[list[Callable[[], Any]]]) -> None:
+        ray, options = self.ray, self.options
+        specs = env_specs_payload()
+        refs = []
+        for handle, fns in zip(self.handles, worker_env_fns):
+            spec = WorkerSpec(
+                index=handle.index,
+                env_fns_payload=cloudpickle.dumps(fns),
+                parent_layout=self.blocks.layout,
+                worker_processes=options.worker_processes,
+                start_method=options.start_method,
+                env_specs_payload=specs,
+            )
+            refs.append(handle.actor.start.remote(spec))
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=options.startup_timeout)
+        ready = set(ready)
+        for handle, ref in zip(self.handles, refs):
+            if ref not in ready:
+                raise WorkerError(
+                    f"{handle.where()} did not start within {options.startup_timeout} s",
+                    worker_index=handle.index,
+                )
+            try:
+                kind, detail, *node = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                raise handle.died(exc) from None
+            if kind == "mismatch":
+                message, what = detail
+                raise SpaceMismatchError(f"worker {handle.index}: {message}", kind=what)
+            if kind == "error":
+                raise handle.raised("create_env_fn raised", detail)
+            handle.node_id = node[0]
+            handle.summaries = cloudpickle.loads(detail)[1]
+
+    @property
+    def node_ids(self) -> list[str]:
+        """The Ray node id of each worker's actor, in worker order."""
+        return [handle.node_id for handle in self.handles]
+
+    def summaries(self) -> list[SubEnvSummary]:
+        return [summary for handle in self.handles for summary in handle.summaries]
+
+    # ---- commands -----------------------------------------------------------------------------
+    def send(self, call: Call) -> None:
+        """One remote call per actor; reset options and object actions (each actor's rows)
+        travel cloudpickled with it, all pickled before any call is made."""
+        options, objects = call.options, call.action_objects
+        payloads: list[bytes | None] = [None] * len(self.handles)
+        if options is not None or objects:
+            for k, handle in enumerate(self.handles):
+                rows = None
+                if objects:
+                    rows = {key: v[handle.start : handle.stop] for key, v in objects.items()}
+                payloads[k] = cloudpickle.dumps((options, rows))
+        # "next" in the buffers is stale after a command into a lane: a command into "next"'s
+        # own buffer then has it all shipped back
+        ship_next = self.last_lane != 0 and call.lane == 0
+        self.last_lane = call.lane
+        for handle, payload in zip(self.handles, payloads):
+            handle.ref = handle.post(payload, ship_next)
+
+    def wait(
+        self, call: Call, timeout: float | None = None, on_local_done: OnLocalDone | None = None
+    ) -> dict[int, Extras]:
+        """Collect every actor's answer into the buffers (nothing runs in this process, so
+        ``on_local_done`` has nothing to overlap with)."""
+        handles = [handle for handle in self.handles if handle.ref is not None]
+        replies = self._gather(handles, timeout, call.kind)
+        extras: dict[int, Extras] = {}
+        error = None
+        for handle, reply in zip(handles, replies):
+            if isinstance(reply, WorkerError):
+                error = error or reply
+            elif type(reply) is tuple and reply[0] == "error":
+                error = error or handle.raised("raised", reply[1])
+            else:
+                handle.receive(reply, call.lane, extras)
+        if error is not None:
+            raise error
+        return extras
+
+    def _gather(self, handles: list[RayHandle], timeout: float | None, what: str) -> list:
+        """The answers of ``handles``' calls in flight, a WorkerError for each dead actor;
+        past ``timeout``, a TimeoutError (the calls stay in flight)."""
+        ray = self.ray
+        refs = [handle.ref for handle in handles]
+        if timeout is not None:
+            _, busy = ray.wait(refs, num_returns=len(refs), timeout=max(timeout, 0.0))
+            if busy:
+                waiting = [h for h in handles if h.ref in set(busy)]
+                rows = [i for h in waiting for i in range(h.start, h.stop)]
+                raise SubEnvTimeoutError(
+                    f"{what} outlasted the timeout of {timeout} s: workers "
+                    f"{[h.index for h in waiting]} (sub-envs {rows}) are still busy",
+                    [(h.index, None, list(range(h.start, h.stop))) for h in waiting],
+                )
+        try:
+            replies = ray.get(refs)
+        except ray.exceptions.RayError:  # some actor is gone: each answer on its own
+            replies = []
+            for handle in handles:
+                try:
+                    replies.append(ray.get(handle.ref))
+                except ray.exceptions.RayError as exc:
+                    replies.append(handle.died(exc))
+        for handle in handles:
+            handle.ref = None
+        return replies
+
+    def drain(self, call: Call, timeout: float | None = None) -> None:
+        """Wait the calls in flight out and drop their answers; a dead actor raises."""
+        handles = [handle for handle in self.handles if handle.ref is not None]
+        self.last_lane = -1  # whatever the dropped command wrote, "next" is shipped again
+        for reply in self._gather(handles, timeout, "the interrupted call"):
+            if isinstance(reply, WorkerError):
+                raise reply
+
+    # ---- first-ready commands: one call per actor with the rows sent to it ------------------
+    def send_some(self, rows: Sequence[int]) -> None:
+        """One remote call per actor that holds some of ``rows``, carrying those rows'
+        commands (an actor runs its calls in the order they came, one at a time)."""
+        layout = self.blocks.layout
+        if layout.object_obs_keys or layout.object_action_keys:
+            raise first_ready_objects_error()
+        ship_next = self.last_lane != 0  # see send()
+        self.last_lane = 0
+        for group, positions in group_indices(rows, self.bounds):
+            handle = self.handles[group]
+            share = [rows[p] for p in positions]
+            handle.queue.append((handle.post(None, ship_next, share), share))
+
+    def wait_some(
+        self,
+        rows: Sequence[int],
+        min_get: int,
+        max_get: int | None = None,
+        timeout: float | None = None,
+    ) -> dict[int, Extras | None]:
+        """Wait (``ray.wait`` over the actors' pending calls) until ``min_get`` of ``rows``
+        have finished; returns those finished (at most ``max_get``, first finished first)."""
+        ray = self.ray
+        deadline = None if timeout is None else time.monotonic() + timeout
+        finished = self.finished
+        while sum(row in finished for row in rows) < min_get:
+            refs = [ref for handle in self.handles for ref, _ in handle.queue]
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            ready, _ = ray.wait(refs, num_returns=1, timeout=left)
+            if not ready:
+                queued = [share for handle in self.handles for _, share in handle.queue]
+                busy = [row for share in queued for row in share]
+                raise SubEnvTimeoutError(
+                    f"first-ready wait: fewer than {min_get} sub-envs finished within {timeout} "
+                    f"s; sub-envs {sorted(busy)} are still busy",
+                    [
+                        (h.index, None, sorted(r for _, rows in h.queue for r in rows))
+                        for h in self.handles
+                        if h.queue
+                    ],
+                )
+            self._take_ready(refs)
+        return take_finished(finished, rows, max_get)
+
+    def _take_ready(self, refs: list) -> None:
+        """Copy the answers of every first-ready call that is done into the buffers, each
+        actor's in the order its calls were made (a later answer holds the newer rows);
+        raises the first error after all of them are in."""
+        ray = self.ray
+        ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
+        error = None
+        for handle in self.handles:
+            queue = handle.queue
+            while queue and queue[0][0] in ready:
+                ref, share = queue.popleft()
+                try:
+                    reply = ray.get(ref)
+                except ray.exceptions.RayError as exc:  # the actor is gone: so are its rows
+                    error = error or handle.died(exc)
+                    self._lost += share + [row for _, rows in queue for row in rows]
+                    queue.clear()
+                    break
+                if type(reply) is tuple and reply[0] == "error":
+                    error = error or handle.raised("raised", reply[1])
+                    self._lost += share
+                    continue
+                extras: dict[int, Extras] = {}
+                handle.receive(reply, 0, extras)
+                for row in share:
+                    self.finished[row] = extras.get(row)
+        if error is not None:
+            raise error
+
+    def take_lost(self) -> list[int]:
+        lost, self._lost = self._lost, []
+        return lost
+
+    # ---- requests -----------------------------------------------------------------------------
+    def request_send(self, call: Call) -> None:
+        """One remote call per actor that holds some of ``call.indices`` (in its own rows)."""
+        asked = []
+        for group, positions in group_indices(call.indices, self.bounds):
+            handle = self.handles[group]
+            local = [call.indices[p] - handle.start for p in positions]
+            kwargs = request_kwargs(call, positions)
+            asked.append((handle, positions, cloudpickle.dumps((call.name, local, kwargs))))
+        call.plan = [(handle, positions) for handle, positions, _ in asked]
+        call.results = [None] * len(call.indices)
+        for handle, _, payload in asked:
+            handle.ref = handle.actor.request.remote(payload)
+
+    def request_wait(self, call: Call, timeout: float | None = None) -> list:
+        handles = [handle for handle, _ in call.plan]
+        replies = self._gather(handles, timeout, f"request {call.name!r}")
+        error = None
+        for (handle, positions), reply in zip(call.plan, replies):
+            if isinstance(reply, WorkerError):
+                error = error or reply
+            elif reply[0] == "raise":  # the sub-env's own exception, with the traceback
+                _, exc, text = reply
+                _attach_worker_traceback(exc, f"raised in {handle.where()}:\n{text}")
+                error = error or exc
+            else:
+                for p, answer in zip(positions, reply[1]):
+                    call.results[p] = answer
+        if error is not None:
+            raise error
+        return call.results
+
+    # ---- lifetime -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the sub-envs, kill the actors and remove the placement group, also after a
+        fault; a sub-env's close error is raised after the rest is done."""
+        ray = self.ray
+        handles, self.handles = self.handles, []
+        self.finished.clear()
+        error = None
+        if ray.is_initialized():
+            closing = [(handle, handle.actor.close.remote()) for handle in handles]
+            deadline = time.monotonic() + CLOSE_TIMEOUT_S
+            for handle, ref in closing:
+                try:
+                    reply = ray.get(ref, timeout=max(deadline - time.monotonic(), 0.1))
+                except ray.exceptions.RayError:  # dead already, or stuck: killed below
+                    reply = None
+                if reply is not None and error is None:
+                    error = handle.raised("raised in close()", reply[1])
+            for handle in handles:
+                try:
+                    ray.kill(handle.actor, no_restart=True)
+                except Exception:  # gone with its node
+                    pass
+            if self.placement_group is not None:
+                from ray.util.placement_group import remove_placement_group
+
+                try:
+                    remove_placement_group(self.placement_group)
+                except Exception:
+                    pass
+        self.placement_group = None
+        if error is not None:
+            raise error
+
+
+def ray_backend(options: RayOptions) -> Any:
+    """Sub-envs on Ray actors (see :class:`RayExecutor`); buffers in this process's memory."""
+    from gymvec.engine.engine import Backend
+
+    def start(engine: Any) -> Executor:
+        factories = engine.factories
+        worker_env_fns = [factories.worker_env_fns(w) for w in range(factories.num_workers)]
+        return RayExecutor(worker_env_fns, factories.worker_bounds, engine.blocks, options)
+
+    return Backend("ray", private_memory, start, collect_on_exit=True)

@@ -1,0 +1,255 @@
+"""One ``RayEnv`` worker: the sub-envs a Ray actor holds on its node, and what travels per call.
+
+A Ray actor runs a :class:`RayWorker`. It holds its share of the batch (``envs_per_worker``
+sub-envs) through the same machinery as ``SerialEnv`` and ``ParallelEnv``: buffers laid out for
+its rows alone and an executor over them, a ``LocalExecutor`` (the sub-envs step in the actor's
+own process) or, with ``worker_processes > 1``, a ``ProcessExecutor`` whose processes share the
+actor's buffers through shared memory on that node.
+
+One command is one actor call. :class:`ShareLayout` says which bytes travel: the caller's
+actions and control bytes for these rows go in (two flat arrays, no per-sub-env objects), and
+the root and/or ``"next"`` part of the share's block comes back, only what the command wrote,
+as flat arrays through Ray's object store. The driver (``ray_executor.py``) copies them into
+its own buffers, so the engine above sees the same buffers as with any other executor.
+
+This module imports neither ray nor torch: the actor class is made from :class:`RayWorker` by
+``ray.remote`` on the driver.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from gymvec.common.arrays import any_set
+from gymvec.common.structure import OBJECT
+from gymvec.engine.buffers import BufferLayout, Buffers, private_memory, shared_memory
+from gymvec.engine.commands import (
+    AUTORESET,
+    RESET,
+    RESET_INTO_NEXT,
+    STEP,
+    SYNC_ROOT,
+    Control,
+)
+from gymvec.engine.executor import Blocks, Call, Executor, LocalExecutor
+from gymvec.engine.worker import (
+    add_missing_env_specs,
+    picklable_exception,
+    ready_message,
+)
+from gymvec.errors import SpaceMismatchError, WorkerError, exception_type_name
+
+SHIP_ROOT, SHIP_NEXT = 1, 2  # which parts of the block an answer of RayWorker.run holds
+
+
+class ShareLayout:
+    """The buffers of one worker's rows as a layout of their own, and the byte ranges of a
+    command's traffic in it.
+
+    ``BufferLayout`` puts the root's fields first, then ``"next"``'s (reward last), then the
+    actions: each part is one contiguous range, so a command ships at most three flat arrays.
+    """
+
+    def __init__(self, layout: BufferLayout, num_envs: int):
+        fields = layout.fields
+        obs = [
+            (key, fields[("root", "obs", key)].shape, fields[("root", "obs", key)].dtype)
+            for key in layout.obs_keys
+        ]
+        obs += [(key, (), OBJECT) for key in layout.object_obs_keys]
+        actions = [
+            (key, fields[("action", key)].shape, fields[("action", key)].dtype)
+            for key in layout.action_keys
+        ]
+        actions += [(key, (), OBJECT) for key in layout.object_action_keys]
+        self.layout = BufferLayout(
+            num_envs, obs, actions, layout.info_fields, obs_lanes=0, wide_actions=True
+        )
+        offsets = {name: f.offset for name, f in self.layout.fields.items()}
+        nbytes = self.layout.nbytes
+        next_start = min(o for name, o in offsets.items() if name[0] == "next")
+        action_start = min(
+            (o for name, o in offsets.items() if name[0] != "root" and name[0] != "next"),
+            default=nbytes,
+        )
+        self.root = slice(0, next_start)
+        self.next = slice(next_start, action_start)
+        self.action = slice(action_start, nbytes)
+
+    def slot_names(self, slot: str) -> list[tuple]:
+        """The fields of ``slot`` ("root", "next" or "action": with the float64 twins)."""
+        if slot == "action":
+            return [name for name in self.layout.fields if name[0] not in ("root", "next")]
+        return [name for name in self.layout.fields if name[0] == slot]
+
+
+@dataclasses.dataclass
+class WorkerSpec:
+    """What an actor builds its share from (picklable; the factories cloudpickled)."""
+
+    index: int
+    env_fns_payload: bytes
+    parent_layout: BufferLayout
+    worker_processes: int
+    start_method: str
+    env_specs_payload: bytes | None
+
+
+def _touched(modes: bytes) -> tuple[bool, bool, bool]:
+    """Which parts of the share's block a command writes, by its mode bytes: (the root for
+    sure, "next", the root where a sub-env finished: AUTORESET)."""
+    kinds = set(modes)
+    root = any(m & SYNC_ROOT or (m & RESET and not m & RESET_INTO_NEXT) for m in kinds)
+    next_ = any(m & (STEP | RESET_INTO_NEXT) for m in kinds)
+    autoreset = any(m & AUTORESET for m in kinds)
+    return root, next_, autoreset
+
+
+class RayWorker:
+    """The state of one ``RayEnv`` worker inside its Ray actor (see the module docstring).
+
+    Every method answers with plain values: errors of the sub-envs come back as their
+    traceback text and class name (``("error", ...)``), so the driver raises a
+    ``gymvec.WorkerError`` of the sub-env's class, as ``ParallelEnv`` does.
+    """
+
+    def __init__(self, index: int):
+        self.index = index
+        self.executor: Executor | None = None
+        self._touch: dict[bytes, tuple[bool, bool, bool]] = {}
+
+    # ---- lifetime -----------------------------------------------------------------------------
+    def start(self, spec: WorkerSpec) -> tuple:
+        """Build the share's sub-envs; ``("ready", summaries payload, node id)`` or why not."""
+        try:
+            env_fns = cloudpickle.loads(spec.env_fns_payload)
+            if spec.env_specs_payload is not None:
+                add_missing_env_specs(cloudpickle.loads(spec.env_specs_payload))
+            self._build(env_fns, spec)
+            ready = ready_message(self.executor.summaries())
+        except SpaceMismatchError as exc:  # not the worker's fault: raised as it is
+            return ("mismatch", (str(exc), exc.kind))
+        except BaseException as exc:
+            return ("error", _error_detail(exc))
+        return ("ready", ready, _node_id())
+
+    def _build(self, env_fns: list[Callable[[], Any]], spec: WorkerSpec) -> None:
+        share = ShareLayout(spec.parent_layout, len(env_fns))
+        layout = share.layout
+        processes = min(spec.worker_processes, len(env_fns))
+        new_memory = private_memory if processes == 1 else shared_memory
+        memory, control_memory = new_memory(layout.nbytes), new_memory(Control.nbytes(len(env_fns)))
+        buffers = Buffers(layout, memory)
+        buffers.ship_objects = True  # object observations go back with each answer
+        control = Control(len(env_fns), control_memory)
+        blocks = Blocks(layout, memory, control_memory, buffers, control)
+        self.share, self.buffers, self.control = share, buffers, control
+        self.flat = np.frombuffer(memory, dtype=np.uint8, count=layout.nbytes)
+        self.control_flat = np.frombuffer(
+            control_memory, dtype=np.uint8, count=Control.nbytes(len(env_fns))
+        )
+        if processes == 1:
+            self.executor = LocalExecutor.build([env_fns], [0], blocks)
+            return
+        from gymvec.engine.processes import ProcessExecutor, ProcessOptions
+
+        sizes = [len(part) for part in np.array_split(np.arange(len(env_fns)), processes)]
+        ends = np.cumsum(sizes).tolist()
+        bounds = [(end - size, end) for size, end in zip(sizes, ends)]
+        options = ProcessOptions(start_method=spec.start_method, local_worker=True)
+        groups = [env_fns[start:stop] for start, stop in bounds]
+        self.executor = ProcessExecutor(groups, bounds, blocks, options)
+
+    def close(self) -> tuple | None:
+        """Close the sub-envs (and the share's processes); a close error comes back."""
+        executor, self.executor = self.executor, None
+        if executor is None:
+            return None
+        try:
+            executor.close()
+        except BaseException as exc:
+            return ("error", _error_detail(exc))
+        return None
+
+    # ---- commands -----------------------------------------------------------------------------
+    def run(self, packed: bytes, payload: bytes | None = None, ship_next: bool = False) -> Any:
+        """Carry out one command. In: the caller's control bytes of these rows, then their
+        actions (``ShareLayout.action``), as one bytes object; ``payload``: the reset options
+        and object actions, cloudpickled (None: neither); ``ship_next``: send "next" back even
+        if the command does not write it (the caller's copy of it is stale).
+
+        Out: the parts of the block the command wrote, as bytes (a byte of ``SHIP_ROOT`` and
+        ``SHIP_NEXT`` bits, then the root's part, then "next"'s); with extras,
+        ``("ok", those bytes, extras)``; ``("error", detail)`` if a sub-env raised.
+        """
+        share = self.share
+        split = len(self.control_flat)
+        self.control_flat[:] = np.frombuffer(packed, np.uint8, split)
+        self.flat[share.action] = np.frombuffer(packed, np.uint8, offset=split)
+        call = Call("step")
+        if payload is not None:
+            options, objects = cloudpickle.loads(payload)
+            if objects:
+                for key, values in objects.items():
+                    self.buffers.action_objects[key][:] = values
+                call.action_objects = self.buffers.action_objects
+            call.options = options
+        modes = self.control.mode.tobytes()
+        touched = self._touch.get(modes)
+        if touched is None:
+            touched = self._touch.setdefault(modes, _touched(modes))
+        try:
+            self.executor.send(call)
+            extras = self.executor.wait(call)
+        except BaseException as exc:
+            return ("error", _error_detail(exc))
+        root, next_, autoreset = touched
+        if autoreset and not root:
+            root = any_set(self.buffers.next.done)
+        next_ = next_ or ship_next
+        flat = self.flat
+        parts = [bytes([SHIP_ROOT * root | SHIP_NEXT * next_])]
+        if root:
+            parts.append(flat[share.root].tobytes())
+        if next_:
+            parts.append(flat[share.next].tobytes())
+        shipped = b"".join(parts)
+        return ("ok", shipped, extras) if extras else shipped
+
+    # ---- requests -----------------------------------------------------------------------------
+    def request(self, payload: bytes) -> tuple:
+        """Answer a request for rows of this share: ``("ok", results)`` or
+        ``("raise", exception, traceback text)`` (the caller's error, a missing attribute
+        say, raised on the driver as it is)."""
+        name, indices, kwargs = cloudpickle.loads(payload)
+        values = kwargs.pop("values", None)
+        call = Call("request", name=name, indices=indices, kwargs=kwargs, values=values)
+        try:
+            self.executor.request_send(call)
+            return ("ok", self.executor.request_wait(call))
+        except Exception as exc:
+            return ("raise", picklable_exception(exc), traceback.format_exc())
+
+    def ping(self) -> str:
+        """The node id (an answer at all says the actor is alive)."""
+        return _node_id()
+
+
+def _error_detail(exc: BaseException) -> tuple[str, tuple[str, str] | None]:
+    """(traceback text, the exception's class name): a worker process's own traceback where
+    the share's processes raised, else this process's."""
+    if isinstance(exc, WorkerError) and exc.worker_traceback:
+        return exc.worker_traceback, exc._type_name
+    return traceback.format_exc(), exception_type_name(exc)
+
+
+def _node_id() -> str:
+    import ray  # inside the actor: ray is there
+
+    return ray.get_runtime_context().get_node_id()
