@@ -430,30 +430,19 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         for leaf, target, has_twin, kinds in self._action_targets:
             array = _as_numpy(actions if self._plain_action else get_leaf(actions, leaf.path))
             expected = (k, *target.shape[1:])
-            if array.shape != expected:
-                raise ValueError(
-                    f"actions{_path_str(leaf.path)}: expected shape {expected} (one row per "
-                    f"env_id) for {self.single_action_space}, got shape {array.shape}"
-                )
-            if array.dtype.kind not in kinds:  # a cast would truncate or parse them
-                wanted = "integers" if kinds == "iu" else "numbers"
-                raise ValueError(
-                    f"actions{_path_str(leaf.path)}: expected {wanted} for "
-                    f"{self.single_action_space}, got dtype {array.dtype}"
-                )
+            _check_action_array(
+                array, leaf.path, expected, kinds, self.single_action_space, " (one row per env_id)"
+            )
             if has_twin:
                 buffers.write_action_rows(leaf.key, rows, array)
             else:
                 target[rows] = array
         # NEXT_STEP ignores the actions of the sub-envs it resets, whatever their values
-        resetting = self.engine.finished[rows]
-        for path, sub, values, in_range in self._discrete_bounds:
-            taken = values[rows][~resetting]
-            if taken.size and not in_range(taken):
-                raise ValueError(
-                    f"actions{_path_str(path)}: expected values in {sub}, got "
-                    f"min {taken.min()} max {taken.max()}"
-                )
+        taken = [
+            (path, sub, values[rows], in_range)
+            for path, sub, values, in_range in self._discrete_bounds
+        ]
+        _check_discrete(taken, self.engine.finished[rows])
 
     def _row_observations(self, rows: np.ndarray) -> Any:
         """The observations in "next" of the sub-envs at ``rows`` (copies), in that order."""
@@ -485,19 +474,8 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     def _write_actions(self, actions: Any) -> None:
         for leaf, target, has_twin, kinds in self._action_targets:
             array = _as_numpy(actions if self._plain_action else get_leaf(actions, leaf.path))
-            if array.shape != target.shape:
-                # gymnasium's vector envs iterate the actions: a scalar is a TypeError there
-                error = TypeError if array.ndim == 0 else ValueError
-                raise error(
-                    f"actions{_path_str(leaf.path)}: expected shape {target.shape} for "
-                    f"{self.action_space}, got shape {array.shape}"
-                )
-            if array.dtype.kind not in kinds:  # a cast would truncate or parse them
-                expected = "integers" if kinds == "iu" else "numbers"
-                raise ValueError(
-                    f"actions{_path_str(leaf.path)}: expected {expected} for "
-                    f"{self.action_space}, got dtype {array.dtype}"
-                )
+            if array.shape != target.shape or array.dtype.kind not in kinds:
+                _check_action_array(array, leaf.path, target.shape, kinds, self.action_space)
             if has_twin:  # float64 actions reach the sub-envs as float64
                 self.engine.write_action(leaf.key, array)
             else:
@@ -724,6 +702,30 @@ def _scalar_range(values: np.ndarray, low: int, high: int) -> bool:
 
 def _array_range(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> bool:
     return bool((values >= low).all() and (values <= high).all())
+
+
+def _check_action_array(
+    array: np.ndarray,
+    path: tuple,
+    expected: tuple,
+    kinds: str,
+    space: spaces.Space,
+    rows_note: str = "",
+) -> None:
+    """An action leaf of the wrong shape, or of a dtype a cast would change (a float
+    truncated, a string parsed), as a named error."""
+    if array.shape != expected:
+        # gymnasium's vector envs iterate the actions: a scalar is a TypeError there
+        error = TypeError if array.ndim == 0 and not rows_note else ValueError
+        raise error(
+            f"actions{_path_str(path)}: expected shape {expected}{rows_note} for {space}, "
+            f"got shape {array.shape}"
+        )
+    if array.dtype.kind not in kinds:
+        wanted = "integers" if kinds == "iu" else "numbers"
+        raise ValueError(
+            f"actions{_path_str(path)}: expected {wanted} for {space}, got dtype {array.dtype}"
+        )
 
 
 def _check_discrete(bounds: list[DiscreteBound], ignored: np.ndarray | None = None) -> None:
