@@ -31,21 +31,13 @@ BUSY_LATENCY_ID = "GymvecBench/BusyLatency-v0"  # LatencyEnv(busy=True)
 BENCH_ENV_IDS = (BUSY_STEP_ID, IMAGE_OBS_ID, LATENCY_ID, BUSY_LATENCY_ID)
 
 
-class BusyStepEnv(gym.Env):
-    """A CPU-bound env: each step spins for ``step_seconds`` and returns a random observation.
-
-    Episodes never terminate; they are truncated after ``episode_steps`` steps.
-    """
+class _RandomObsEnv(gym.Env):
+    """What the CPU- and latency-bound bench envs share: four random floats an observation
+    from the env's seeded generator, two actions, and a step counter reset with the episode."""
 
     metadata = {"render_modes": []}
 
-    def __init__(self, step_seconds: float = 1e-3, episode_steps: int = 200) -> None:
-        if step_seconds < 0:
-            raise ValueError(f"BusyStepEnv step_seconds must be >= 0, got {step_seconds}")
-        if episode_steps < 1:
-            raise ValueError(f"BusyStepEnv episode_steps must be >= 1, got {episode_steps}")
-        self.step_seconds = step_seconds
-        self.episode_steps = episode_steps
+    def __init__(self) -> None:
         self.observation_space = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
         self.action_space = spaces.Discrete(2)
         self._t = 0
@@ -59,6 +51,22 @@ class BusyStepEnv(gym.Env):
         super().reset(seed=seed)
         self._t = 0
         return self._observation(), {}
+
+
+class BusyStepEnv(_RandomObsEnv):
+    """A CPU-bound env: each step spins for ``step_seconds`` and returns a random observation.
+
+    Episodes never terminate; they are truncated after ``episode_steps`` steps.
+    """
+
+    def __init__(self, step_seconds: float = 1e-3, episode_steps: int = 200) -> None:
+        if step_seconds < 0:
+            raise ValueError(f"BusyStepEnv step_seconds must be >= 0, got {step_seconds}")
+        if episode_steps < 1:
+            raise ValueError(f"BusyStepEnv episode_steps must be >= 1, got {episode_steps}")
+        self.step_seconds = step_seconds
+        self.episode_steps = episode_steps
+        super().__init__()
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         # Spin rather than sleep: the point is to occupy a core, as a real simulator would.
@@ -107,7 +115,7 @@ class ImageObsEnv(gym.Env):
         return obs, reward, False, self._t >= self.episode_steps, {}
 
 
-class LatencyEnv(gym.Env):
+class LatencyEnv(_RandomObsEnv):
     """An env whose steps take a variable time: each waits ``Exp(mean_seconds)`` seconds.
 
     The wait, the observation and the episode's end all come from the env's own seeded
@@ -124,8 +132,6 @@ class LatencyEnv(gym.Env):
         True
     """
 
-    metadata = {"render_modes": []}
-
     def __init__(
         self, mean_seconds: float = 1e-3, busy: bool = False, episode_steps: int = 200
     ) -> None:
@@ -136,19 +142,7 @@ class LatencyEnv(gym.Env):
         self.mean_seconds = mean_seconds
         self.busy = busy
         self.episode_steps = episode_steps
-        self.observation_space = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
-        self.action_space = spaces.Discrete(2)
-        self._t = 0
-
-    def _observation(self) -> np.ndarray:
-        return self.np_random.uniform(-1.0, 1.0, size=4).astype(np.float32)
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
-        self._t = 0
-        return self._observation(), {}
+        super().__init__()
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         delay = float(self.np_random.exponential(self.mean_seconds))
