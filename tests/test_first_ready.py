@@ -140,6 +140,54 @@ def test_face_recv_infos_are_rows_of_env_id():
     envs.close()
 
 
+@pytest.mark.parametrize("kind", ["serial", "parallel", "parallel-local"])
+def test_face_learns_info_fields_while_rows_are_in_flight(kind, no_leaks):
+    # LatencyEnv reports info["delay"] from its own seeded RNG at every step: the first steps
+    # give "delay" a buffer field while other rows run, and every row's value stays its own.
+    n, seed = 4, 3
+    envs = face_envs(kind, n, batch_size=2)
+    delays: dict[int, list] = {i: [] for i in range(n)}
+    sent: dict[int, list] = {i: [] for i in range(n)}
+    try:
+        envs.async_reset(seed=seed)
+        for _ in range(24):
+            infos = envs.recv()[-1]
+            present = infos.get("_delay", np.zeros(envs.batch_size, dtype=bool))
+            for row, i in enumerate(infos["env_id"].tolist()):
+                if len(sent[i]) > len(delays[i]):  # the answer to a step (or its autoreset)
+                    delays[i].append(infos["delay"][row] if present[row] else None)
+            ids = infos["env_id"]
+            for i in ids.tolist():
+                sent[i].append(1)
+            envs.send(np.ones(len(ids), dtype=np.int64), ids)
+        assert "delay" in envs.engine.layout.info_fields
+        engine = envs.engine
+        while engine.flying.size:  # the last sends; then a request and whole-batch commands
+            envs.recv()
+        assert envs.get_attr("mean_seconds") == (MEAN_S,) * n
+        engine.reset()
+        engine.buffers.action[("action",)][:] = 1
+        engine.step(Autoreset.NONE)
+        assert (engine.buffers.next.info["delay"] > 0).all()
+    finally:
+        envs.close()
+    for i in range(n):  # each sub-env alone: its step delays, None where NEXT_STEP reset it
+        env = make_latency()
+        env.reset(seed=seed + i)
+        expected, done = [], False
+        for _ in delays[i]:
+            if done:
+                env.reset()
+                expected.append(None)
+                done = False
+            else:
+                _, _, terminated, truncated, info = env.step(1)
+                expected.append(info["delay"])
+                done = terminated or truncated
+        assert delays[i] == expected, i
+        assert len(delays[i]) > 3
+
+
 def test_face_make_vec_batch_size_and_step():
     envs = make_vec(LATENCY_ID, 3, backend="serial", batch_size=3, mean_seconds=0.0)
     envs.reset(seed=0)

@@ -40,6 +40,7 @@ from gymvec.engine.worker import (
     CMD,
     CMD_SEQ,
     DONE_SEQ,
+    FIELDS,
     FINISHED,
     LIVENESS_POLL_S,
     REPLY,
@@ -208,7 +209,8 @@ class ProcessExecutor(Executor):
         self.ready = None
         self._tickets = 0
         self._finished: dict[int, Any] = {}  # row -> its Extras, None, or its WorkerError
-        self._gathered = np.zeros(num_envs, dtype=bool)  # the row's last ticket was gathered
+        # per row: its last ticket was gathered (bytes, whose items index faster than numpy's)
+        self._gathered = bytearray(num_envs)
         self._messages: dict[int, Any] = {}  # row -> what its worker sent, read early
         self._lost: list[int] = []
         self._unsettled: set[WorkerHandle] = set()  # posted RUN_SOME, not yet seen idle
@@ -228,6 +230,8 @@ class ProcessExecutor(Executor):
         self.row_words = np.frombuffer(self.rows_memory, dtype=np.int64).reshape(
             num_envs, ROW_WORDS
         )
+        # the same words as Python ints: a first-ready wait reads a few per row it checks
+        self.row_ints = memoryview(self.rows_memory).cast("B").cast("q")
         self.handle_of_row: list[WorkerHandle | None] = [None] * num_envs
         for handle in self.handles:
             self.handle_of_row[handle.start : handle.stop] = [handle] * (handle.stop - handle.start)
@@ -441,7 +445,7 @@ class ProcessExecutor(Executor):
                 local.append(row)
                 continue
             self._tickets += 1
-            self._gathered[row] = False
+            self._gathered[row] = 0
             words[row, TICKET] = self._tickets
             woken[handle.index] = handle
         if local:
@@ -463,11 +467,11 @@ class ProcessExecutor(Executor):
         deadline = None if timeout is None else time.monotonic() + timeout
         finished, local = self._finished, self.local
         wanted = set(rows)
-        remote = np.array([row for row in rows if row >= self.local_stop], dtype=np.intp)
-        if remote.size:
+        remote = [row for row in rows if row >= self.local_stop]
+        if remote:
             self._gather(remote)
+        done = [row for row in finished if row in wanted]  # then kept up to date below
         while True:
-            done = [row for row in finished if row in wanted]  # at most the batch: cheap
             failed = next((row for row in done if isinstance(finished[row], WorkerError)), None)
             if failed is not None:  # that row is over; the others stay for a later wait
                 self._lost.append(failed)
@@ -481,30 +485,33 @@ class ProcessExecutor(Executor):
                     with self.concurrency:
                         row = local.run_next()
                 finished[row] = local.finished.pop(row)
+                if row in wanted:
+                    done.append(row)
                 continue
-            if not remote.size:  # the engine's books say otherwise: never wait for nothing
+            if not remote:  # the engine's books say otherwise: never wait for nothing
                 raise RuntimeError(f"first-ready wait: none of sub-envs {list(rows)} is running")
             self._block(remote, deadline, min_get)
-            self._gather(remote)
+            done += self._gather(remote)
 
-    def _gather(self, rows: np.ndarray) -> list[int]:
+    def _gather(self, rows: list[int]) -> list[int]:
         """The rows of ``rows`` that their workers finished since the last look, in the order
         sent; each goes into ``_finished`` with its extras (or its error)."""
-        words, gathered = self.row_words, self._gathered
-        mine = words[rows]
-        done = (mine[:, FINISHED] >= mine[:, TICKET]) & ~gathered[rows]
-        if not done.any():
-            return []
-        new = rows[done]
-        if new.size > 1:
-            new = new[np.argsort(mine[done, TICKET])]
-        new = new.tolist()
+        ints, gathered = self.row_ints, self._gathered
+        new = [
+            row
+            for row in rows
+            if not gathered[row]
+            and ints[row * ROW_WORDS + FINISHED] >= ints[row * ROW_WORDS + TICKET]
+        ]
+        if len(new) > 1:
+            new.sort(key=lambda row: ints[row * ROW_WORDS + TICKET])
         finished = self._finished
         for row in new:
-            gathered[row] = True
+            gathered[row] = 1
             handle = self.handle_of_row[row]
-            payload = self._message(handle, row) if words[row, ROW_REPLY] else None
-            if int(words[row, ROW_STATUS]) == _ERROR:  # an int: see WorkerHandle.wait
+            base = row * ROW_WORDS
+            payload = self._message(handle, row) if ints[base + ROW_REPLY] else None
+            if ints[base + ROW_STATUS] == _ERROR:
                 message = f"sub-env {row} in worker {handle.index} raised"
                 finished[row] = handle.raised(message, payload)
             else:
@@ -524,7 +531,7 @@ class ProcessExecutor(Executor):
             messages[sender] = payload
         return messages.pop(row)
 
-    def _block(self, rows: np.ndarray, deadline: float | None, min_get: int) -> None:
+    def _block(self, rows: list[int], deadline: float | None, min_get: int) -> None:
         """Wait for some worker to finish a row (a post of ``ready``): spin briefly where
         spinning pays (see ``ProcessOptions.spin_seconds``), then block. Returns after a post
         or a liveness poll, for the caller to gather; raises past ``deadline``
@@ -543,7 +550,7 @@ class ProcessExecutor(Executor):
             poll = min(poll, max(deadline - time.monotonic(), 0.0))
         if ready.acquire(True, poll):
             return
-        busy = rows[~self._gathered[rows]].tolist()
+        busy = [row for row in rows if not self._gathered[row]]
         for handle in dict.fromkeys(self.handle_of_row[row] for row in busy):
             if not handle.process.is_alive():
                 self._gather(rows)  # what it finished before it died still counts
@@ -551,7 +558,7 @@ class ProcessExecutor(Executor):
                 raise handle.died()
         if deadline is not None and time.monotonic() >= deadline:
             self._gather(rows)  # one last look: a row may have finished just now
-            busy = rows[~self._gathered[rows]].tolist()
+            busy = [row for row in rows if not self._gathered[row]]
             handles = dict.fromkeys(self.handle_of_row[row] for row in busy)
             workers = sorted(handle.index for handle in handles)
             raise SubEnvTimeoutError(
@@ -568,7 +575,7 @@ class ProcessExecutor(Executor):
         words = self.row_words[handle.start : handle.stop]
         for k in np.flatnonzero(words[:, TICKET] > words[:, FINISHED]).tolist():
             words[k, FINISHED] = words[k, TICKET]  # nothing will finish it now
-            self._gathered[handle.start + k] = True  # nor gather it
+            self._gathered[handle.start + k] = 1  # nor gather it
             self._lost.append(handle.start + k)
         handle.answered = handle.seq
         self._unsettled.discard(handle)
@@ -578,6 +585,25 @@ class ProcessExecutor(Executor):
         if self.local is not None:
             lost += self.local.take_lost()
         return lost
+
+    def add_info_fields_in_flight(self, places: dict) -> bool:
+        """This process's groups adopt ``places`` now; each worker finds them on its pipe
+        (the ``FIELDS`` word counts the messages) before it runs its next row, or once woken
+        by a RUN_SOME that has no row for it."""
+        if self.local is not None:
+            self.local.add_info_fields_in_flight(places)
+        payload = cloudpickle.dumps(places)
+        for handle in self.handles:
+            if not handle.process.is_alive():
+                continue  # its rows are lost already, or will be at the next wait
+            try:
+                handle.conn.send_bytes(payload)  # before the word: read once the worker sees it
+            except OSError:  # it died just now: the next wait finds out
+                continue
+            handle.words[FIELDS] += 1
+            handle.post(Command.RUN_SOME)
+            self._unsettled.add(handle)
+        return True
 
     def _settle(self) -> None:
         """Before a whole-batch command or a request: wait until each worker sent first-ready

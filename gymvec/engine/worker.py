@@ -16,7 +16,8 @@ pending rows (``TICKET > FINISHED``) one at a time, lowest ticket first (the ord
 publishes each as soon as it is done (``ROW_STATUS``, ``ROW_REPLY``, then ``FINISHED``) and
 posts the ``ready`` semaphore that every worker shares, so the parent can return it while the
 worker's other rows still run. A row's extras or error follow on the pipe as
-``(row, payload)``.
+``(row, payload)``. Info fields the parent learns meanwhile come on the pipe too, counted by the
+``FIELDS`` word, which the worker reads before each row (see ``Worker.run_some``).
 
 Everything that is not per-step data travels over a pipe: the worker's first message (ready or
 the factory's traceback), request replies, error tracebacks, the info entries that have no
@@ -49,7 +50,7 @@ from gymvec.engine.subenvs import SubEnvGroup, SubEnvSummary, run_request
 from gymvec.errors import SpaceMismatchError, exception_type_name
 
 SYNC_WORDS = 8  # int64 words per worker: one 64-byte cache line
-CMD_SEQ, CMD, DONE_SEQ, STATUS, REPLY = range(5)
+CMD_SEQ, CMD, DONE_SEQ, STATUS, REPLY, FIELDS = range(6)
 ROW_WORDS = 8  # int64 words per sub-env (first-ready commands): one cache line
 TICKET, FINISHED, ROW_STATUS, ROW_REPLY = range(4)
 
@@ -179,6 +180,7 @@ class Worker:
             Command.RUN_SOME: self.run_some,
         }
         self.open = True
+        self.fields_read = 0  # info-field messages adopted (see run_some)
 
     def parent_alive(self) -> bool:
         return os.getppid() == self.parent_pid
@@ -223,6 +225,8 @@ class Worker:
         words = self.row_words
         start = self.group.start
         while True:
+            if self.words[FIELDS] > self.fields_read:
+                self.adopt_fields()
             tickets = words[:, TICKET]
             pending = np.flatnonzero(tickets > words[:, FINISHED])
             if not pending.size:
@@ -245,6 +249,13 @@ class Worker:
             self.ready.release()
             if payload is not None:  # after the post, as a command's reply
                 self.conn.send_bytes(payload)
+
+    def adopt_fields(self) -> None:
+        """Adopt the info fields the parent sent while first-ready rows were in flight (see
+        ``ProcessExecutor.add_info_fields_in_flight``), one message per count of ``FIELDS``."""
+        while self.fields_read < self.words[FIELDS]:
+            self.group.add_info_fields(cloudpickle.loads(self.conn.recv_bytes()))
+            self.fields_read += 1
 
     def run_with_payload(self) -> dict | None:
         options, action_objects = self.conn.recv()
