@@ -617,19 +617,27 @@ class BatchEngine:
 
     # ---- first-ready commands -------------------------------------------------------------------
     def async_step_send(
-        self, indices: Sequence[int] | np.ndarray | None = None, autoreset=Autoreset.NONE
+        self,
+        indices: Sequence[int] | np.ndarray | None = None,
+        autoreset=Autoreset.NONE,
+        *,
+        write_actions: Callable[[np.ndarray], None] | None = None,
     ) -> None:
         """Step the sub-envs at ``indices`` (all if None) with their rows of
         ``buffers.action``, each on its own: ``async_recv`` takes them back as they finish.
 
         ``autoreset``: NONE, or NEXT_STEP (a sub-env that finished at its previous step is
         reset into "next" instead, as a transition). A sub-env still in flight raises a
-        ValueError naming it; nothing is sent then.
+        ValueError naming it; nothing is sent then. ``write_actions(rows)``: called with the
+        checked rows (int64) before anything is sent, to write their actions (an error there
+        sends nothing).
         """
         if autoreset is Autoreset.SAME_STEP:
             raise ValueError("autoreset: first-ready steps take Autoreset.NONE or NEXT_STEP")
         rows = self.async_rows(indices)
-        broken = rows[self._needs_reset[rows]]
+        if write_actions is not None:
+            write_actions(rows)
+        broken = rows[self._needs_reset[rows]] if self._async_dirty else rows[:0]
         if broken.size:
             raise RuntimeError(
                 f"sub-envs {broken.tolist()} failed or were interrupted in a command, so their "
@@ -759,13 +767,14 @@ class BatchEngine:
             rows = rows.astype(np.int64)
         if not rows.size:
             return rows
-        if rows.min() < 0 or rows.max() >= n:
+        listed = rows.tolist()  # a batch is small: Python's min/max/set beat numpy's calls
+        if min(listed) < 0 or max(listed) >= n:
             outside = rows[(rows < 0) | (rows >= n)]
             raise IndexError(
                 f"env_index: sub-env indices {outside.tolist()} out of range for {n} sub-envs"
             )
-        if rows.size > 1 and len(set(rows.tolist())) != rows.size:
-            raise ValueError(f"env_index: each sub-env at most once, got {rows.tolist()}")
+        if len(set(listed)) != len(listed):
+            raise ValueError(f"env_index: each sub-env at most once, got {listed}")
         return rows
 
     def _async_send(
