@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import torch
 from _envs import TimedEnv
+from _replay import next_step_alone
 from tensordict import TensorDict
 
 from gymvec import GymEnv, ParallelEnv, ParallelVectorEnv, SerialEnv, SerialVectorEnv, WorkerError
@@ -56,19 +57,7 @@ def latency_fns(n: int) -> list:
 def replay_face(seed: int, actions: list, records: list) -> None:
     """Sub-env alone (gymnasium's NEXT_STEP autoreset by hand) against what recv returned:
     ``records[0]`` is its reset, ``records[k]`` its answer to ``actions[k - 1]``."""
-    env = make_latency()
-    obs, _ = env.reset(seed=seed)
-    expected = [(obs, 0.0, False, False)]
-    done = False
-    for action in actions:
-        if done:
-            obs, _ = env.reset()
-            expected.append((obs, 0.0, False, False))
-            done = False
-        else:
-            obs, reward, terminated, truncated, _ = env.step(action)
-            expected.append((obs, reward, terminated, truncated))
-            done = terminated or truncated
+    expected = [record[:4] for record in next_step_alone(make_latency(), seed, actions)]
     assert len(expected) == len(records)
     for k, (want, got) in enumerate(zip(expected, records)):
         np.testing.assert_array_equal(got[0], want[0], err_msg=f"observation {k}")
@@ -172,18 +161,8 @@ def test_face_learns_info_fields_while_rows_are_in_flight(kind, no_leaks):
     finally:
         envs.close()
     for i in range(n):  # each sub-env alone: its step delays, None where NEXT_STEP reset it
-        env = make_latency()
-        env.reset(seed=seed + i)
-        expected, done = [], False
-        for _ in delays[i]:
-            if done:
-                env.reset()
-                expected.append(None)
-                done = False
-            else:
-                _, _, terminated, truncated, info = env.step(1)
-                expected.append(info["delay"])
-                done = terminated or truncated
+        alone = next_step_alone(make_latency(), seed + i, [1] * len(delays[i]))
+        expected = [None if info is None else info["delay"] for *_, info in alone[1:]]
         assert delays[i] == expected, i
         assert len(delays[i]) > 3
 
