@@ -56,6 +56,7 @@ from gymvec.engine.worker import (
     Status,
     WorkerArgs,
     env_specs_payload,
+    sync_words,
     wait_for,
     worker_main,
 )
@@ -119,7 +120,7 @@ class WorkerHandle:
 
     def post(self, command: Command, payload: Any = None) -> None:
         self.seq += 1
-        self.words[CMD] = int(command)  # an IntEnum costs numpy a few dunder lookups
+        self.words[CMD] = int(command)  # a memoryview item takes a plain int
         self.words[CMD_SEQ] = self.seq
         self.wake.release()
         if payload is not None:  # after the wake-up: the worker reads while we write
@@ -138,8 +139,7 @@ class WorkerHandle:
             except (EOFError, OSError):
                 raise self.died() from None
         self.answered = self.seq
-        # int() first: numpy compares an IntEnum through slow generic paths (~5-20 us)
-        if int(self.words[STATUS]) == Status.ERROR:
+        if self.words[STATUS] == _ERROR:
             raise self.raised(f"worker {self.index} raised", reply)
         return reply
 
@@ -279,7 +279,7 @@ class ProcessExecutor(Executor):
                 args=(args, child_conn, wake, done),
                 daemon=options.daemon,
             )
-            words = worker_words(self.sync_memory, k)
+            words = sync_words(self.sync_memory, k)
             handle = WorkerHandle(w, start, stop, process, parent_conn, wake, done, words)
             self.handles.append(handle)
             process.start()
@@ -723,13 +723,6 @@ def unlink_semaphore(semaphore: Any) -> None:
 
 def _drop(handle: WorkerHandle, reply: Any) -> None:
     """What a drained call does with an answer (a command's extras or a request's results)."""
-
-
-def worker_words(sync_memory: Any, k: int) -> Any:
-    """The sync words of worker process ``k`` (see ``worker.py``)."""
-    import numpy as np
-
-    return np.frombuffer(sync_memory, dtype=np.int64)[k * SYNC_WORDS : (k + 1) * SYNC_WORDS]
 
 
 def terminate(process) -> None:

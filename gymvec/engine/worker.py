@@ -58,6 +58,13 @@ TICKET, FINISHED, ROW_STATUS, ROW_REPLY = range(4)
 LIVENESS_POLL_S = 0.05
 
 
+def sync_words(sync_memory: Any, k: int) -> memoryview:
+    """The sync words of worker process ``k``, as int64 items of a memoryview: they are read
+    and written a few times per command on each side, and a memoryview item is a plain
+    Python int, several times cheaper to get or set than a numpy scalar."""
+    return memoryview(sync_memory).cast("B").cast("q")[k * SYNC_WORDS : (k + 1) * SYNC_WORDS]
+
+
 class Command(enum.IntEnum):
     RUN = 1  # carry out the mode bytes of this worker's rows
     RUN_WITH_PAYLOAD = 2  # the same, with (reset options, object actions) read from the pipe
@@ -109,7 +116,7 @@ class Spin:
 
 
 def wait_for(
-    words: np.ndarray,
+    words: Any,
     slot: int,
     value: int,
     sem: Any,
@@ -154,7 +161,7 @@ class Worker:
     def __init__(
         self,
         group: SubEnvGroup,
-        words: np.ndarray,
+        words: memoryview,
         conn,
         wake,
         done,
@@ -203,7 +210,7 @@ class Worker:
                 payload = ForkingPickler.dumps((traceback.format_exc(), exception_type_name(exc)))
                 status = Status.ERROR
             self.words[STATUS] = int(status)
-            self.words[REPLY] = payload is not None
+            self.words[REPLY] = int(payload is not None)
             self.words[DONE_SEQ] = seq
             self.done.release()
             # After the done post: a large reply can then fill the pipe while the parent reads.
@@ -366,9 +373,7 @@ def worker_main(args: WorkerArgs, conn, wake, done) -> None:
         # Before anything imports torch (or numpy's BLAS): they read these when they load.
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             os.environ[var] = str(args.num_threads)
-    words = np.frombuffer(args.sync_memory, dtype=np.int64)[
-        args.index * SYNC_WORDS : (args.index + 1) * SYNC_WORDS
-    ]
+    words = sync_words(args.sync_memory, args.index)
     try:
         env_fns = cloudpickle.loads(args.env_fns_payload)
         if args.env_specs_payload is not None:
