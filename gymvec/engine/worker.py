@@ -42,7 +42,6 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import cloudpickle
-import numpy as np
 
 from gymvec.engine.buffers import BufferLayout, Buffers
 from gymvec.engine.commands import Control
@@ -167,11 +166,11 @@ class Worker:
         done,
         spin_s: float,
         concurrency: Any = None,
-        row_words: np.ndarray | None = None,
+        row_words: memoryview | None = None,
         ready: Any = None,
     ):
         self.group = group
-        self.row_words = row_words  # [its sub-envs, ROW_WORDS] (first-ready commands)
+        self.row_words = row_words  # its sub-envs' ROW_WORDS each (first-ready commands)
         self.ready = ready  # the semaphore a finished first-ready row posts
         self.concurrency = concurrency  # see ParallelVectorEnv's max_concurrency
         self.words = words
@@ -229,17 +228,20 @@ class Worker:
     def run_some(self) -> None:
         """Run the pending first-ready rows, lowest ticket first, publishing each one as
         soon as it is done; returns once none is pending (rows sent meanwhile included)."""
-        words = self.row_words
+        words = self.row_words  # Python ints: a few are read per row, for a handful of rows
         start = self.group.start
+        rows = range(self.group.stop - start)
         while True:
             if self.words[FIELDS] > self.fields_read:
                 self.adopt_fields()
-            tickets = words[:, TICKET]
-            pending = np.flatnonzero(tickets > words[:, FINISHED])
-            if not pending.size:
+            pending = [
+                k for k in rows if words[k * ROW_WORDS + TICKET] > words[k * ROW_WORDS + FINISHED]
+            ]
+            if not pending:
                 return None
-            k = int(pending[np.argmin(tickets[pending])])
-            ticket = int(tickets[k])
+            k = min(pending, key=lambda k: words[k * ROW_WORDS + TICKET])
+            base = k * ROW_WORDS
+            ticket = words[base + TICKET]
             status, payload = Status.OK, None
             try:
                 extras = self.run(None, only=start + k)
@@ -249,10 +251,9 @@ class Worker:
                 detail = (traceback.format_exc(), exception_type_name(exc))
                 payload = ForkingPickler.dumps((start + k, detail))
                 status = Status.ERROR
-            row = words[k]
-            row[ROW_STATUS] = int(status)
-            row[ROW_REPLY] = payload is not None
-            row[FINISHED] = ticket
+            words[base + ROW_STATUS] = int(status)
+            words[base + ROW_REPLY] = int(payload is not None)
+            words[base + FINISHED] = ticket
             self.ready.release()
             if payload is not None:  # after the post, as a command's reply
                 self.conn.send_bytes(payload)
@@ -398,8 +399,9 @@ def worker_main(args: WorkerArgs, conn, wake, done) -> None:
     gc.freeze()
     conn.send_bytes(ready)
     try:
-        row_words = np.frombuffer(args.rows_memory, dtype=np.int64).reshape(-1, ROW_WORDS)
-        row_words = row_words[group.start : group.stop]
+        # this worker's rows' words, flat: row k's word W is item k * ROW_WORDS + W
+        row_words = memoryview(args.rows_memory).cast("B").cast("q")
+        row_words = row_words[group.start * ROW_WORDS : group.stop * ROW_WORDS]
         worker = Worker(
             group, words, conn, wake, done, args.spin_s, args.concurrency, row_words, args.ready
         )
