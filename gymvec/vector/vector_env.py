@@ -303,9 +303,11 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         if self._same_step:
             finished = terminations | truncations
             infos = self._same_step_infos(finished, any_set(finished), received.extras)
-        else:
+        elif received.extras or self._info_fields:
             extras = {i: e.next for i, e in received.extras.items()}
             infos = self._infos(step_slot, None, extras)
+        else:
+            infos = {}
         obs = self._observations(received)
         if self.output == "torch":
             import torch
