@@ -465,19 +465,14 @@ class ProcessExecutor(Executor):
         time while too few are; otherwise block on the ``ready`` semaphore (checking that
         the workers holding rows in flight are alive)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        finished, local = self._finished, self.local
+        finished, local, gathered = self._finished, self.local, self._gathered
         wanted = set(rows)
-        remote = [row for row in rows if row >= self.local_stop]
-        if remote:
-            self._gather(remote)
-        done = [row for row in finished if row in wanted]  # then kept up to date below
-        while True:
-            failed = next((row for row in done if isinstance(finished[row], WorkerError)), None)
-            if failed is not None:  # that row is over; the others stay for a later wait
-                self._lost.append(failed)
-                raise finished.pop(failed)
-            if len(done) >= min_get:
-                return take_finished(finished, rows, max_get)
+        done = [row for row in finished if row in wanted]  # finished before this wait
+        waiting = [row for row in rows if row >= self.local_stop and not gathered[row]]
+        if waiting:
+            done += self._gather(waiting)
+        self._raise_failed(done)
+        while len(done) < min_get:
             if local is not None and local.queue:
                 if self.concurrency is None:
                     row = local.run_next()
@@ -487,11 +482,25 @@ class ProcessExecutor(Executor):
                 finished[row] = local.finished.pop(row)
                 if row in wanted:
                     done.append(row)
+                    self._raise_failed([row])
                 continue
-            if not remote:  # the engine's books say otherwise: never wait for nothing
+            waiting = [row for row in waiting if not gathered[row]]
+            if not waiting:  # the engine's books say otherwise: never wait for nothing
                 raise RuntimeError(f"first-ready wait: none of sub-envs {list(rows)} is running")
-            self._block(remote, deadline, min_get)
-            done += self._gather(remote)
+            self._block(waiting, deadline, min_get)
+            new = self._gather(waiting)
+            done += new
+            self._raise_failed(new)
+        return take_finished(finished, rows, max_get)
+
+    def _raise_failed(self, rows: list[int]) -> None:
+        """The error of the first of ``rows`` (finished) that failed: that row is over, the
+        others stay for a later wait."""
+        finished = self._finished
+        failed = next((row for row in rows if isinstance(finished[row], WorkerError)), None)
+        if failed is not None:
+            self._lost.append(failed)
+            raise finished.pop(failed)
 
     def _gather(self, rows: list[int]) -> list[int]:
         """The rows of ``rows`` that their workers finished since the last look, in the order
