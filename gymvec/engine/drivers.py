@@ -434,13 +434,13 @@ class BatchStep(CommandRunner):
                 drivers[k].reset(root, None, None)
             return take_extras(drivers) if done_rows or self.wrote_extras else {}
         if not modes.translate(None, self.step_or_next_reset):  # only those two modes
-            steps, reset, actions = self.steps, self._reset_as_step, self._actions()
+            reset, actions = self._reset_as_step, self._actions()
             results = [
-                steps[k](actions[k]) if mode == STEP else reset(k, options)
-                for k, mode in enumerate(modes)
+                step(action) if mode == STEP else reset(k, options)
+                for k, (mode, step, action) in enumerate(zip(modes, self.steps, actions))
             ]
             self._write(results, range(len(modes)))
-            return take_extras(self.drivers)
+            return take_extras(self.drivers) if self.wrote_extras else {}
         return super().run(modes, seeds, options)
 
     def step_rows(self, stepping: Sequence[int]) -> list[int]:
