@@ -234,9 +234,11 @@ def test_same_data_as_torchrls_parallel_env():
         theirs.close(raise_if_closed=False)
 
 
-def test_one_round_trip_step_and_maybe_reset_matches_torchrls_two():
-    """The override returns what torchrl's step-then-reset returns, extra root entries too."""
-    ours, reference = make_gymvec_serial(3), make_gymvec_serial(3)
+@pytest.mark.parametrize("make", [CARTPOLE, _envs.make_dict_env], ids=["cartpole", "dict"])
+def test_one_round_trip_step_and_maybe_reset_matches_torchrls_two(make):
+    """The override returns what torchrl's step-then-reset returns, extra root entries too
+    (a nested one, as the collectors' ids; and nested observations and infos)."""
+    ours, reference = (to_torchrl(gymvec.SerialEnv(3, make)) for _ in range(2))
     reference._step_and_maybe_reset = functools.partial(
         torchrl.envs.EnvBase._step_and_maybe_reset, reference
     )
@@ -247,15 +249,22 @@ def test_one_round_trip_step_and_maybe_reset_matches_torchrls_two():
         for env in (ours, reference):
             td = env.reset()
             td["extra"] = torch.ones(3, 2)
-            roots = []
-            for action in seeded_actions(80, 3):
-                td["action"] = action
-                td, td = env.step_and_maybe_reset(td)
-                roots.append(td.clone())
-            results.append(torch.stack(roots, 1))
-        assert set(results[0].keys(True)) == set(results[1].keys(True))
-        assert (results[0] == results[1]).all()
-        assert (results[0]["extra"] == 0).any()  # rows reset: zeros, as torchrl leaves them
+            td["collector", "ids"] = torch.arange(3)
+            roots, steps = [], []
+            for _ in range(80):
+                torch.manual_seed(len(roots))
+                td = env.rand_action(td)
+                td, root = env.step_and_maybe_reset(td)
+                # setting into the next root leaves the step's data alone (as collectors do)
+                root["collector", "ids"] = root["collector", "ids"] + 10
+                steps.append(td.clone())
+                roots.append(root.clone())
+                td = root
+            results.append((torch.stack(steps, 1), torch.stack(roots, 1)))
+        for a, b in zip(*results):
+            assert set(a.keys(True)) == set(b.keys(True))
+            assert (a == b).all()
+        assert (results[0][1]["extra"] == 0).any()  # rows reset: zeros, as torchrl leaves them
     finally:
         ours.close()
         reference.close()

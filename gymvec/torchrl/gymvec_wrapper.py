@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase, is_non_tensor, is_tensor_collection
 from torchrl._utils import seed_generator
 from torchrl.envs import EnvBase as TorchRLEnvBase
 
+from gymvec.common.fastpath import tensordict_unchecked
 from gymvec.envs.base import EnvBase
 from gymvec.specs import Composite
 from gymvec.torchrl.specs import to_torchrl_spec
@@ -108,20 +109,78 @@ class GymvecWrapper(TorchRLEnvBase):
         tensordict, root = self.gymvec_env.step_and_maybe_reset(tensordict)
         # torchrl's _step_proc_data (reward reshaped, missing done keys filled) has nothing to
         # do: gymvec's outputs hold every key of the specs, in their shapes.
-        next_root = self._step_mdp(tensordict)
         done = tensordict.get(("next", "done"))
-        if done.any() and not done.all():
-            # As torchrl's partial reset leaves them: entries that a reset does not return
-            # (the action, policy outputs) are zeros in the rows reset.
+        finished = int(done.sum())
+        # As torchrl's partial reset leaves them, entries that a reset does not return (the
+        # action, policy outputs) are zeros in the rows reset; a full reset keeps them.
+        zeroed = done if 0 < finished < done.numel() else None
+        next_root = self._next_root(tensordict, root, zeroed)
+        if next_root is None:
+            next_root = self._next_root_by_step_mdp(tensordict, root, zeroed)
+        return tensordict, next_root
+
+    def _next_root(
+        self, tensordict: TensorDictBase, root: TensorDictBase, zeroed: torch.Tensor | None
+    ) -> TensorDictBase | None:
+        """torchrl's next root (``_step_mdp(tensordict)`` updated with ``root``) built in one
+        go, or None where a layout calls for the general path (nested done, reward or reset
+        keys, lazy stacks, named dims, a ``root`` without all of ``"next"``).
+
+        It is ``root`` (all of ``"next"`` but the reward, the reset rows from the reset) with
+        the entries of ``tensordict``'s root that step_mdp carries over and ``root`` lacks (the
+        action, policy outputs, the collector's ids). Half the cost of step_mdp and update:
+        neither reads every leaf, and nothing is checked that gymvec built right already.
+        """
+        dropped = self._dropped_root_names()
+        if dropped is None or type(tensordict) is not TensorDict or type(root) is not TensorDict:
+            return None
+        returned = set(root.keys())
+        for key, value in tensordict.get("next").items():
+            if key in dropped:
+                continue
+            if key not in returned or not _holds(root.get(key), value):
+                return None  # step_mdp would take some of it from "next"
+        entries = {}
+        for key, value in tensordict.items():
+            if key in dropped:
+                continue
+            if key in returned:
+                if not _holds(root.get(key), value):
+                    return None  # a nested entry that the reset returns only in part
+                continue
+            value = _carried(value, zeroed)
+            if value is None:
+                return None
+            entries[key] = value
+        for key, value in root.items():
+            # Nested TensorDicts are new ones (as step_mdp's are): setting into the next root
+            # must leave the step's "next" unchanged.
+            entries[key] = value.copy() if is_tensor_collection(value) else value
+        return tensordict_unchecked(entries, self.batch_size, self.device)
+
+    def _dropped_root_names(self) -> frozenset | None:
+        """The root entries step_mdp leaves out (``"next"``, the done, reset and reward keys;
+        the done flags come from ``"next"``), or None where one of them is nested or a reward
+        is also a state (then step_mdp takes it from ``"next"``)."""
+        done, reset, reward = self.done_keys, self.reset_keys, self.reward_keys
+        names = frozenset(("next", *done, *reset, *reward))
+        if not all(type(key) is str for key in names) or set(reward) & set(self.state_keys):
+            return None
+        return names
+
+    def _next_root_by_step_mdp(
+        self, tensordict: TensorDictBase, root: TensorDictBase, zeroed: torch.Tensor | None
+    ) -> TensorDictBase:
+        """The general path of :meth:`_next_root`: torchrl's step_mdp, updated with ``root``."""
+        next_root = self._step_mdp(tensordict)
+        if zeroed is not None:
             returned = set(root.keys(True, True))
-            batch = self.batch_size
             for key in next_root.keys(True, True):
                 value = next_root.get(key)
                 if key not in returned and isinstance(value, torch.Tensor):
-                    rows = done.reshape(*batch, *(1,) * (value.ndim - len(batch)))
-                    next_root.set(key, value.masked_fill(rows, 0))
+                    next_root.set(key, _zero_rows(value, zeroed))
         next_root.update(root)
-        return tensordict, next_root
+        return next_root
 
     def set_seed(self, seed: int | None = None, static_seed: bool = False) -> int | None:
         """Seed every sub-env as torchrl's batched envs do (see the class docstring) and
@@ -147,6 +206,51 @@ class GymvecWrapper(TorchRLEnvBase):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.gymvec_env!r})"
+
+
+def _zero_rows(value: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``value`` with zeros in the ``rows`` (the done flags, ``batch + (1,)``) that are set."""
+    batch_dims = rows.ndim - 1
+    return value.masked_fill(rows.reshape(*rows.shape[:-1], *(1,) * (value.ndim - batch_dims)), 0)
+
+
+def _carried(value: Any, zeroed: torch.Tensor | None) -> Any:
+    """A root entry as the next root carries it over: tensors as they are (zeros in the rows
+    ``zeroed`` marks), plain nested TensorDicts as new ones over such tensors, other tensor
+    collections (non-tensor data) copied as step_mdp copies them; None for a nested entry
+    that only the general path rebuilds exactly (a lazy stack, named dims)."""
+    if isinstance(value, torch.Tensor):
+        return value if zeroed is None else _zero_rows(value, zeroed)
+    if type(value) is TensorDict:
+        if zeroed is None:
+            return value.copy()
+        if any(name is not None for name in value.names):
+            return None
+        entries = {}
+        for key, item in value.items():
+            item = _carried(item, zeroed)
+            if item is None:
+                return None
+            entries[key] = item
+        return tensordict_unchecked(entries, value.batch_size, value.device)
+    if is_non_tensor(value):
+        return value.copy()
+    return None
+
+
+def _holds(mine: Any, theirs: Any) -> bool:
+    """Whether ``mine`` (an entry of gymvec's next root) holds every leaf of ``theirs`` (the
+    same entry of the step's root or of its "next"), so that an update with ``mine`` leaves
+    nothing of ``theirs``."""
+    if not _is_node(mine) or not _is_node(theirs):
+        return True  # a leaf replaces whatever was there
+    names = set(mine.keys())
+    return all(key in names and _holds(mine.get(key), item) for key, item in theirs.items())
+
+
+def _is_node(value: Any) -> bool:
+    """Whether ``value`` is a nested TensorDict (not a leaf: a tensor, non-tensor data)."""
+    return is_tensor_collection(value) and not is_non_tensor(value)
 
 
 def to_torchrl(env: EnvBase, **kwargs: Any) -> GymvecWrapper:
