@@ -237,16 +237,19 @@ def test_same_data_as_torchrls_parallel_env():
 @pytest.mark.parametrize("make", [CARTPOLE, _envs.make_dict_env], ids=["cartpole", "dict"])
 def test_one_round_trip_step_and_maybe_reset_matches_torchrls_two(make):
     """The override returns what torchrl's step-then-reset returns, extra root entries too
-    (a nested one, as the collectors' ids; and nested observations and infos)."""
-    ours, reference = (to_torchrl(gymvec.SerialEnv(3, make)) for _ in range(2))
+    (a nested one, as the collectors' ids; and nested observations and infos), on its own
+    next-root path and on its general one (step_mdp)."""
+    ours, general, reference = (to_torchrl(gymvec.SerialEnv(3, make)) for _ in range(3))
+    general._next_root = lambda *args: None
     reference._step_and_maybe_reset = functools.partial(
         torchrl.envs.EnvBase._step_and_maybe_reset, reference
     )
+    envs = (ours, general, reference)
     try:
-        for env in (ours, reference):
+        for env in envs:
             env.set_seed(0)
         results = []
-        for env in (ours, reference):
+        for env in envs:
             td = env.reset()
             td["extra"] = torch.ones(3, 2)
             td["collector", "ids"] = torch.arange(3)
@@ -261,13 +264,14 @@ def test_one_round_trip_step_and_maybe_reset_matches_torchrls_two(make):
                 roots.append(root.clone())
                 td = root
             results.append((torch.stack(steps, 1), torch.stack(roots, 1)))
-        for a, b in zip(*results):
-            assert set(a.keys(True)) == set(b.keys(True))
-            assert (a == b).all()
+        for result in results[:2]:
+            for a, b in zip(result, results[2]):
+                assert set(a.keys(True)) == set(b.keys(True))
+                assert (a == b).all()
         assert (results[0][1]["extra"] == 0).any()  # rows reset: zeros, as torchrl leaves them
     finally:
-        ours.close()
-        reference.close()
+        for env in envs:
+            env.close()
 
 
 def test_reset_honours_the_reset_mask():
