@@ -343,6 +343,32 @@ def test_collector_and_step_and_maybe_reset_as_collectors_call_it():
     assert done.any() and (counts[after_end] == 0).all()
 
 
+@pytest.mark.parametrize("agnostic", [False, True], ids=["cpu", "device_agnostic"])
+def test_a_collector_collects_what_it_collects_over_torchrls_own_envs(agnostic):
+    """With the env's device (a collector casts each step's data to it) and device-agnostic
+    (no device, as torchrl's GymEnv and its batched envs: the data is taken as it is)."""
+    ours = to_torchrl(gymvec.SerialEnv(3, CARTPOLE), device_agnostic=agnostic)
+    theirs = TorchRLSerialEnv(3, TORCHRL_CARTPOLE)
+    assert ours.device == (None if agnostic else torch.device("cpu"))
+    check_env_specs(ours, seed=0)
+    batches = []
+    for env in (ours, theirs):
+        env.set_seed(5)  # before the collector's first reset
+        torch.manual_seed(0)
+        collector = Collector(env, None, frames_per_batch=90, total_frames=270)
+        try:
+            batches.append(torch.cat(list(collector), -1))
+        finally:
+            collector.shutdown()
+    a, b = batches
+    assert a["next", "done"].sum() >= 3  # resets happened
+    for key in [*DATA_KEYS, "action", ("collector", "traj_ids")]:
+        assert torch.equal(a[key], b[key]), key
+    if agnostic:
+        with pytest.raises(ValueError, match="on the CPU"):
+            to_torchrl(gymvec.SerialEnv(1, CARTPOLE, device="meta"), device_agnostic=True)
+
+
 def test_multi_sync_collector():
     collector = MultiSyncCollector(
         [make_gymvec_serial, make_gymvec_serial],

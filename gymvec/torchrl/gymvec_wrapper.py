@@ -33,6 +33,12 @@ class GymvecWrapper(TorchRLEnvBase):
     gym wrappers do) and returns the seed after the last. Same seeds and actions then give the
     same data as torchrl's ``SerialEnv``/``ParallelEnv`` of ``GymEnv`` over the same envs.
 
+    ``device_agnostic=True`` (a CPU gymvec env only) gives the wrapper no device
+    (``device=None``), as torchrl's own ``GymEnv`` and its batched envs have by default: a
+    collector built without a device then hands it each step's data as it is, where it casts
+    the data of an env with a device to that device at every step (a copy of every entry; on
+    CartPole about a third of a collector step's cost). Specs and data stay on the CPU.
+
     The wrapper owns the gymvec env: ``close()`` closes it.
 
     Example:
@@ -47,7 +53,13 @@ class GymvecWrapper(TorchRLEnvBase):
         >>> env.close()
     """
 
-    def __init__(self, env: EnvBase, *, allow_done_after_reset: bool = False) -> None:
+    def __init__(
+        self,
+        env: EnvBase,
+        *,
+        allow_done_after_reset: bool = False,
+        device_agnostic: bool = False,
+    ) -> None:
         if not isinstance(env, EnvBase):
             raise TypeError(f"GymvecWrapper expects a gymvec EnvBase, got {type(env).__name__}")
         if not env.batch_size:
@@ -57,8 +69,12 @@ class GymvecWrapper(TorchRLEnvBase):
                 "GymvecWrapper needs sub-envs with the same keys; this multi-task batch has "
                 "tasks with different keys"
             )
+        if device_agnostic and env.device.type != "cpu":
+            raise ValueError(
+                f"device_agnostic=True needs a gymvec env on the CPU; this one is on {env.device}"
+            )
         super().__init__(
-            device=env.device,
+            device=None if device_agnostic else env.device,
             batch_size=env.batch_size,
             allow_done_after_reset=allow_done_after_reset,
         )
@@ -104,7 +120,7 @@ class GymvecWrapper(TorchRLEnvBase):
         if "_step" in tensordict.keys() or self._post_step_mdp_hooks is not None:
             # torchrl's path: partial steps (refused in _step) and hooks handled there
             return super()._step_and_maybe_reset(tensordict)
-        if tensordict.device != self.device:
+        if self.device is not None and tensordict.device != self.device:
             tensordict = tensordict.to(self.device)
         self._assert_tensordict_shape(tensordict)
         tensordict, root = self.gymvec_env.step_and_maybe_reset(tensordict)
@@ -157,7 +173,8 @@ class GymvecWrapper(TorchRLEnvBase):
             # Nested TensorDicts are new ones (as step_mdp's are): setting into the next root
             # must leave the step's "next" unchanged.
             entries[key] = value if isinstance(value, torch.Tensor) else value.copy()
-        return tensordict_unchecked(entries, self.batch_size, self.device)
+        # on the step's device, as step_mdp's (None for a device-less env's device-less data)
+        return tensordict_unchecked(entries, self.batch_size, tensordict.device)
 
     def _dropped_root_names(self) -> frozenset | None:
         """The root entries step_mdp leaves out (``"next"``, the done, reset and reward keys;
