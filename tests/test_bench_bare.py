@@ -126,3 +126,54 @@ def test_bare_free_lets_its_worker_trail_by_at_most_lag_steps(no_leaks):
     finally:
         bare.close()
     assert bare.workers == []
+
+
+def test_bare_first_ready_steps_each_sub_env_as_it_would_alone(no_leaks):
+    # The first-ready reference does the same work per sub-env as a vectorizer: whatever the
+    # order its sub-envs finish in, each one's trajectory is that of the env stepped alone
+    # (same-step autoreset, seeded seed + index).
+    from gymvec.bench.bare_first_ready import BareFirstReady
+
+    n, seed = 4, 5
+    pool = BareFirstReady(make_env_fns("CartPole-v1", n), batch_size=2)
+    records: dict[int, list] = {i: [] for i in range(n)}
+    actions: dict[int, list] = {i: [] for i in range(n)}
+    rng = np.random.default_rng(0)
+    try:
+        pool.reset(seed)
+        ids, obs, *_ = pool.recv()
+        for _ in range(60):
+            for row, i in enumerate(ids.tolist()):
+                records[i].append(obs[row].copy())
+            chosen = rng.integers(0, 2, len(ids))
+            for i, action in zip(ids.tolist(), chosen.tolist()):
+                actions[i].append(action)
+            pool.send(chosen, ids)
+            ids, obs, *_ = pool.recv()
+    finally:
+        pool.close()
+    for i in range(n):
+        env = gym.make("CartPole-v1")
+        expected = [env.reset(seed=seed + i)[0]]
+        for action in actions[i][: len(records[i]) - 1]:
+            step_obs, _, terminated, truncated, _ = env.step(action)
+            expected.append(env.reset()[0] if terminated or truncated else step_obs)
+        assert len(records[i]) > 5
+        np.testing.assert_array_equal(np.array(records[i]), np.array(expected))
+
+
+def test_bare_first_ready_raises_instead_of_hanging_when_a_process_dies(no_leaks):
+    from gymvec.bench.bare_first_ready import BareFirstReady
+
+    pool = BareFirstReady(make_env_fns("CartPole-v1", 2), batch_size=2)
+    try:
+        pool.reset(0)
+        ids = pool.recv()[0]
+        process, _ = pool.workers[1]
+        os.kill(process.pid, signal.SIGKILL)
+        process.join(5)
+        with pytest.raises(RuntimeError, match="bare-first-ready"):
+            pool.send(np.zeros(2, dtype=np.int64), ids)
+            pool.recv()
+    finally:
+        pool.close()

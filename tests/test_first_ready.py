@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import torch
 from _envs import TimedEnv
+from _replay import next_step_alone
 from tensordict import TensorDict
 
 from gymvec import GymEnv, ParallelEnv, ParallelVectorEnv, SerialEnv, SerialVectorEnv, WorkerError
@@ -56,19 +57,7 @@ def latency_fns(n: int) -> list:
 def replay_face(seed: int, actions: list, records: list) -> None:
     """Sub-env alone (gymnasium's NEXT_STEP autoreset by hand) against what recv returned:
     ``records[0]`` is its reset, ``records[k]`` its answer to ``actions[k - 1]``."""
-    env = make_latency()
-    obs, _ = env.reset(seed=seed)
-    expected = [(obs, 0.0, False, False)]
-    done = False
-    for action in actions:
-        if done:
-            obs, _ = env.reset()
-            expected.append((obs, 0.0, False, False))
-            done = False
-        else:
-            obs, reward, terminated, truncated, _ = env.step(action)
-            expected.append((obs, reward, terminated, truncated))
-            done = terminated or truncated
+    expected = [record[:4] for record in next_step_alone(make_latency(), seed, actions)]
     assert len(expected) == len(records)
     for k, (want, got) in enumerate(zip(expected, records)):
         np.testing.assert_array_equal(got[0], want[0], err_msg=f"observation {k}")
@@ -138,6 +127,44 @@ def test_face_recv_infos_are_rows_of_env_id():
     assert infos["_delay"].tolist() == [False, True]  # a reset reports no delay, a step does
     assert infos["delay"][1] > 0
     envs.close()
+
+
+@pytest.mark.parametrize("kind", ["serial", "parallel", "parallel-local"])
+def test_face_learns_info_fields_while_rows_are_in_flight(kind, no_leaks):
+    # LatencyEnv reports info["delay"] from its own seeded RNG at every step: the first steps
+    # give "delay" a buffer field while other rows run, and every row's value stays its own.
+    n, seed = 4, 3
+    envs = face_envs(kind, n, batch_size=2)
+    delays: dict[int, list] = {i: [] for i in range(n)}
+    sent: dict[int, list] = {i: [] for i in range(n)}
+    try:
+        envs.async_reset(seed=seed)
+        for _ in range(24):
+            infos = envs.recv()[-1]
+            present = infos.get("_delay", np.zeros(envs.batch_size, dtype=bool))
+            for row, i in enumerate(infos["env_id"].tolist()):
+                if len(sent[i]) > len(delays[i]):  # the answer to a step (or its autoreset)
+                    delays[i].append(infos["delay"][row] if present[row] else None)
+            ids = infos["env_id"]
+            for i in ids.tolist():
+                sent[i].append(1)
+            envs.send(np.ones(len(ids), dtype=np.int64), ids)
+        assert "delay" in envs.engine.layout.info_fields
+        engine = envs.engine
+        while engine.flying.size:  # the last sends; then a request and whole-batch commands
+            envs.recv()
+        assert envs.get_attr("mean_seconds") == (MEAN_S,) * n
+        engine.reset()
+        engine.buffers.action[("action",)][:] = 1
+        engine.step(Autoreset.NONE)
+        assert (engine.buffers.next.info["delay"] > 0).all()
+    finally:
+        envs.close()
+    for i in range(n):  # each sub-env alone: its step delays, None where NEXT_STEP reset it
+        alone = next_step_alone(make_latency(), seed + i, [1] * len(delays[i]))
+        expected = [None if info is None else info["delay"] for *_, info in alone[1:]]
+        assert delays[i] == expected, i
+        assert len(delays[i]) > 3
 
 
 def test_face_make_vec_batch_size_and_step():

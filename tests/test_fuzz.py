@@ -22,6 +22,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from _replay import next_step_alone
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from hypothesis import given
 from hypothesis import strategies as st
@@ -379,18 +380,7 @@ def assert_tree_equal(actual, expected, what: str) -> None:
 def replay_alone(config, i: int, seed: int, actions: list, records: list) -> None:
     """Sub-env ``i`` stepped alone under NEXT_STEP autoreset, against what recv returned:
     ``records[0]`` is its reset, ``records[k]`` its answer to ``actions[k - 1]``."""
-    env = fz.FuzzEnv(config, i)
-    obs, _ = env.reset(seed=seed)
-    expected, done = [(obs, 0.0, False, False)], False
-    for action in actions:
-        if done:
-            obs, _ = env.reset()
-            expected.append((obs, 0.0, False, False))
-            done = False
-        else:
-            obs, reward, terminated, truncated, _ = env.step(action)
-            expected.append((obs, reward, terminated, truncated))
-            done = terminated or truncated
+    expected = [record[:4] for record in next_step_alone(fz.FuzzEnv(config, i), seed, actions)]
     assert len(records) == len(expected), f"sub-env {i}"
     for k, (got, want) in enumerate(zip(records, expected)):
         assert_tree_equal(got[0], want[0], f"sub-env {i} record {k} observation")

@@ -24,8 +24,16 @@ def default_backends() -> tuple[str, ...]:
 
 SB3_BACKENDS = ("gym-sync", "gym-async", "sb3-dummy", "sb3-subproc", "gymvec-sb3")
 COLLECTOR_BACKENDS = ("gym-sync", "collector-torchrl", "collector-gymvec")
-# Lock-step runners against first-ready batches (runners.FIRST_READY_BATCH of the sub-envs).
-FIRST_READY_BACKENDS = ("gym-sync", "gym-async", "gymvec-parallel", "gymvec-first-ready")
+# Lock-step runners against first-ready batches (runners.FIRST_READY_BATCH of the sub-envs),
+# with the bare references of both (what this machine gives each with nothing else in it).
+FIRST_READY_BACKENDS = (
+    "gym-sync",
+    "gym-async",
+    "gymvec-parallel",
+    "gymvec-first-ready",
+    "bare-parallel",
+    "bare-first-ready",
+)
 
 
 @dataclass(frozen=True)

@@ -231,7 +231,24 @@ class FirstReadyRunner(Runner):
         return [a[: self.env_steps] for a in actions]
 
 
-FIRST_READY_BATCH = 8  # the first-ready runner's batch_size (at most num_envs)
+FIRST_READY_BATCH = 8  # the first-ready runners' batch_size (at most num_envs)
+
+
+class BareFirstReadyRunner(FirstReadyRunner):
+    """``bench.bare_first_ready``'s pool, driven as :class:`FirstReadyRunner` drives a face."""
+
+    def __init__(self, pool: Any) -> None:
+        self.env = pool
+        self.env_steps = pool.batch_size
+        self._env_id: Any = None
+
+    def reset(self, seed: int) -> None:
+        self.env.reset(seed)
+        self._env_id = self.env.recv()[0]
+
+    def step(self, actions: Any) -> None:
+        self.env.send(actions, self._env_id)
+        self._env_id = self.env.recv()[0]
 
 
 @register_runner("gym-sync")
@@ -317,6 +334,16 @@ def _collector_gymvec(env_id: str, num_envs: int, options: RunnerOptions) -> Run
     except ImportError as e:
         raise ImportError("collector-gymvec needs torchrl: pip install gymvec[torchrl]") from e
     return CollectorRunner(to_torchrl(_gymvec_parallel_env(env_id, num_envs, options)))
+
+
+@register_runner("bare-first-ready")
+def _bare_first_ready(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    """The reference for gymvec-first-ready: one process per sub-env, batches of the first
+    ``FIRST_READY_BATCH`` to finish, nothing else (see ``bench.bare_first_ready``)."""
+    from gymvec.bench.bare_first_ready import BareFirstReady
+
+    pool = BareFirstReady(make_env_fns(env_id, num_envs), min(FIRST_READY_BATCH, num_envs))
+    return BareFirstReadyRunner(pool)
 
 
 @register_runner("bare-loop")

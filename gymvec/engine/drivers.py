@@ -359,8 +359,9 @@ class BatchStep(CommandRunner):
     Same results as :class:`CommandRunner` over their drivers, but the steps go in one pass
     and their results land with one vectorised write per field (a few numpy item writes per
     sub-env otherwise cost more than a cheap env's own step). Two commands skip the phases:
-    every sub-env steps, or (NEXT_STEP autoreset) some step and the others reset into "next",
-    their reset counting as a transition with reward 0 and flags False.
+    every sub-env steps (and, SAME_STEP autoreset, those that finished reset into the root),
+    or (NEXT_STEP autoreset) some step and the others reset into "next", their reset counting
+    as a transition with reward 0 and flags False.
     """
 
     def __init__(self, drivers: list[GymDriver], buffers: Buffers, start: int, stop: int):
@@ -382,6 +383,7 @@ class BatchStep(CommandRunner):
         self.with_fields = bool(buffers.layout.info_fields)
         self.wrote_extras = False  # whether the last _write left extras on a driver
         self.all_step = bytes([STEP]) * (stop - start)  # the mode bytes of a plain step
+        self.all_step_autoreset = bytes([STEP | AUTORESET]) * (stop - start)  # SAME_STEP's
         self.step_or_next_reset = bytes([STEP, RESET_NEXT])
         # Observations of one or more dims land with one np.concatenate into the rows seen as
         # [n * d0, d1, ...]: a C loop, quicker than assigning the tuple or np.stack (whose
@@ -424,6 +426,13 @@ class BatchStep(CommandRunner):
             results = [step(action) for step, action in zip(self.steps, actions)]
             self._write(results, range(len(modes)))
             return take_extras(self.drivers) if self.wrote_extras else {}
+        if modes == self.all_step_autoreset:  # SAME_STEP: the finished reset into the root
+            actions, drivers, root = self._actions(), self.drivers, self.root
+            results = [step(action) for step, action in zip(self.steps, actions)]
+            done_rows = self._write(results, range(len(modes)))
+            for k in done_rows:
+                drivers[k].reset(root, None, None)
+            return take_extras(drivers) if done_rows or self.wrote_extras else {}
         if not modes.translate(None, self.step_or_next_reset):  # only those two modes
             steps, reset, actions = self.steps, self._reset_as_step, self._actions()
             results = [

@@ -72,9 +72,10 @@ _INT64 = np.iinfo(np.int64)
 # What a sub-env has in flight as a first-ready command (``BatchEngine._flight``)
 _IDLE, _STEP, _RESET_ROOT, _RESET_NEXT = 0, 1, 2, 3
 # what ``async_recv(kind)`` takes back: (the flight codes, the word for errors)
+# What each kind of first-ready receive takes: the flight codes in [low, high], and its name
 _RECV_KINDS = {
-    None: ((_STEP, _RESET_ROOT, _RESET_NEXT), "command"),
-    "step": ((_STEP,), "step"),
+    None: ((_STEP, _RESET_NEXT), "command"),
+    "step": ((_STEP, _STEP), "step"),
     "reset": ((_RESET_ROOT, _RESET_NEXT), "reset"),
 }
 
@@ -274,6 +275,7 @@ class BatchEngine:
         self._object_actions = bool(self.layout.object_action_keys)
         self._object_obs = bool(self.layout.object_obs_keys)
         self._learning = False  # info fields are learnt from the results (learn_info_fields)
+        self._unstepped = np.zeros(0, dtype=bool)  # while learning: sub-envs not stepped yet
         # first-ready commands: what each sub-env has in flight (_STEP, ...; _IDLE: nothing),
         # and the sub-envs whose state an error or an interrupt left unknown (reset them)
         self._flight = np.zeros(self.num_envs, dtype=np.int8)
@@ -338,24 +340,35 @@ class BatchEngine:
                 self.heterogeneous = True
 
     def learn_info_fields(self) -> None:
-        """Give the numeric info entries of the sub-envs' first reset and first step buffer
-        fields (``layout.info_fields`` grows in place); until then, and for entries that do
-        not fit the reserve (see ``BufferLayout``), infos travel as extras. For front ends
-        whose infos are built per call (the gymnasium face), not fixed by specs."""
+        """Give the numeric info entries of the sub-envs' first results buffer fields
+        (``layout.info_fields`` grows in place), until every sub-env has stepped once; until
+        then, and for entries that do not fit the reserve (see ``BufferLayout``), infos travel
+        as extras. For front ends whose infos are built per call (the gymnasium face), not
+        fixed by specs."""
         self._learning = True
+        self._unstepped = np.ones(self.num_envs, dtype=bool)
 
-    def _learn_infos(self, call: Call, extras: dict[int, Extras]) -> None:
-        """Fields for the entries that ``call``'s results reported as extras (the same type
-        and shape in every sub-env that reported them), adopted by every process; learning
-        ends with the first step."""
-        if call.kind == "step":
+    def _learn_infos(self, extras: dict[int, Extras], stepped: Any) -> None:
+        """Fields for the entries that results reported as extras (the same type and shape
+        in every sub-env that reported them), adopted by every process; learning ends once
+        every sub-env has stepped (``stepped``: the rows these results stepped).
+
+        After a whole-batch command nothing runs, so a request carries the fields to every
+        group; between first-ready commands the executor hands them to its groups while rows
+        may be in flight (the entries of those rows still come as extras)."""
+        self._unstepped[stepped] = False
+        if not self._unstepped.any():
             self._learning = False
         infos = [info for e in extras.values() for info in (e.root, e.next) if info]
-        fields = infer_info_fields(*infos)
-        places = self.layout.place_info_fields(fields)
-        if places:
+        places = self.layout.place_info_fields(infer_info_fields(*infos)) if infos else None
+        if not places:
+            return
+        if not self._flying:
             self.request("add_info_fields", places=places)
-            self.buffers.add_info_fields(places)  # (done already where groups share them)
+        elif not self._executor.add_info_fields_in_flight(places):
+            self._learning = False  # this executor cannot: the entries stay extras
+            return
+        self.buffers.add_info_fields(places)  # (done already where groups share them)
 
     @property
     def executor(self) -> Executor:
@@ -497,7 +510,7 @@ class BatchEngine:
             self._store_objects(extras)
         self._book(call)
         if self._learning:
-            self._learn_infos(call, extras)
+            self._learn_infos(extras, slice(None) if call.kind == "step" else [])
         observations = self.buffers.handed_out_lanes()[lane - 1] if lane else None
         return Received(call.kind, call.mask, extras, observations)
 
@@ -604,19 +617,27 @@ class BatchEngine:
 
     # ---- first-ready commands -------------------------------------------------------------------
     def async_step_send(
-        self, indices: Sequence[int] | np.ndarray | None = None, autoreset=Autoreset.NONE
+        self,
+        indices: Sequence[int] | np.ndarray | None = None,
+        autoreset=Autoreset.NONE,
+        *,
+        write_actions: Callable[[np.ndarray], None] | None = None,
     ) -> None:
         """Step the sub-envs at ``indices`` (all if None) with their rows of
         ``buffers.action``, each on its own: ``async_recv`` takes them back as they finish.
 
         ``autoreset``: NONE, or NEXT_STEP (a sub-env that finished at its previous step is
         reset into "next" instead, as a transition). A sub-env still in flight raises a
-        ValueError naming it; nothing is sent then.
+        ValueError naming it; nothing is sent then. ``write_actions(rows)``: called with the
+        checked rows (int64) before anything is sent, to write their actions (an error there
+        sends nothing).
         """
         if autoreset is Autoreset.SAME_STEP:
             raise ValueError("autoreset: first-ready steps take Autoreset.NONE or NEXT_STEP")
         rows = self.async_rows(indices)
-        broken = rows[self._needs_reset[rows]]
+        if write_actions is not None:
+            write_actions(rows)
+        broken = rows[self._needs_reset[rows]] if self._async_dirty else rows[:0]
         if broken.size:
             raise RuntimeError(
                 f"sub-envs {broken.tolist()} failed or were interrupted in a command, so their "
@@ -668,8 +689,9 @@ class BatchEngine:
         executor = self.executor
         if kind not in _RECV_KINDS:
             raise ValueError(f"kind: expected 'step', 'reset' or None, got {kind!r}")
-        codes, what = _RECV_KINDS[kind]
-        rows = np.flatnonzero(np.isin(self._flight, codes)).tolist()
+        (low, high), what = _RECV_KINDS[kind]
+        flight = self._flight
+        rows = np.flatnonzero((flight >= low) & (flight <= high)).tolist()
         if not rows:
             raise RuntimeError(
                 f"no first-ready {what} in flight: send one first (async_{kind or 'step'}_send)"
@@ -692,8 +714,11 @@ class BatchEngine:
             self._lose(executor.take_lost())
             raise
         indices = np.fromiter(finished, dtype=np.int64, count=len(finished))
+        stepped = indices[self._flight[indices] == _STEP] if self._learning else None
         self._book_rows(indices)
         extras = {row: e for row, e in finished.items() if e is not None}
+        if self._learning:
+            self._learn_infos(extras, stepped)
         return Ready(indices, extras)
 
     @property
@@ -742,13 +767,14 @@ class BatchEngine:
             rows = rows.astype(np.int64)
         if not rows.size:
             return rows
-        if rows.min() < 0 or rows.max() >= n:
+        listed = rows.tolist()  # a batch is small: Python's min/max/set beat numpy's calls
+        if min(listed) < 0 or max(listed) >= n:
             outside = rows[(rows < 0) | (rows >= n)]
             raise IndexError(
                 f"env_index: sub-env indices {outside.tolist()} out of range for {n} sub-envs"
             )
-        if rows.size > 1 and np.count_nonzero(np.bincount(rows, minlength=n)) != rows.size:
-            raise ValueError(f"env_index: each sub-env at most once, got {rows.tolist()}")
+        if len(set(listed)) != len(listed):
+            raise ValueError(f"env_index: each sub-env at most once, got {listed}")
         return rows
 
     def _async_send(

@@ -187,6 +187,13 @@ class Executor(ABC):
         """The rows that errors took out of flight since the last call (see the class)."""
         return []
 
+    def add_info_fields_in_flight(self, places: dict) -> bool:
+        """Hand learnt info fields (see ``Buffers.add_info_fields``) to every group while
+        first-ready rows may be in flight: each group adopts them before it runs its next
+        row (a row already running reports the entries as extras). Returns False where the
+        executor cannot (the default): the entries then stay extras."""
+        return False
+
     @abstractmethod
     def request_send(self, call: Call) -> None:
         """Start request ``call.name`` on the sub-envs at ``call.indices``."""
@@ -333,6 +340,11 @@ class LocalExecutor(Executor):
     def take_lost(self) -> list[int]:
         lost, self._lost = self._lost, []
         return lost
+
+    def add_info_fields_in_flight(self, places: dict) -> bool:
+        for group in self.groups:  # queued rows run only within a wait: none is running
+            group.add_info_fields(places)
+        return True
 
     def request_send(self, call: Call) -> None:
         pass  # runs in request_wait()

@@ -40,6 +40,7 @@ from gymvec.engine.worker import (
     CMD,
     CMD_SEQ,
     DONE_SEQ,
+    FIELDS,
     FINISHED,
     LIVENESS_POLL_S,
     REPLY,
@@ -55,6 +56,7 @@ from gymvec.engine.worker import (
     Status,
     WorkerArgs,
     env_specs_payload,
+    sync_words,
     wait_for,
     worker_main,
 )
@@ -118,7 +120,7 @@ class WorkerHandle:
 
     def post(self, command: Command, payload: Any = None) -> None:
         self.seq += 1
-        self.words[CMD] = int(command)  # an IntEnum costs numpy a few dunder lookups
+        self.words[CMD] = int(command)  # a memoryview item takes a plain int
         self.words[CMD_SEQ] = self.seq
         self.wake.release()
         if payload is not None:  # after the wake-up: the worker reads while we write
@@ -137,8 +139,7 @@ class WorkerHandle:
             except (EOFError, OSError):
                 raise self.died() from None
         self.answered = self.seq
-        # int() first: numpy compares an IntEnum through slow generic paths (~5-20 us)
-        if int(self.words[STATUS]) == Status.ERROR:
+        if self.words[STATUS] == _ERROR:
             raise self.raised(f"worker {self.index} raised", reply)
         return reply
 
@@ -208,7 +209,8 @@ class ProcessExecutor(Executor):
         self.ready = None
         self._tickets = 0
         self._finished: dict[int, Any] = {}  # row -> its Extras, None, or its WorkerError
-        self._gathered = np.zeros(num_envs, dtype=bool)  # the row's last ticket was gathered
+        # per row: its last ticket was gathered (bytes, whose items index faster than numpy's)
+        self._gathered = bytearray(num_envs)
         self._messages: dict[int, Any] = {}  # row -> what its worker sent, read early
         self._lost: list[int] = []
         self._unsettled: set[WorkerHandle] = set()  # posted RUN_SOME, not yet seen idle
@@ -228,6 +230,8 @@ class ProcessExecutor(Executor):
         self.row_words = np.frombuffer(self.rows_memory, dtype=np.int64).reshape(
             num_envs, ROW_WORDS
         )
+        # the same words as Python ints: a first-ready wait reads a few per row it checks
+        self.row_ints = memoryview(self.rows_memory).cast("B").cast("q")
         self.handle_of_row: list[WorkerHandle | None] = [None] * num_envs
         for handle in self.handles:
             self.handle_of_row[handle.start : handle.stop] = [handle] * (handle.stop - handle.start)
@@ -275,7 +279,7 @@ class ProcessExecutor(Executor):
                 args=(args, child_conn, wake, done),
                 daemon=options.daemon,
             )
-            words = worker_words(self.sync_memory, k)
+            words = sync_words(self.sync_memory, k)
             handle = WorkerHandle(w, start, stop, process, parent_conn, wake, done, words)
             self.handles.append(handle)
             process.start()
@@ -441,7 +445,7 @@ class ProcessExecutor(Executor):
                 local.append(row)
                 continue
             self._tickets += 1
-            self._gathered[row] = False
+            self._gathered[row] = 0
             words[row, TICKET] = self._tickets
             woken[handle.index] = handle
         if local:
@@ -461,19 +465,14 @@ class ProcessExecutor(Executor):
         time while too few are; otherwise block on the ``ready`` semaphore (checking that
         the workers holding rows in flight are alive)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        finished, local = self._finished, self.local
+        finished, local, gathered = self._finished, self.local, self._gathered
         wanted = set(rows)
-        remote = np.array([row for row in rows if row >= self.local_stop], dtype=np.intp)
-        if remote.size:
-            self._gather(remote)
-        while True:
-            done = [row for row in finished if row in wanted]  # at most the batch: cheap
-            failed = next((row for row in done if isinstance(finished[row], WorkerError)), None)
-            if failed is not None:  # that row is over; the others stay for a later wait
-                self._lost.append(failed)
-                raise finished.pop(failed)
-            if len(done) >= min_get:
-                return take_finished(finished, rows, max_get)
+        done = [row for row in finished if row in wanted]  # finished before this wait
+        waiting = [row for row in rows if row >= self.local_stop and not gathered[row]]
+        if waiting:
+            done += self._gather(waiting)
+        self._raise_failed(done)
+        while len(done) < min_get:
             if local is not None and local.queue:
                 if self.concurrency is None:
                     row = local.run_next()
@@ -481,30 +480,47 @@ class ProcessExecutor(Executor):
                     with self.concurrency:
                         row = local.run_next()
                 finished[row] = local.finished.pop(row)
+                if row in wanted:
+                    done.append(row)
+                    self._raise_failed([row])
                 continue
-            if not remote.size:  # the engine's books say otherwise: never wait for nothing
+            waiting = [row for row in waiting if not gathered[row]]
+            if not waiting:  # the engine's books say otherwise: never wait for nothing
                 raise RuntimeError(f"first-ready wait: none of sub-envs {list(rows)} is running")
-            self._block(remote, deadline, min_get)
-            self._gather(remote)
+            self._block(waiting, deadline, min_get)
+            new = self._gather(waiting)
+            done += new
+            self._raise_failed(new)
+        return take_finished(finished, rows, max_get)
 
-    def _gather(self, rows: np.ndarray) -> list[int]:
+    def _raise_failed(self, rows: list[int]) -> None:
+        """The error of the first of ``rows`` (finished) that failed: that row is over, the
+        others stay for a later wait."""
+        finished = self._finished
+        failed = next((row for row in rows if isinstance(finished[row], WorkerError)), None)
+        if failed is not None:
+            self._lost.append(failed)
+            raise finished.pop(failed)
+
+    def _gather(self, rows: list[int]) -> list[int]:
         """The rows of ``rows`` that their workers finished since the last look, in the order
         sent; each goes into ``_finished`` with its extras (or its error)."""
-        words, gathered = self.row_words, self._gathered
-        mine = words[rows]
-        done = (mine[:, FINISHED] >= mine[:, TICKET]) & ~gathered[rows]
-        if not done.any():
-            return []
-        new = rows[done]
-        if new.size > 1:
-            new = new[np.argsort(mine[done, TICKET])]
-        new = new.tolist()
+        ints, gathered = self.row_ints, self._gathered
+        new = [
+            row
+            for row in rows
+            if not gathered[row]
+            and ints[row * ROW_WORDS + FINISHED] >= ints[row * ROW_WORDS + TICKET]
+        ]
+        if len(new) > 1:
+            new.sort(key=lambda row: ints[row * ROW_WORDS + TICKET])
         finished = self._finished
         for row in new:
-            gathered[row] = True
+            gathered[row] = 1
             handle = self.handle_of_row[row]
-            payload = self._message(handle, row) if words[row, ROW_REPLY] else None
-            if int(words[row, ROW_STATUS]) == _ERROR:  # an int: see WorkerHandle.wait
+            base = row * ROW_WORDS
+            payload = self._message(handle, row) if ints[base + ROW_REPLY] else None
+            if ints[base + ROW_STATUS] == _ERROR:
                 message = f"sub-env {row} in worker {handle.index} raised"
                 finished[row] = handle.raised(message, payload)
             else:
@@ -524,7 +540,7 @@ class ProcessExecutor(Executor):
             messages[sender] = payload
         return messages.pop(row)
 
-    def _block(self, rows: np.ndarray, deadline: float | None, min_get: int) -> None:
+    def _block(self, rows: list[int], deadline: float | None, min_get: int) -> None:
         """Wait for some worker to finish a row (a post of ``ready``): spin briefly where
         spinning pays (see ``ProcessOptions.spin_seconds``), then block. Returns after a post
         or a liveness poll, for the caller to gather; raises past ``deadline``
@@ -543,7 +559,7 @@ class ProcessExecutor(Executor):
             poll = min(poll, max(deadline - time.monotonic(), 0.0))
         if ready.acquire(True, poll):
             return
-        busy = rows[~self._gathered[rows]].tolist()
+        busy = [row for row in rows if not self._gathered[row]]
         for handle in dict.fromkeys(self.handle_of_row[row] for row in busy):
             if not handle.process.is_alive():
                 self._gather(rows)  # what it finished before it died still counts
@@ -551,7 +567,7 @@ class ProcessExecutor(Executor):
                 raise handle.died()
         if deadline is not None and time.monotonic() >= deadline:
             self._gather(rows)  # one last look: a row may have finished just now
-            busy = rows[~self._gathered[rows]].tolist()
+            busy = [row for row in rows if not self._gathered[row]]
             handles = dict.fromkeys(self.handle_of_row[row] for row in busy)
             workers = sorted(handle.index for handle in handles)
             raise SubEnvTimeoutError(
@@ -568,7 +584,7 @@ class ProcessExecutor(Executor):
         words = self.row_words[handle.start : handle.stop]
         for k in np.flatnonzero(words[:, TICKET] > words[:, FINISHED]).tolist():
             words[k, FINISHED] = words[k, TICKET]  # nothing will finish it now
-            self._gathered[handle.start + k] = True  # nor gather it
+            self._gathered[handle.start + k] = 1  # nor gather it
             self._lost.append(handle.start + k)
         handle.answered = handle.seq
         self._unsettled.discard(handle)
@@ -578,6 +594,25 @@ class ProcessExecutor(Executor):
         if self.local is not None:
             lost += self.local.take_lost()
         return lost
+
+    def add_info_fields_in_flight(self, places: dict) -> bool:
+        """This process's groups adopt ``places`` now; each worker finds them on its pipe
+        (the ``FIELDS`` word counts the messages) before it runs its next row, or once woken
+        by a RUN_SOME that has no row for it."""
+        if self.local is not None:
+            self.local.add_info_fields_in_flight(places)
+        payload = cloudpickle.dumps(places)
+        for handle in self.handles:
+            if not handle.process.is_alive():
+                continue  # its rows are lost already, or will be at the next wait
+            try:
+                handle.conn.send_bytes(payload)  # before the word: read once the worker sees it
+            except OSError:  # it died just now: the next wait finds out
+                continue
+            handle.words[FIELDS] += 1
+            handle.post(Command.RUN_SOME)
+            self._unsettled.add(handle)
+        return True
 
     def _settle(self) -> None:
         """Before a whole-batch command or a request: wait until each worker sent first-ready
@@ -697,13 +732,6 @@ def unlink_semaphore(semaphore: Any) -> None:
 
 def _drop(handle: WorkerHandle, reply: Any) -> None:
     """What a drained call does with an answer (a command's extras or a request's results)."""
-
-
-def worker_words(sync_memory: Any, k: int) -> Any:
-    """The sync words of worker process ``k`` (see ``worker.py``)."""
-    import numpy as np
-
-    return np.frombuffer(sync_memory, dtype=np.int64)[k * SYNC_WORDS : (k + 1) * SYNC_WORDS]
 
 
 def terminate(process) -> None:

@@ -16,7 +16,8 @@ pending rows (``TICKET > FINISHED``) one at a time, lowest ticket first (the ord
 publishes each as soon as it is done (``ROW_STATUS``, ``ROW_REPLY``, then ``FINISHED``) and
 posts the ``ready`` semaphore that every worker shares, so the parent can return it while the
 worker's other rows still run. A row's extras or error follow on the pipe as
-``(row, payload)``.
+``(row, payload)``. Info fields the parent learns meanwhile come on the pipe too, counted by the
+``FIELDS`` word, which the worker reads before each row (see ``Worker.run_some``).
 
 Everything that is not per-step data travels over a pipe: the worker's first message (ready or
 the factory's traceback), request replies, error tracebacks, the info entries that have no
@@ -41,7 +42,6 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import cloudpickle
-import numpy as np
 
 from gymvec.engine.buffers import BufferLayout, Buffers
 from gymvec.engine.commands import Control
@@ -49,12 +49,19 @@ from gymvec.engine.subenvs import SubEnvGroup, SubEnvSummary, run_request
 from gymvec.errors import SpaceMismatchError, exception_type_name
 
 SYNC_WORDS = 8  # int64 words per worker: one 64-byte cache line
-CMD_SEQ, CMD, DONE_SEQ, STATUS, REPLY = range(5)
+CMD_SEQ, CMD, DONE_SEQ, STATUS, REPLY, FIELDS = range(6)
 ROW_WORDS = 8  # int64 words per sub-env (first-ready commands): one cache line
 TICKET, FINISHED, ROW_STATUS, ROW_REPLY = range(4)
 
 # How long a blocked waiter sleeps before it checks that the other side is still alive.
 LIVENESS_POLL_S = 0.05
+
+
+def sync_words(sync_memory: Any, k: int) -> memoryview:
+    """The sync words of worker process ``k``, as int64 items of a memoryview: they are read
+    and written a few times per command on each side, and a memoryview item is a plain
+    Python int, several times cheaper to get or set than a numpy scalar."""
+    return memoryview(sync_memory).cast("B").cast("q")[k * SYNC_WORDS : (k + 1) * SYNC_WORDS]
 
 
 class Command(enum.IntEnum):
@@ -108,7 +115,7 @@ class Spin:
 
 
 def wait_for(
-    words: np.ndarray,
+    words: Any,
     slot: int,
     value: int,
     sem: Any,
@@ -153,17 +160,17 @@ class Worker:
     def __init__(
         self,
         group: SubEnvGroup,
-        words: np.ndarray,
+        words: memoryview,
         conn,
         wake,
         done,
         spin_s: float,
         concurrency: Any = None,
-        row_words: np.ndarray | None = None,
+        row_words: memoryview | None = None,
         ready: Any = None,
     ):
         self.group = group
-        self.row_words = row_words  # [its sub-envs, ROW_WORDS] (first-ready commands)
+        self.row_words = row_words  # its sub-envs' ROW_WORDS each (first-ready commands)
         self.ready = ready  # the semaphore a finished first-ready row posts
         self.concurrency = concurrency  # see ParallelVectorEnv's max_concurrency
         self.words = words
@@ -179,6 +186,7 @@ class Worker:
             Command.RUN_SOME: self.run_some,
         }
         self.open = True
+        self.fields_read = 0  # info-field messages adopted (see run_some)
 
     def parent_alive(self) -> bool:
         return os.getppid() == self.parent_pid
@@ -201,7 +209,7 @@ class Worker:
                 payload = ForkingPickler.dumps((traceback.format_exc(), exception_type_name(exc)))
                 status = Status.ERROR
             self.words[STATUS] = int(status)
-            self.words[REPLY] = payload is not None
+            self.words[REPLY] = int(payload is not None)
             self.words[DONE_SEQ] = seq
             self.done.release()
             # After the done post: a large reply can then fill the pipe while the parent reads.
@@ -220,15 +228,20 @@ class Worker:
     def run_some(self) -> None:
         """Run the pending first-ready rows, lowest ticket first, publishing each one as
         soon as it is done; returns once none is pending (rows sent meanwhile included)."""
-        words = self.row_words
+        words = self.row_words  # Python ints: a few are read per row, for a handful of rows
         start = self.group.start
+        rows = range(self.group.stop - start)
         while True:
-            tickets = words[:, TICKET]
-            pending = np.flatnonzero(tickets > words[:, FINISHED])
-            if not pending.size:
+            if self.words[FIELDS] > self.fields_read:
+                self.adopt_fields()
+            pending = [
+                k for k in rows if words[k * ROW_WORDS + TICKET] > words[k * ROW_WORDS + FINISHED]
+            ]
+            if not pending:
                 return None
-            k = int(pending[np.argmin(tickets[pending])])
-            ticket = int(tickets[k])
+            k = min(pending, key=lambda k: words[k * ROW_WORDS + TICKET])
+            base = k * ROW_WORDS
+            ticket = words[base + TICKET]
             status, payload = Status.OK, None
             try:
                 extras = self.run(None, only=start + k)
@@ -238,13 +251,19 @@ class Worker:
                 detail = (traceback.format_exc(), exception_type_name(exc))
                 payload = ForkingPickler.dumps((start + k, detail))
                 status = Status.ERROR
-            row = words[k]
-            row[ROW_STATUS] = int(status)
-            row[ROW_REPLY] = payload is not None
-            row[FINISHED] = ticket
+            words[base + ROW_STATUS] = int(status)
+            words[base + ROW_REPLY] = int(payload is not None)
+            words[base + FINISHED] = ticket
             self.ready.release()
             if payload is not None:  # after the post, as a command's reply
                 self.conn.send_bytes(payload)
+
+    def adopt_fields(self) -> None:
+        """Adopt the info fields the parent sent while first-ready rows were in flight (see
+        ``ProcessExecutor.add_info_fields_in_flight``), one message per count of ``FIELDS``."""
+        while self.fields_read < self.words[FIELDS]:
+            self.group.add_info_fields(cloudpickle.loads(self.conn.recv_bytes()))
+            self.fields_read += 1
 
     def run_with_payload(self) -> dict | None:
         options, action_objects = self.conn.recv()
@@ -355,9 +374,7 @@ def worker_main(args: WorkerArgs, conn, wake, done) -> None:
         # Before anything imports torch (or numpy's BLAS): they read these when they load.
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             os.environ[var] = str(args.num_threads)
-    words = np.frombuffer(args.sync_memory, dtype=np.int64)[
-        args.index * SYNC_WORDS : (args.index + 1) * SYNC_WORDS
-    ]
+    words = sync_words(args.sync_memory, args.index)
     try:
         env_fns = cloudpickle.loads(args.env_fns_payload)
         if args.env_specs_payload is not None:
@@ -382,8 +399,9 @@ def worker_main(args: WorkerArgs, conn, wake, done) -> None:
     gc.freeze()
     conn.send_bytes(ready)
     try:
-        row_words = np.frombuffer(args.rows_memory, dtype=np.int64).reshape(-1, ROW_WORDS)
-        row_words = row_words[group.start : group.stop]
+        # this worker's rows' words, flat: row k's word W is item k * ROW_WORDS + W
+        row_words = memoryview(args.rows_memory).cast("B").cast("q")
+        row_words = row_words[group.start * ROW_WORDS : group.stop * ROW_WORDS]
         worker = Worker(
             group, words, conn, wake, done, args.spin_s, args.concurrency, row_words, args.ready
         )

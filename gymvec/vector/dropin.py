@@ -301,6 +301,9 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
             raise NoAsyncCallError(
                 f"Calling `{call}_wait` without any prior call to `{call}_async`.", state.value
             )
+        return self._receive(call, timeout)
+
+    def _receive(self, call: str, timeout: float | None) -> dict:
         try:
             return self.receive(timeout)
         except TimeoutError as exc:
@@ -339,7 +342,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict]:
         self.step_async(actions)
-        return self.step_wait()
+        return self.finish(self._receive("step", None))  # (sent just now: nothing to check)
 
     def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
         self._begin("call_async")

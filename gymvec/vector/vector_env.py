@@ -195,6 +195,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         # Large observations that no lane takes (none is free, or the mode takes none): the
         # rows stepped in this process are copied while the worker processes finish theirs.
         self._early_obs: tuple[np.ndarray, int] | None = None
+        self._first_ready_ok = False  # see _check_first_ready
         early = self._plain_obs is not None and copy and self._plain_obs.nbytes >= EARLY_COPY_BYTES
         self._early_copy = self._copy_local_rows if early else None
 
@@ -302,9 +303,11 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         if self._same_step:
             finished = terminations | truncations
             infos = self._same_step_infos(finished, any_set(finished), received.extras)
-        else:
+        elif received.extras or self._info_fields:
             extras = {i: e.next for i, e in received.extras.items()}
             infos = self._infos(step_slot, None, extras)
+        else:
+            infos = {}
         obs = self._observations(received)
         if self.output == "torch":
             import torch
@@ -371,10 +374,11 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         with ``actions`` (one row per sub-env); returns at once. A sub-env whose episode
         ended at its previous step is reset instead (NEXT_STEP)."""
         self._check_first_ready()
-        engine = self.engine
-        rows = engine.async_rows(env_id)
-        self._write_action_rows(actions, rows)
-        engine.async_step_send(rows, Autoreset.NEXT_STEP)
+        self.engine.async_step_send(
+            env_id,
+            Autoreset.NEXT_STEP,
+            write_actions=functools.partial(self._write_action_rows, actions),
+        )
 
     def recv(self, timeout: float | None = None) -> tuple[Any, Any, Any, Any, dict]:
         """The first ``batch_size`` sub-envs to finish what was sent them (steps or resets):
@@ -407,6 +411,8 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             raise gym.error.ClosedEnvironmentError(
                 f"Trying to operate on `{type(self).__name__}`, after a call to `close()`."
             )
+        if self._first_ready_ok:
+            return
         if self.autoreset_mode != AutoresetMode.NEXT_STEP:
             raise RuntimeError(
                 "first-ready batches (async_reset, send, recv) take autoreset_mode NEXT_STEP, "
@@ -417,6 +423,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 f"{type(self.engine).__name__} has no first-ready commands (gymvec's "
                 "SerialEnv and ParallelEnv have)"
             )
+        self._first_ready_ok = True  # neither can change: checked once
 
     def _write_action_rows(self, actions: Any, rows: np.ndarray) -> None:
         """``_write_actions`` for the sub-envs at ``rows``: one action row per index."""
