@@ -234,31 +234,44 @@ def test_same_data_as_torchrls_parallel_env():
         theirs.close(raise_if_closed=False)
 
 
-def test_one_round_trip_step_and_maybe_reset_matches_torchrls_two():
-    """The override returns what torchrl's step-then-reset returns, extra root entries too."""
-    ours, reference = make_gymvec_serial(3), make_gymvec_serial(3)
+@pytest.mark.parametrize("make", [CARTPOLE, _envs.make_dict_env], ids=["cartpole", "dict"])
+def test_one_round_trip_step_and_maybe_reset_matches_torchrls_two(make):
+    """The override returns what torchrl's step-then-reset returns, extra root entries too
+    (a nested one, as the collectors' ids; and nested observations and infos), on its own
+    next-root path and on its general one (step_mdp)."""
+    ours, general, reference = (to_torchrl(gymvec.SerialEnv(3, make)) for _ in range(3))
+    general._next_root = lambda *args: None
     reference._step_and_maybe_reset = functools.partial(
         torchrl.envs.EnvBase._step_and_maybe_reset, reference
     )
+    envs = (ours, general, reference)
     try:
-        for env in (ours, reference):
+        for env in envs:
             env.set_seed(0)
         results = []
-        for env in (ours, reference):
+        for env in envs:
             td = env.reset()
             td["extra"] = torch.ones(3, 2)
-            roots = []
-            for action in seeded_actions(80, 3):
-                td["action"] = action
-                td, td = env.step_and_maybe_reset(td)
-                roots.append(td.clone())
-            results.append(torch.stack(roots, 1))
-        assert set(results[0].keys(True)) == set(results[1].keys(True))
-        assert (results[0] == results[1]).all()
-        assert (results[0]["extra"] == 0).any()  # rows reset: zeros, as torchrl leaves them
+            td["collector", "ids"] = torch.arange(3)
+            roots, steps = [], []
+            for _ in range(80):
+                torch.manual_seed(len(roots))
+                td = env.rand_action(td)
+                td, root = env.step_and_maybe_reset(td)
+                # setting into the next root leaves the step's data alone (as collectors do)
+                root["collector", "ids"] = root["collector", "ids"] + 10
+                steps.append(td.clone())
+                roots.append(root.clone())
+                td = root
+            results.append((torch.stack(steps, 1), torch.stack(roots, 1)))
+        for result in results[:2]:
+            for a, b in zip(result, results[2]):
+                assert set(a.keys(True)) == set(b.keys(True))
+                assert (a == b).all()
+        assert (results[0][1]["extra"] == 0).any()  # rows reset: zeros, as torchrl leaves them
     finally:
-        ours.close()
-        reference.close()
+        for env in envs:
+            env.close()
 
 
 def test_reset_honours_the_reset_mask():
@@ -328,6 +341,32 @@ def test_collector_and_step_and_maybe_reset_as_collectors_call_it():
     after_end = torch.zeros_like(done)
     after_end[:, 1:] = done[:, :-1]
     assert done.any() and (counts[after_end] == 0).all()
+
+
+@pytest.mark.parametrize("agnostic", [False, True], ids=["cpu", "device_agnostic"])
+def test_a_collector_collects_what_it_collects_over_torchrls_own_envs(agnostic):
+    """With the env's device (a collector casts each step's data to it) and device-agnostic
+    (no device, as torchrl's GymEnv and its batched envs: the data is taken as it is)."""
+    ours = to_torchrl(gymvec.SerialEnv(3, CARTPOLE), device_agnostic=agnostic)
+    theirs = TorchRLSerialEnv(3, TORCHRL_CARTPOLE)
+    assert ours.device == (None if agnostic else torch.device("cpu"))
+    check_env_specs(ours, seed=0)
+    batches = []
+    for env in (ours, theirs):
+        env.set_seed(5)  # before the collector's first reset
+        torch.manual_seed(0)
+        collector = Collector(env, None, frames_per_batch=90, total_frames=270)
+        try:
+            batches.append(torch.cat(list(collector), -1))
+        finally:
+            collector.shutdown()
+    a, b = batches
+    assert a["next", "done"].sum() >= 3  # resets happened
+    for key in [*DATA_KEYS, "action", ("collector", "traj_ids")]:
+        assert torch.equal(a[key], b[key]), key
+    if agnostic:
+        with pytest.raises(ValueError, match="on the CPU"):
+            to_torchrl(gymvec.SerialEnv(1, CARTPOLE, device="meta"), device_agnostic=True)
 
 
 def test_multi_sync_collector():
