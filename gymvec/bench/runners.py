@@ -328,12 +328,14 @@ def _collector_torchrl(env_id: str, num_envs: int, options: RunnerOptions) -> Ru
 @register_runner("collector-gymvec")
 def _collector_gymvec(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
     """The same collector over gymvec's ParallelEnv (the gymvec-td layout) through
-    ``gymvec.torchrl.to_torchrl``."""
+    ``gymvec.torchrl.to_torchrl``, device-less as torchrl's ParallelEnv of GymEnv is (so that
+    neither collector casts each step's data to a device)."""
     try:
         from gymvec.torchrl import to_torchrl
     except ImportError as e:
         raise ImportError("collector-gymvec needs torchrl: pip install gymvec[torchrl]") from e
-    return CollectorRunner(to_torchrl(_gymvec_parallel_env(env_id, num_envs, options)))
+    env = _gymvec_parallel_env(env_id, num_envs, options)
+    return CollectorRunner(to_torchrl(env, device_agnostic=True))
 
 
 @register_runner("bare-first-ready")
