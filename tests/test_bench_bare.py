@@ -131,11 +131,11 @@ def test_bare_free_lets_its_worker_trail_by_at_most_lag_steps(no_leaks):
 def test_bare_first_ready_steps_each_sub_env_as_it_would_alone(no_leaks):
     # The first-ready reference does the same work per sub-env as a vectorizer: whatever the
     # order its sub-envs finish in, each one's trajectory is that of the env stepped alone
-    # (same-step autoreset, seeded seed + index).
+    # (same-step autoreset, seeded seed + index), two sub-envs per process.
     from gymvec.bench.bare_first_ready import BareFirstReady
 
     n, seed = 4, 5
-    pool = BareFirstReady(make_env_fns("CartPole-v1", n), batch_size=2)
+    pool = BareFirstReady(make_env_fns("CartPole-v1", n), batch_size=2, num_workers=2)
     records: dict[int, list] = {i: [] for i in range(n)}
     actions: dict[int, list] = {i: [] for i in range(n)}
     rng = np.random.default_rng(0)

@@ -1,16 +1,18 @@
 """``bare-first-ready``: first-ready batches with nothing else in them, the reference for
 gymvec's first-ready runner in the same run.
 
-One process per sub-env (the latency case's layout), numpy views of one ``RawArray`` as in
-``bench.bare``, a wake-up semaphore per sub-env and one ``ready`` semaphore that every finished
-sub-env posts. ``send(actions, env_ids)`` writes the actions and posts those sub-envs;
-``recv()`` returns the first ``batch_size`` sub-envs to finish (in index order). Like the other
+``num_workers`` processes, each holding an even share of the sub-envs (the case's layout), numpy
+views of one ``RawArray`` as in ``bench.bare``, a wake-up semaphore per process and one
+``ready`` semaphore that every finished sub-env posts. ``send(actions, env_ids)`` writes the
+actions and a sequence number per sub-env and wakes the processes that hold them, which run
+their pending sub-envs one at a time in the order sent; ``recv()`` returns the first
+``batch_size`` sub-envs to finish (in index order). Like the other
 bare runners it resets a finished sub-env within its step, ignores infos, checks nothing, and
 does not hang when a process dies; it is a ceiling, not a vectorizer.
 
 >>> from gymvec.bench.bare_first_ready import BareFirstReady
 >>> from gymvec.bench.runners import make_env_fns
->>> pool = BareFirstReady(make_env_fns("CartPole-v1", 4), batch_size=2)
+>>> pool = BareFirstReady(make_env_fns("CartPole-v1", 4), batch_size=2, num_workers=2)
 >>> pool.reset(seed=0)
 >>> ids, obs, rewards, terminated, truncated = pool.recv()
 >>> len(ids), obs.shape
@@ -38,48 +40,67 @@ _POLL_S = 1.0  # how often a blocked wait checks that the other side is alive
 
 
 def _serve(
-    env_fn: Callable[[], gym.Env],
+    env_fns: list[Callable[[], gym.Env]],
     templates: tuple[np.ndarray, np.ndarray],
     buffer: Any,
-    index: int,
+    start: int,
     wake: Any,
     ready: Any,
     parent: int,
 ) -> None:
-    """One sub-env's process: each post of ``wake`` runs the command in its words."""
+    """One process's share, rows ``[start, start + len(env_fns))``: after each wake-up it runs
+    its pending sub-envs (posted, not finished), the first posted first, until none is."""
     arrays = BatchArrays(*templates, len(templates[0]), lambda nbytes: buffer)
-    env = env_fn()
-    words = arrays.words[index]
+    envs = [fn() for fn in env_fns]
+    words = arrays.words
+    rows = range(start, start + len(envs))
     while True:
         while not wake.acquire(timeout=_POLL_S):
             if os.getppid() != parent:  # the parent is gone: nobody left to serve
-                env.close()
+                for env in envs:
+                    env.close()
                 return
-        command = int(words[COMMAND])
-        if command == CLOSE:
-            break
-        if command == RESET:
-            arrays.obs[index], _ = env.reset(seed=int(words[SEED]))
-        else:
-            obs, reward, terminated, truncated, _ = env.step(arrays.actions[index])
-            if terminated or truncated:
-                obs, _ = env.reset()
-            arrays.obs[index] = obs
-            arrays.rewards[index] = reward
-            arrays.terminated[index], arrays.truncated[index] = terminated, truncated
-        words[FINISHED] = words[POSTED]
-        ready.release()
-    env.close()
+        while True:
+            pending = [i for i in rows if words[i, FINISHED] != words[i, POSTED]]
+            if not pending:
+                break
+            i = min(pending, key=lambda i: words[i, POSTED])
+            command, env = int(words[i, COMMAND]), envs[i - start]
+            if command == CLOSE:
+                for env in envs:
+                    env.close()
+                return
+            if command == RESET:
+                arrays.obs[i], _ = env.reset(seed=int(words[i, SEED]))
+            else:
+                obs, reward, terminated, truncated, _ = env.step(arrays.actions[i])
+                if terminated or truncated:
+                    obs, _ = env.reset()
+                arrays.obs[i] = obs
+                arrays.rewards[i] = reward
+                arrays.terminated[i], arrays.truncated[i] = terminated, truncated
+            words[i, FINISHED] = words[i, POSTED]
+            ready.release()
 
 
 class BareFirstReady:
-    """``len(env_fns)`` processes, one sub-env each; batches of the first ``batch_size`` to
-    finish."""
+    """``num_workers`` processes (default: one per sub-env) holding the sub-envs; batches of
+    the first ``batch_size`` to finish."""
 
-    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], batch_size: int) -> None:
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        batch_size: int,
+        num_workers: int | None = None,
+    ) -> None:
         n = len(env_fns)
         if not 1 <= batch_size <= n:
             raise ValueError(f"batch_size: expected 1 to {n}, got {batch_size}")
+        num_workers = n if num_workers is None else num_workers
+        if num_workers < 1 or n % num_workers:
+            raise ValueError(
+                f"num_workers: expected a divisor of the {n} sub-envs, got {num_workers}"
+            )
         self.batch_size = batch_size
         probe = env_fns[0]()
         templates = _templates(probe, n)
@@ -89,11 +110,13 @@ class BareFirstReady:
         self.ready = ctx.Semaphore(0)
         self.flying: list[int] = []  # sub-envs posted and not yet taken back
         self.seq = 0
-        self.workers: list[tuple[Any, Any]] = []  # (process, wake) per sub-env
+        self.workers: list[tuple[Any, Any]] = []  # (process, wake) per worker
+        self.share = n // num_workers
         try:
-            for i, fn in enumerate(env_fns):
+            for start in range(0, n, self.share):
                 wake = ctx.Semaphore(0)
-                args = (fn, templates, self.arrays.buffer, i, wake, self.ready, os.getpid())
+                fns = list(env_fns[start : start + self.share])
+                args = (fns, templates, self.arrays.buffer, start, wake, self.ready, os.getpid())
                 process = ctx.Process(target=_serve, args=args, daemon=True)
                 process.start()
                 self.workers.append((process, wake))
@@ -106,12 +129,13 @@ class BareFirstReady:
         for i in ids:
             self.seq += 1
             words[i, COMMAND], words[i, SEED], words[i, POSTED] = command, seed + i, self.seq
-            self.workers[i][1].release()
+        for w in sorted({i // self.share for i in ids}):  # after every row: one wake-up each
+            self.workers[w][1].release()
         self.flying += ids
 
     def reset(self, seed: int) -> None:
         """Reset every sub-env (none may be in flight); ``recv`` takes them back."""
-        self._post(list(range(len(self.workers))), RESET, seed)
+        self._post(list(range(len(self.arrays.obs))), RESET, seed)
 
     def send(self, actions: np.ndarray, env_ids: np.ndarray) -> None:
         """Step the sub-envs ``env_ids`` (taken back by the last ``recv``) with ``actions``."""
@@ -138,9 +162,12 @@ class BareFirstReady:
         return np.array(ids), a.obs[ids], a.rewards[ids], a.terminated[ids], a.truncated[ids]
 
     def close(self) -> None:
-        for i, (process, wake) in enumerate(self.workers):
-            if process.is_alive():  # (after the command in hand, if any)
-                self.arrays.words[i, COMMAND] = CLOSE
+        words = self.arrays.words
+        for w, (process, wake) in enumerate(self.workers):
+            if process.is_alive():  # (after the sub-env in hand, if any)
+                i = w * self.share
+                self.seq += 1
+                words[i, COMMAND], words[i, POSTED] = CLOSE, self.seq
                 wake.release()
         for process, _ in self.workers:
             process.join(timeout=2.0)

@@ -340,12 +340,16 @@ def _collector_gymvec(env_id: str, num_envs: int, options: RunnerOptions) -> Run
 
 @register_runner("bare-first-ready")
 def _bare_first_ready(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
-    """The reference for gymvec-first-ready: one process per sub-env, batches of the first
-    ``FIRST_READY_BATCH`` to finish, nothing else (see ``bench.bare_first_ready``)."""
+    """The reference for gymvec-first-ready in its layout (its worker processes, none in the
+    calling process): batches of the first ``FIRST_READY_BATCH`` to finish, nothing else (see
+    ``bench.bare_first_ready``)."""
     from gymvec.bench.bare_first_ready import BareFirstReady
 
-    pool = BareFirstReady(make_env_fns(env_id, num_envs), min(FIRST_READY_BATCH, num_envs))
-    return BareFirstReadyRunner(pool)
+    num_workers, _ = worker_layout(num_envs, options)
+    batch_size = min(FIRST_READY_BATCH, num_envs)
+    return BareFirstReadyRunner(
+        BareFirstReady(make_env_fns(env_id, num_envs), batch_size, num_workers)
+    )
 
 
 @register_runner("bare-loop")
