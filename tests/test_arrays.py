@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from gymvec.common.arrays import all_below, any_set
+from gymvec.common.arrays import all_below, any_set, below_check
 
 INT64 = np.iinfo(np.int64)
 
@@ -24,6 +24,9 @@ def test_all_below_matches_numpy(n):
         values = values.astype(np.int64)
         expected = bool(((values >= 0) & (values < n)).all())
         assert all_below(values, n) == expected, (n, values)
+        # the whole-batch check of that size (other sizes fall back to all_below)
+        assert below_check(n, size)(values) == expected, (n, values)
+        assert below_check(n, size + 1)(values) == expected, (n, values)
 
 
 def test_all_below_large_and_strided_arrays():

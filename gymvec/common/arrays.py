@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
@@ -48,3 +49,20 @@ def all_below(values: np.ndarray, n: int) -> bool:
     high, offset = _word_masks(n, len(data) // 8)
     x = int.from_bytes(data, sys.byteorder)
     return not (x & high or (x + offset) & high)
+
+
+def below_check(n: int, count: int) -> Callable[[np.ndarray], bool]:
+    """``all_below(values, n)`` for arrays of ``count`` int64 values, with the masks made
+    once: the check of every step's whole batch of actions (other sizes take ``all_below``)."""
+    if count > _BIG_INT_LIMIT or n > 1 << 62:
+        return functools.partial(all_below, n=n)
+    high, offset = _word_masks(n, count)
+    from_bytes, order = int.from_bytes, sys.byteorder
+
+    def check(values: np.ndarray) -> bool:
+        if values.size != count:
+            return all_below(values, n)
+        x = from_bytes(values.tobytes(), order)
+        return not (x & high or (x + offset) & high)
+
+    return check

@@ -43,7 +43,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
-from gymvec.common.arrays import all_below, any_set
+from gymvec.common.arrays import any_set, below_check
 from gymvec.common.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.engine.buffers import Slot
 from gymvec.engine.commands import NOTHING, Autoreset
@@ -692,7 +692,7 @@ def discrete_bounds(space: spaces.Space, leaves: list[Leaf], arrays: dict) -> li
         if isinstance(sub, spaces.Discrete):
             low, high = int(sub.start), int(sub.start + sub.n - 1)
             if low == 0 and array.dtype == np.int64:
-                check = functools.partial(all_below, n=high + 1)
+                check = below_check(high + 1, array.size)
             else:
                 check = functools.partial(_scalar_range, low=low, high=high)
         elif isinstance(sub, spaces.MultiDiscrete):
