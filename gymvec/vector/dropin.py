@@ -342,7 +342,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict]:
         self.step_async(actions)
-        return self.finish(self._receive("step", None))  # (sent just now: nothing to check)
+        return self._step_result(self._receive("step", None))  # (sent just now: not checked)
 
     def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
         self._begin("call_async")

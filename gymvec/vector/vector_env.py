@@ -271,7 +271,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict]:
         """Step every sub-env (or reset it, under NEXT_STEP, if it finished last step)."""
         self.step_send(actions)
-        return self.finish(self.receive())
+        return self._step_result(self.receive())
 
     def step_send(self, actions: Any) -> None:
         self._early_obs = None  # left by a call that raised
