@@ -496,6 +496,50 @@ def test_ctrl_c_during_a_receive(backend, no_leaks):
         engine.close()
 
 
+@pytest.mark.parametrize("cut", range(4))
+def test_ctrl_c_while_rows_are_handed_out_sends_them_all(cut, monkeypatch, no_leaks):
+    # A KeyboardInterrupt anywhere in a first-ready send (here: at the cut-th ticket or
+    # wake-up of a send to 3 sub-envs on 3 workers) still sends every row and books it, so
+    # none runs behind the engine's back: all come back, and the next steps are right.
+    from gymvec.engine import processes
+
+    engine = BatchEngine(
+        SubEnvFactories(3, latency_fns(3), None, 1),
+        process_backend(ProcessOptions("fork")),
+    )
+    real_post, calls = processes.WorkerHandle.post, []
+
+    def post(handle, command, payload=None):
+        calls.append(command)
+        if len(calls) == cut + 1:
+            raise KeyboardInterrupt  # as a Ctrl-C between two of send_some's lines would
+        real_post(handle, command, payload)
+
+    try:
+        engine.reset(seeds=[0, 1, 2])
+        expected = [next_step_alone(make_latency(), i, [1, 1]) for i in range(3)]
+        engine.buffers.action[("action",)][:] = 1
+        monkeypatch.setattr(processes.WorkerHandle, "post", post)
+        if cut < 3:
+            with pytest.raises(KeyboardInterrupt):
+                engine.async_step_send([0, 1, 2], Autoreset.NEXT_STEP)
+        else:  # past the last post: nothing to cut
+            engine.async_step_send([0, 1, 2], Autoreset.NEXT_STEP)
+        monkeypatch.setattr(processes.WorkerHandle, "post", real_post)
+        assert sorted(engine.flying.tolist()) == [0, 1, 2]
+        got = engine.async_recv(min_get=3, timeout=30.0).indices.tolist()
+        assert sorted(got) == [0, 1, 2] and not engine.flying.size
+        obs = engine.buffers.next.obs[("observation",)]
+        for i in range(3):
+            np.testing.assert_array_equal(obs[i], expected[i][1][0])
+        engine.async_step_send([0, 1, 2], Autoreset.NEXT_STEP)  # and the next step is right
+        engine.async_recv(min_get=3, timeout=30.0)
+        for i in range(3):
+            np.testing.assert_array_equal(obs[i], expected[i][2][0])
+    finally:
+        engine.close()
+
+
 def test_close_with_commands_in_flight(no_leaks):
     engine = slow_engine(2, num_workers=2)
     engine.reset()

@@ -796,9 +796,25 @@ class BatchEngine:
         if self._lane:  # first-ready results land in "next" itself
             control.lane[0] = 0
             self._lane = 0
-        self._executor.send_some(rows.tolist())
+        listed = rows.tolist()
+        try:
+            self._executor.send_some(listed)
+            self._book_sent(rows, kind)
+        except Exception:
+            raise  # refused before anything was sent
+        except BaseException:
+            # Ctrl-C while the rows went out: all of them go, and all are booked, so that
+            # none runs behind the books (and its results are received as any others)
+            self._executor.resend_some(listed)
+            self._book_sent(rows, kind, recount=True)
+            raise
+
+    def _book_sent(self, rows: np.ndarray, kind: int, recount: bool = False) -> None:
         self._flight[rows] = kind
-        self._flying += len(rows)
+        if recount:  # after an interrupt: whatever the count had reached
+            self._flying = int(np.count_nonzero(self._flight))
+        else:
+            self._flying += len(rows)
         self._async_dirty = True
 
     def _book_rows(self, rows: np.ndarray) -> None:

@@ -166,6 +166,11 @@ class Executor(ABC):
         can (this process's rows run in :meth:`wait_some`)."""
         raise NotImplementedError(f"{type(self).__name__} has no first-ready commands")
 
+    def resend_some(self, rows: Sequence[int]) -> None:
+        """After an interrupt (Ctrl-C) cut :meth:`send_some` of ``rows`` short: send those that
+        did not go out and make sure the others run, so that every one of them is in flight."""
+        raise NotImplementedError(f"{type(self).__name__} has no first-ready commands")
+
     def wait_some(
         self,
         rows: Sequence[int],
@@ -304,6 +309,10 @@ class LocalExecutor(Executor):
     # ---- first-ready commands: each row runs within a wait, in the order sent ----------------
     def send_some(self, rows: Sequence[int]) -> None:
         self.queue.extend(rows)
+
+    def resend_some(self, rows: Sequence[int]) -> None:
+        queued = set(self.queue)  # (the rows sent were not in flight: none was queued)
+        self.queue.extend(row for row in rows if row not in queued)
 
     def run_next(self) -> int:
         """Run the first row queued; returns it (its extras wait in ``finished``)."""

@@ -208,6 +208,7 @@ class ProcessExecutor(Executor):
         self.rows_memory = None
         self.ready = None
         self._tickets = 0
+        self._sending = 0  # the ticket count when the last send_some began
         self._finished: dict[int, Any] = {}  # row -> its Extras, None, or its WorkerError
         # per row: its last ticket was gathered (bytes, whose items index faster than numpy's)
         self._gathered = bytearray(num_envs)
@@ -439,6 +440,7 @@ class ProcessExecutor(Executor):
             raise first_ready_objects_error()
         words, handle_of_row = self.row_words, self.handle_of_row
         local, woken = [], {}
+        self._sending = self._tickets  # the tickets of this call are above it (resend_some)
         for row in rows:
             handle = handle_of_row[row]
             if handle is None:
@@ -451,6 +453,27 @@ class ProcessExecutor(Executor):
         if local:
             self.local.send_some(local)
         for handle in woken.values():  # after every ticket: one wake-up runs them all
+            handle.post(Command.RUN_SOME)
+            self._unsettled.add(handle)
+
+    def resend_some(self, rows: Sequence[int]) -> None:
+        """The rows of an interrupted :meth:`send_some`: a ticket for each row that got none
+        (tickets above ``_sending`` are this call's), the local ones queued, and a RUN_SOME
+        for every worker that holds some (one more wake-up changes nothing)."""
+        words, handle_of_row, woken = self.row_words, self.handle_of_row, {}
+        local = [row for row in rows if handle_of_row[row] is None]
+        if local:
+            self.local.resend_some(local)
+        for row in rows:
+            handle = handle_of_row[row]
+            if handle is None:
+                continue
+            if words[row, TICKET] <= self._sending:
+                self._tickets += 1
+                self._gathered[row] = 0
+                words[row, TICKET] = self._tickets
+            woken[handle.index] = handle
+        for handle in woken.values():
             handle.post(Command.RUN_SOME)
             self._unsettled.add(handle)
 

@@ -431,6 +431,13 @@ class RayExecutor(Executor):
             share = [rows[p] for p in positions]
             handle.queue.append((handle.post(None, ship_next, share), share))
 
+    def resend_some(self, rows: Sequence[int]) -> None:
+        """The rows of an interrupted :meth:`send_some` that no queued call carries go now."""
+        queued = {row for handle in self.handles for _, share in handle.queue for row in share}
+        missing = [row for row in rows if row not in queued and row not in self.finished]
+        if missing:
+            self.send_some(missing)
+
     def wait_some(
         self,
         rows: Sequence[int],
