@@ -621,6 +621,47 @@ def test_face_infos_that_travel_beside_the_buffers_reach_their_rows(no_leaks):
                 ended = terminated or truncated
 
 
+def test_ctrl_c_while_reading_a_row_message_loses_that_worker_not_the_env(no_leaks):
+    # RichInfoEnv's string infos travel on the worker's pipe. A Ctrl-C in the middle of
+    # reading one leaves the rest of that message unreadable: the worker is stopped and its
+    # rows are lost (they need a reset), and what comes next raises WorkerError, never a hang.
+    envs = ParallelVectorEnv(
+        [_face_envs.make_rich] * 2, batch_size=1, num_workers=2, local_worker=False,
+        context="fork",
+    )  # fmt: skip
+    try:
+        envs.async_reset(seed=0)
+        engine = envs.engine
+        handle = engine.executor.handles[0]
+
+        class Interrupted:  # the pipe, cut short at the next read
+            def __init__(self, conn):
+                self.conn = conn
+
+            def recv(self):
+                raise KeyboardInterrupt
+
+            def __getattr__(self, name):
+                return getattr(self.conn, name)
+
+        real = handle.conn
+        handle.conn = Interrupted(real)
+        with pytest.raises(KeyboardInterrupt):
+            while True:  # until sub-env 0's message is read
+                envs.recv()
+        handle.conn = real
+        handle.process.join(10)
+        assert not handle.process.is_alive()
+        assert 0 not in engine.flying.tolist()
+        with pytest.raises((WorkerError, RuntimeError)):
+            for _ in range(5):  # sub-env 1's rows still come; then the dead worker's error
+                envs.recv()
+                envs.send(np.ones(1, dtype=np.int64), np.array([1]))
+            envs.engine.reset()  # a whole-batch command needs worker 0
+    finally:
+        envs.close()
+
+
 def test_a_step_receive_reads_past_a_reset_of_the_same_worker(no_leaks):
     """A worker's messages come in the order it ran its sub-envs: a step receive that reads
     past the message of a reset queued before it keeps it for the reset receive."""

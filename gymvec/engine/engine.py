@@ -349,13 +349,13 @@ class BatchEngine:
         self._learning = True
         self._unstepped = np.ones(self.num_envs, dtype=bool)
 
-    def _learn_infos(self, extras: dict[int, Extras], stepped: Any) -> None:
+    def _learn_infos(self, extras: dict[int, Extras], stepped: Any, first_ready: bool) -> None:
         """Fields for the entries that results reported as extras (the same type and shape
         in every sub-env that reported them), adopted by every process; learning ends once
         every sub-env has stepped (``stepped``: the rows these results stepped).
 
         After a whole-batch command nothing runs, so a request carries the fields to every
-        group; between first-ready commands the executor hands them to its groups while rows
+        group; after first-ready commands the executor hands them to its groups while rows
         may be in flight (the entries of those rows still come as extras)."""
         self._unstepped[stepped] = False
         if not self._unstepped.any():
@@ -364,7 +364,7 @@ class BatchEngine:
         places = self.layout.place_info_fields(infer_info_fields(*infos)) if infos else None
         if not places:
             return
-        if not self._flying:
+        if not first_ready:
             self.request("add_info_fields", places=places)
         elif not self._executor.add_info_fields_in_flight(places):
             self._learning = False  # this executor cannot: the entries stay extras
@@ -511,7 +511,7 @@ class BatchEngine:
             self._store_objects(extras)
         self._book(call)
         if self._learning:
-            self._learn_infos(extras, slice(None) if call.kind == "step" else [])
+            self._learn_infos(extras, slice(None) if call.kind == "step" else [], False)
         observations = self.buffers.handed_out_lanes()[lane - 1] if lane else None
         return Received(call.kind, call.mask, extras, observations)
 
@@ -719,7 +719,7 @@ class BatchEngine:
         self._book_rows(indices)
         extras = {row: e for row, e in finished.items() if e is not None}
         if self._learning:
-            self._learn_infos(extras, stepped)
+            self._learn_infos(extras, stepped, True)
         return Ready(indices, extras)
 
     @property

@@ -124,7 +124,10 @@ class WorkerHandle:
         self.words[CMD_SEQ] = self.seq
         self.wake.release()
         if payload is not None:  # after the wake-up: the worker reads while we write
-            self.conn.send_bytes(payload)
+            try:
+                self.conn.send_bytes(payload)
+            except OSError:  # its end of the pipe is gone: so is the worker
+                raise self.died() from None
 
     def wait(self, spin: Spin, timeout: float | None) -> Any:
         """Wait for the answer to the last command; returns the reply (None if none)."""
@@ -560,6 +563,14 @@ class ProcessExecutor(Executor):
             except (EOFError, OSError):
                 self._lose_worker(handle)
                 raise handle.died() from None
+            except BaseException:
+                # Interrupted mid-read (Ctrl-C): the rest of that message cannot be told from
+                # the next one, so the pipe is of no more use. The worker goes, and its rows
+                # with it: its next command raises WorkerError instead of reading garbage.
+                self._lost.append(row)
+                terminate(handle.process)
+                self._lose_worker(handle)
+                raise
             messages[sender] = payload
         return messages.pop(row)
 
