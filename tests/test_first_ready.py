@@ -26,7 +26,15 @@ from _envs import TimedEnv
 from _replay import next_step_alone
 from tensordict import TensorDict
 
-from gymvec import GymEnv, ParallelEnv, ParallelVectorEnv, SerialEnv, SerialVectorEnv, WorkerError
+from gymvec import (
+    GymEnv,
+    ParallelEnv,
+    ParallelVectorEnv,
+    SerialEnv,
+    SerialVectorEnv,
+    UnsupportedSpaceError,
+    WorkerError,
+)
 from gymvec.bench.envs import LATENCY_ID
 from gymvec.engine import (
     Autoreset,
@@ -165,6 +173,61 @@ def test_face_learns_info_fields_while_rows_are_in_flight(kind, no_leaks):
         expected = [None if info is None else info["delay"] for *_, info in alone[1:]]
         assert delays[i] == expected, i
         assert len(delays[i]) > 3
+
+
+def make_text_env() -> gym.Env:
+    text_obs = gym.spaces.Dict({"text": gym.spaces.Text(5), "x": gym.spaces.Box(-1, 1, (2,))})
+    return _face_envs.SpacesEnv(text_obs, gym.spaces.Discrete(2))
+
+
+@pytest.mark.parametrize("kind", ["serial", "parallel", "parallel-local"])
+def test_face_object_observations_come_back_with_their_rows(kind, no_leaks):
+    # A Text leaf has no fixed shape: its values travel beside the buffers (on the worker's
+    # pipe, with each sub-env's answer); each batch holds those of its own rows.
+    n, seed = 4, 11
+    if kind == "serial":
+        envs = SerialVectorEnv([make_text_env] * n, batch_size=2)
+    else:
+        envs = ParallelVectorEnv(
+            [make_text_env] * n, batch_size=2, num_workers=2, local_worker=kind != "parallel",
+            shared_memory=False, context="fork",
+        )  # fmt: skip
+    records: dict[int, list] = {i: [] for i in range(n)}
+    try:
+        envs.async_reset(seed=seed)
+        for _ in range(16):
+            obs, _, _, _, infos = envs.recv()
+            ids = infos["env_id"]
+            assert isinstance(obs["text"], tuple) and obs["x"].shape == (2, 2)
+            for row, i in enumerate(ids.tolist()):
+                records[i].append((obs["text"][row], obs["x"][row]))
+            envs.send(np.ones(len(ids), dtype=np.int64), ids)
+    finally:
+        envs.close()
+    for i in range(n):
+        alone = next_step_alone(make_text_env(), seed + i, [1] * (len(records[i]) - 1))
+        assert len(records[i]) > 3
+        for (text, x), (want, *_) in zip(records[i], alone):
+            assert text == want["text"]
+            np.testing.assert_array_equal(x, want["x"])
+
+
+def test_object_actions_are_refused_in_first_ready_sends(no_leaks):
+    def make_text_actions() -> gym.Env:
+        return _face_envs.SpacesEnv(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Text(3))
+
+    envs = ParallelVectorEnv(
+        [make_text_actions] * 2, batch_size=1, num_workers=2, shared_memory=False,
+        context="fork",
+    )  # fmt: skip
+    try:  # refused at the first command, before anything is sent
+        with pytest.raises(UnsupportedSpaceError, match="need actions of fixed shape"):
+            envs.async_reset(seed=0)
+        assert not envs.engine.flying.size
+        obs, _ = envs.reset(seed=0)  # whole-batch commands carry them
+        assert obs.shape == (2, 2)
+    finally:
+        envs.close()
 
 
 def test_face_make_vec_batch_size_and_step():

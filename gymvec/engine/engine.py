@@ -718,6 +718,8 @@ class BatchEngine:
         stepped = indices[self._flight[indices] == _STEP] if self._learning else None
         self._book_rows(indices)
         extras = {row: e for row, e in finished.items() if e is not None}
+        if self._object_obs:
+            self._store_objects(extras)
         if self._learning:
             self._learn_infos(extras, stepped, True)
         return Ready(indices, extras)

@@ -225,11 +225,12 @@ def group_indices(indices: Sequence[int], bounds: Sequence[tuple[int, int]]) -> 
     return sorted(by_group.items())
 
 
-def first_ready_objects_error() -> UnsupportedSpaceError:
-    """What a first-ready command of a batch with object leaves raises (they carry none)."""
+def first_ready_objects_error(what: str = "observations and actions") -> UnsupportedSpaceError:
+    """What a first-ready command of a batch with object leaves raises where they cannot
+    travel with it."""
     return UnsupportedSpaceError(
-        "first-ready commands need observations and actions of fixed shape: object "
-        "leaves (spaces without one) travel with whole-batch commands only"
+        f"first-ready commands here need {what} of fixed shape: object leaves (spaces "
+        "without one) travel with whole-batch commands only"
     )
 
 

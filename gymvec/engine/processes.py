@@ -218,7 +218,9 @@ class ProcessExecutor(Executor):
         self._messages: dict[int, Any] = {}  # row -> what its worker sent, read early
         self._lost: list[int] = []
         self._unsettled: set[WorkerHandle] = set()  # posted RUN_SOME, not yet seen idle
-        self._objects = bool(blocks.layout.object_obs_keys or blocks.layout.object_action_keys)
+        # Object observations come back with each row's message; object actions would need
+        # one each way, which first-ready commands do not send.
+        self._objects = bool(blocks.layout.object_action_keys)
         try:
             self._start(worker_env_fns, worker_bounds, blocks, options, worker_spin_s)
             if options.local_worker:  # built while the workers build theirs
@@ -440,7 +442,7 @@ class ProcessExecutor(Executor):
         """Hand each row a ticket (the order sent) and wake the workers that hold them; this
         process's rows are queued for :meth:`wait_some`."""
         if self._objects:
-            raise first_ready_objects_error()
+            raise first_ready_objects_error("actions")
         words, handle_of_row = self.row_words, self.handle_of_row
         local, woken = [], {}
         self._sending = self._tickets  # the tickets of this call are above it (resend_some)

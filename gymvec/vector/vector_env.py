@@ -462,6 +462,11 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
             device = self._torch_device
             arrays = [a if a is None else torch.tensor(a, device=device) for a in arrays]
+        # object leaves: a tuple of those sub-envs' objects, as gymnasium batches them
+        for k, leaf in enumerate(self._obs_leaves):
+            if leaf.is_object:
+                objects = slot.objects[leaf.key]
+                arrays[k] = tuple(objects[i] for i in rows.tolist())
         return build_value(self.single_observation_space, self._obs_leaves, arrays)
 
     def _copy_local_rows(self, stop: int) -> None:
