@@ -120,7 +120,7 @@ class WorkerHandle:
 
     def post(self, command: Command, payload: Any = None) -> None:
         self.seq += 1
-        self.words[CMD] = int(command)  # a memoryview item takes a plain int
+        self.words[CMD] = command  # (an IntEnum: an int, as a memoryview item must be)
         self.words[CMD_SEQ] = self.seq
         self.wake.release()
         if payload is not None:  # after the wake-up: the worker reads while we write

@@ -28,7 +28,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces
 
 from gymvec.common.structure import observation_leaves, refuse_object_leaves, space_leaves
-from gymvec.engine.engine import BatchEngine, process_backend, serial_backend
+from gymvec.engine.engine import BatchEngine, Received, process_backend, serial_backend
 from gymvec.engine.factories import SubEnvFactories
 from gymvec.engine.processes import (
     ProcessOptions,
@@ -287,6 +287,9 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         return _STATES[engine.in_flight]
 
     def _begin(self, call: str) -> None:
+        engine = self.engine
+        if not self.closed and engine.stuck is None and engine.in_flight is None:
+            return  # the usual case, checked in few steps: this runs on every step
         self._check_running()
         if self._state != AsyncState.DEFAULT:
             raise AlreadyPendingCallError(
@@ -303,9 +306,9 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
             )
         return self._receive(call, timeout)
 
-    def _receive(self, call: str, timeout: float | None) -> dict:
+    def _receive(self, call: str, timeout: float | None) -> Received:
         try:
-            return self.receive(timeout)
+            return self.engine.recv(timeout, self._early_copy)  # what receive() does
         except TimeoutError as exc:
             # Still in flight: a later wait resumes it (gymnasium gives the call up instead),
             # but for the constructor's timeout, after which the env refuses further calls.
