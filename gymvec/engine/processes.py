@@ -515,8 +515,10 @@ class ProcessExecutor(Executor):
             waiting = [row for row in waiting if not gathered[row]]
             if not waiting:  # the engine's books say otherwise: never wait for nothing
                 raise RuntimeError(f"first-ready wait: none of sub-envs {list(rows)} is running")
-            self._block(waiting, deadline, min_get)
-            new = self._gather(waiting)
+            new: list[int] = []
+            while not new:  # a wake-up can come from a row gathered already
+                self._block(waiting, deadline, min_get)
+                new = self._gather(waiting)
             done += new
             self._raise_failed(new)
         return take_finished(finished, rows, max_get)
