@@ -71,7 +71,6 @@ _INT64 = np.iinfo(np.int64)
 
 # What a sub-env has in flight as a first-ready command (``BatchEngine._flight``)
 _IDLE, _STEP, _RESET_ROOT, _RESET_NEXT = 0, 1, 2, 3
-# what ``async_recv(kind)`` takes back: (the flight codes, the word for errors)
 # What each kind of first-ready receive takes: the flight codes in [low, high], and its name
 _RECV_KINDS = {
     None: ((_STEP, _RESET_NEXT), "command"),
