@@ -6,11 +6,12 @@ import functools
 import multiprocessing
 import time
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from _envs import TimedEnv
 
-from gymvec import ParallelVectorEnv
+from gymvec import ParallelVectorEnv, SerialEnv, SerialVectorEnv
 
 
 def overlaps(intervals: list[tuple[float, float]]) -> int:
@@ -84,3 +85,76 @@ def test_call_wait_within_its_timeout_returns_the_results():
         assert envs.call_wait(timeout=5.0) == ("done", "done")
     finally:
         envs.close()
+
+
+class CountedEnv(gym.Env):
+    """CartPole-like spaces; counts the instances built and closed in this process."""
+
+    built: list = []
+    closed: list = []
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), dtype=np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self):
+        CountedEnv.built.append(self)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, dtype=np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, dtype=np.float32), 0.0, False, False, {}
+
+    def close(self):
+        CountedEnv.closed.append(self)
+
+
+@pytest.mark.parametrize(
+    "make, here",
+    [
+        (lambda: SerialVectorEnv([CountedEnv] * 3), 3),  # as SyncVectorEnv: 3, not 4
+        (lambda: SerialEnv(1, CountedEnv, envs_per_worker=3), 3),
+        # one sub-env in this process (the others in forked workers, not counted here)
+        (
+            lambda: ParallelVectorEnv(
+                [CountedEnv] * 3, num_workers=3, local_worker=True, context="fork"
+            ),
+            1,
+        ),
+        (
+            lambda: ParallelVectorEnv(
+                [CountedEnv] * 2, num_workers=2, local_worker=False, context="fork"
+            ),
+            1,  # the layout's probe, closed: sub-env 0 runs in a worker
+        ),
+    ],
+)
+def test_the_env_built_for_the_layout_is_sub_env_0_where_it_runs_here(make, here, no_leaks):
+    CountedEnv.built.clear()
+    CountedEnv.closed.clear()
+    envs = make()
+    try:
+        if isinstance(envs, SerialEnv):
+            envs.reset()
+        else:
+            envs.reset(seed=0)
+            envs.step(np.zeros(envs.num_envs, dtype=np.int64))
+        assert len(CountedEnv.built) == here
+    finally:
+        envs.close()
+    assert sorted(map(id, CountedEnv.closed)) == sorted(map(id, CountedEnv.built))
+
+
+def test_a_kept_env_never_used_is_closed_and_restart_builds_afresh(no_leaks):
+    CountedEnv.built.clear()
+    CountedEnv.closed.clear()
+    env = SerialEnv(1, CountedEnv, envs_per_worker=2)  # closed before any sub-env is built
+    env.close()
+    assert CountedEnv.built == CountedEnv.closed and len(CountedEnv.built) == 1
+    CountedEnv.built.clear()
+    CountedEnv.closed.clear()
+    env = SerialEnv(1, CountedEnv, envs_per_worker=2)
+    env.engine.restart()  # the kept env had the old kwargs: it goes, the next use builds 2
+    env.reset()
+    assert len(CountedEnv.built) == 3 and CountedEnv.closed == CountedEnv.built[:1]
+    env.close()

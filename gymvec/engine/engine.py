@@ -121,6 +121,7 @@ class Backend:
     start: Callable[[BatchEngine], Executor]
     release: Callable[[], None] = lambda: None
     collect_on_exit: bool = False
+    first_here: bool = False  # sub-env 0 runs in this process (see BatchEngine.first_env_kept)
 
 
 def serial_backend() -> Backend:
@@ -128,9 +129,10 @@ def serial_backend() -> Backend:
 
     def start(engine: BatchEngine) -> Executor:
         # One group for all sub-envs: in one process, workers would only add loop overhead.
-        return LocalExecutor.build([engine.factories.all_env_fns()], [0], engine.blocks)
+        fns = engine.first_env_kept(engine.factories.all_env_fns())
+        return LocalExecutor.build([fns], [0], engine.blocks)
 
-    return Backend("serial", private_memory, start)
+    return Backend("serial", private_memory, start, first_here=True)
 
 
 def process_backend(options: Any, memmap: bool = False) -> Backend:
@@ -153,13 +155,22 @@ def process_backend(options: Any, memmap: bool = False) -> Backend:
     def start(engine: BatchEngine) -> Executor:
         factories = engine.factories
         worker_env_fns = [factories.worker_env_fns(w) for w in range(factories.num_workers)]
+        if options.local_worker:  # worker 0's share is built in this process
+            worker_env_fns[0] = engine.first_env_kept(worker_env_fns[0])
         return ProcessExecutor(worker_env_fns, factories.worker_bounds, engine.blocks, options)
 
     def release() -> None:
         for memory in memmaps:
             memory.release()
 
-    backend = Backend("processes", new_memory, start, release, collect_on_exit=True)
+    backend = Backend(
+        "processes",
+        new_memory,
+        start,
+        release,
+        collect_on_exit=True,
+        first_here=bool(options.local_worker),
+    )
     backend.memmaps = memmaps  # type: ignore[attr-defined]
     return backend
 
@@ -248,8 +259,13 @@ class BatchEngine:
         self._reset_required = False  # an interrupted command left the sub-envs unknown
         self.closed = False
         self.multi_task = factories.one_per_worker()
+        self._kept: Any = None  # the env built for sub-env 0's layout, until it becomes sub-env 0
         probed = self._probe(factories)
-        self._allocate(probed, obs_lanes)
+        try:
+            self._allocate(probed, obs_lanes)
+        except BaseException:
+            self._drop_kept()
+            raise
         try:
             if factories.single_factory():
                 summaries = [probed[0]] * self.num_envs
@@ -286,16 +302,35 @@ class BatchEngine:
     # ---- construction -------------------------------------------------------------------------
     def _probe(self, factories: SubEnvFactories) -> list[SubEnvSummary]:
         """Summaries of sub-envs built here: the first, or one per task (multi-task), with
-        their info fields; every sub-env gets the summary of its task."""
+        their info fields; every sub-env gets the summary of its task. Where sub-env 0 runs
+        in this process, the env built for it stays to be sub-env 0 (see
+        :meth:`first_env_kept`): no env is built twice."""
         firsts = factories.distinct() if self.multi_task else [0] * self.num_envs
         probed: dict[int, SubEnvSummary] = {}
         for first in dict.fromkeys(firsts):
             env = check_sub_env(factories.sub_env_fn(first)())
             try:
                 probed[first] = summarize(env, declared_infos=True)
-            finally:
+            except BaseException:
+                env.close()
+                raise
+            if first == 0 and self.backend.first_here:
+                self._kept = env
+            else:
                 env.close()
         return [probed[first] for first in firsts]
+
+    def first_env_kept(self, fns: list[Callable[[], Any]]) -> list[Callable[[], Any]]:
+        """``fns`` (sub-env 0's factory first) with sub-env 0 the env built to learn the
+        layout, where it was kept: it is taken once, when the executor builds sub-env 0."""
+        if self._kept is None:
+            return fns
+
+        def first() -> Any:
+            kept, self._kept = self._kept, None
+            return fns[0]() if kept is None else kept
+
+        return [first, *fns[1:]]
 
     def _allocate(self, summaries: list[SubEnvSummary], obs_lanes: int) -> None:
         """Lay the buffers out for the keys of every task."""
@@ -1031,8 +1066,15 @@ class BatchEngine:
         self._async_dirty = False
         if self._finalizer is not None:
             self._finalizer.detach()
+        self._drop_kept()  # built with the kwargs of before
         if executor is not None:
             executor.close()
+
+    def _drop_kept(self) -> None:
+        """Close the env kept for sub-env 0 (see :meth:`first_env_kept`) if it was not taken."""
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            kept.close()
 
     def close(self) -> None:
         """Close every sub-env, stop the workers and free the buffers. Closing twice is
@@ -1044,6 +1086,7 @@ class BatchEngine:
         if self._finalizer is not None:
             self._finalizer.detach()
         try:
+            self._drop_kept()
             if executor is not None:
                 executor.close()  # a sub-env's close may raise: the memory goes all the same
         finally:
