@@ -284,7 +284,6 @@ class BatchEngine:
         self.finished = np.zeros(self.num_envs, dtype=bool)  # episode over, not reset since
         self.any_finished = False
         self.root_stale = np.zeros(self.num_envs, dtype=bool)  # root older than "next"
-        self._stale_all = False  # root_stale is all True (NEXT_STEP steps keep it so)
         self._uniform_mode: int | None = None  # the mode every control byte holds, if known
         self._lane = 0  # the observation lane that holds "next"'s observations now
         self._has_lanes = bool(self.buffers.obs_lanes) and not self.heterogeneous
@@ -856,7 +855,6 @@ class BatchEngine:
     def _book_rows(self, rows: np.ndarray) -> None:
         """Which of ``rows`` finished an episode, and whose root is older than "next", after
         their first-ready commands."""
-        self._stale_all = False
         kinds = self._flight[rows]
         steps = rows[kinds == _STEP]
         if steps.size:
@@ -1021,22 +1019,18 @@ class BatchEngine:
                     self.any_finished = False
                 if not call.current_root:
                     np.logical_not(self.buffers.next.done, out=self.root_stale)
-                    self._stale_all = False
             else:
                 done = self.buffers.next.done
                 np.copyto(self.finished, done)
                 self.any_finished = any_set(done)
-                if not call.current_root and not self._stale_all:
-                    self.root_stale.fill(True)  # once: step after step it stays so
-                    self._stale_all = True
+                if not call.current_root:
+                    self.root_stale.fill(True)
             if call.current_root:
                 self.root_stale.fill(False)
-                self._stale_all = False
             return
         mask = slice(None) if call.mask is None else call.mask
         self.finished[mask] = False
         self.any_finished = any_set(self.finished)
-        self._stale_all = False
         if call.into == "root":
             self.root_stale.fill(False)
         else:

@@ -287,9 +287,6 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         return _STATES[engine.in_flight]
 
     def _begin(self, call: str) -> None:
-        engine = self.engine
-        if not self.closed and engine.stuck is None and engine.in_flight is None:
-            return  # the usual case, checked in few steps: this runs on every step
         self._check_running()
         if self._state != AsyncState.DEFAULT:
             raise AlreadyPendingCallError(
@@ -308,7 +305,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
 
     def _receive(self, call: str, timeout: float | None) -> Received:
         try:
-            return self.engine.recv(timeout, self._early_copy)  # what receive() does
+            return self.receive(timeout)
         except TimeoutError as exc:
             # Still in flight: a later wait resumes it (gymnasium gives the call up instead),
             # but for the constructor's timeout, after which the env refuses further calls.

@@ -309,6 +309,13 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         else:
             infos = {}
         obs = self._observations(received)
+        return self._handed_out(obs, rewards, terminations, truncations, infos)
+
+    def _handed_out(
+        self, obs: Any, rewards: Any, terminations: Any, truncations: Any, infos: dict
+    ) -> tuple[Any, Any, Any, Any, dict]:
+        """A step's results as the caller gets them: rewards and flags as torch tensors
+        under ``output="torch"`` (the observations are converted already)."""
         if self.output == "torch":
             import torch
 
@@ -398,13 +405,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         infos = _take_rows(self._infos(slot, mask, extras), rows)
         infos["env_id"] = rows.astype(np.int32)
         obs = self._row_observations(rows)
-        if self.output == "torch":
-            import torch
-
-            device = self._torch_device
-            as_tensor = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
-            return obs, as_tensor(rewards), as_tensor(terminations), as_tensor(truncations), infos
-        return obs, rewards, terminations, truncations, infos
+        return self._handed_out(obs, rewards, terminations, truncations, infos)
 
     def _check_first_ready(self) -> None:
         if self.closed:
