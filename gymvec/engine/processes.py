@@ -443,42 +443,31 @@ class ProcessExecutor(Executor):
         process's rows are queued for :meth:`wait_some`."""
         if self._objects:
             raise first_ready_objects_error("actions")
-        words, handle_of_row = self.row_words, self.handle_of_row
-        local, woken = [], {}
         self._sending = self._tickets  # the tickets of this call are above it (resend_some)
-        for row in rows:
-            handle = handle_of_row[row]
-            if handle is None:
-                local.append(row)
-                continue
-            self._tickets += 1
-            self._gathered[row] = 0
-            words[row, TICKET] = self._tickets
-            woken[handle.index] = handle
-        if local:
-            self.local.send_some(local)
-        for handle in woken.values():  # after every ticket: one wake-up runs them all
-            handle.post(Command.RUN_SOME)
-            self._unsettled.add(handle)
+        self._hand_out(rows, resend=False)
 
     def resend_some(self, rows: Sequence[int]) -> None:
         """The rows of an interrupted :meth:`send_some`: a ticket for each row that got none
         (tickets above ``_sending`` are this call's), the local ones queued, and a RUN_SOME
         for every worker that holds some (one more wake-up changes nothing)."""
-        words, handle_of_row, woken = self.row_words, self.handle_of_row, {}
-        local = [row for row in rows if handle_of_row[row] is None]
-        if local:
-            self.local.resend_some(local)
+        self._hand_out(rows, resend=True)
+
+    def _hand_out(self, rows: Sequence[int], resend: bool) -> None:
+        words, handle_of_row = self.row_words, self.handle_of_row
+        local, woken = [], {}
         for row in rows:
             handle = handle_of_row[row]
             if handle is None:
+                local.append(row)
                 continue
-            if words[row, TICKET] <= self._sending:
+            if not resend or words[row, TICKET] <= self._sending:
                 self._tickets += 1
                 self._gathered[row] = 0
                 words[row, TICKET] = self._tickets
             woken[handle.index] = handle
-        for handle in woken.values():
+        if local:
+            (self.local.resend_some if resend else self.local.send_some)(local)
+        for handle in woken.values():  # after every ticket: one wake-up runs them all
             handle.post(Command.RUN_SOME)
             self._unsettled.add(handle)
 
