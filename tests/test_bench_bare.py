@@ -140,7 +140,7 @@ def test_bare_first_ready_steps_each_sub_env_as_it_would_alone(no_leaks):
     actions: dict[int, list] = {i: [] for i in range(n)}
     rng = np.random.default_rng(0)
     try:
-        pool.reset(seed)
+        pool.async_reset(seed)
         ids, obs, *_ = pool.recv()
         for _ in range(60):
             for row, i in enumerate(ids.tolist()):
@@ -167,7 +167,7 @@ def test_bare_first_ready_raises_instead_of_hanging_when_a_process_dies(no_leaks
 
     pool = BareFirstReady(make_env_fns("CartPole-v1", 2), batch_size=2)
     try:
-        pool.reset(0)
+        pool.async_reset(0)
         ids = pool.recv()[0]
         process, _ = pool.workers[1]
         os.kill(process.pid, signal.SIGKILL)

@@ -13,7 +13,7 @@ does not hang when a process dies; it is a ceiling, not a vectorizer.
 >>> from gymvec.bench.bare_first_ready import BareFirstReady
 >>> from gymvec.bench.runners import make_env_fns
 >>> pool = BareFirstReady(make_env_fns("CartPole-v1", 4), batch_size=2, num_workers=2)
->>> pool.reset(seed=0)
+>>> pool.async_reset(seed=0)
 >>> ids, obs, rewards, terminated, truncated = pool.recv()
 >>> len(ids), obs.shape
 (2, (2, 4))
@@ -33,10 +33,19 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from gymvec.bench.bare import COMMAND, FINISHED, POSTED, RESET, SEED, STEP, BatchArrays, _templates
+from gymvec.bench.bare import (
+    _BLOCK_POLL_S,
+    COMMAND,
+    FINISHED,
+    POSTED,
+    RESET,
+    SEED,
+    STEP,
+    BatchArrays,
+    _templates,
+)
 
 CLOSE = -1
-_POLL_S = 1.0  # how often a blocked wait checks that the other side is alive
 
 
 def _serve(
@@ -54,33 +63,33 @@ def _serve(
     envs = [fn() for fn in env_fns]
     words = arrays.words
     rows = range(start, start + len(envs))
-    while True:
-        while not wake.acquire(timeout=_POLL_S):
-            if os.getppid() != parent:  # the parent is gone: nobody left to serve
-                for env in envs:
-                    env.close()
-                return
+    try:
         while True:
-            pending = [i for i in rows if words[i, FINISHED] != words[i, POSTED]]
-            if not pending:
-                break
-            i = min(pending, key=lambda i: words[i, POSTED])
-            command, env = int(words[i, COMMAND]), envs[i - start]
-            if command == CLOSE:
-                for env in envs:
-                    env.close()
-                return
-            if command == RESET:
-                arrays.obs[i], _ = env.reset(seed=int(words[i, SEED]))
-            else:
-                obs, reward, terminated, truncated, _ = env.step(arrays.actions[i])
-                if terminated or truncated:
-                    obs, _ = env.reset()
-                arrays.obs[i] = obs
-                arrays.rewards[i] = reward
-                arrays.terminated[i], arrays.truncated[i] = terminated, truncated
-            words[i, FINISHED] = words[i, POSTED]
-            ready.release()
+            while not wake.acquire(timeout=_BLOCK_POLL_S):
+                if os.getppid() != parent:  # the parent is gone: nobody left to serve
+                    return
+            while True:
+                pending = [i for i in rows if words[i, FINISHED] != words[i, POSTED]]
+                if not pending:
+                    break
+                i = min(pending, key=lambda i: words[i, POSTED])
+                command, env = int(words[i, COMMAND]), envs[i - start]
+                if command == CLOSE:
+                    return
+                if command == RESET:
+                    arrays.obs[i], _ = env.reset(seed=int(words[i, SEED]))
+                else:
+                    obs, reward, terminated, truncated, _ = env.step(arrays.actions[i])
+                    if terminated or truncated:
+                        obs, _ = env.reset()
+                    arrays.obs[i] = obs
+                    arrays.rewards[i] = reward
+                    arrays.terminated[i], arrays.truncated[i] = terminated, truncated
+                words[i, FINISHED] = words[i, POSTED]
+                ready.release()
+    finally:
+        for env in envs:
+            env.close()
 
 
 class BareFirstReady:
@@ -133,7 +142,7 @@ class BareFirstReady:
             self.workers[w][1].release()
         self.flying += ids
 
-    def reset(self, seed: int) -> None:
+    def async_reset(self, seed: int) -> None:
         """Reset every sub-env (none may be in flight); ``recv`` takes them back."""
         self._post(list(range(len(self.arrays.obs))), RESET, seed)
 
@@ -152,7 +161,7 @@ class BareFirstReady:
             if len(done) >= self.batch_size:
                 break
             # A post is only a wake-up: the words say who finished.
-            while not self.ready.acquire(timeout=_POLL_S):
+            while not self.ready.acquire(timeout=_BLOCK_POLL_S):
                 if not all(process.is_alive() for process, _ in self.workers):
                     raise RuntimeError("a process of a bare-first-ready runner is gone")
         ids = done[: self.batch_size]

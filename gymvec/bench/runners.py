@@ -218,11 +218,15 @@ class FirstReadyRunner(Runner):
 
     def reset(self, seed: int) -> None:
         self.env.async_reset(seed=seed)
-        self._env_id = self.env.recv()[-1]["env_id"]
+        self._env_id = self._recv_ids()
 
     def step(self, actions: Any) -> None:
         self.env.send(actions, self._env_id)
-        self._env_id = self.env.recv()[-1]["env_id"]
+        self._env_id = self._recv_ids()
+
+    def _recv_ids(self) -> Any:
+        """The next batch; the ids of its sub-envs."""
+        return self.env.recv()[-1]["env_id"]
 
     def close(self) -> None:
         self.env.close()
@@ -235,20 +239,11 @@ FIRST_READY_BATCH = 8  # the first-ready runners' batch_size (at most num_envs)
 
 
 class BareFirstReadyRunner(FirstReadyRunner):
-    """``bench.bare_first_ready``'s pool, driven as :class:`FirstReadyRunner` drives a face."""
+    """``bench.bare_first_ready``'s pool, driven as :class:`FirstReadyRunner` drives a face
+    (its ``recv`` returns the ids first)."""
 
-    def __init__(self, pool: Any) -> None:
-        self.env = pool
-        self.env_steps = pool.batch_size
-        self._env_id: Any = None
-
-    def reset(self, seed: int) -> None:
-        self.env.reset(seed)
-        self._env_id = self.env.recv()[0]
-
-    def step(self, actions: Any) -> None:
-        self.env.send(actions, self._env_id)
-        self._env_id = self.env.recv()[0]
+    def _recv_ids(self) -> Any:
+        return self.env.recv()[0]
 
 
 @register_runner("gym-sync")
