@@ -43,6 +43,8 @@ LANE_MODES = frozenset((STEP, STEP | AUTORESET, STEP | AUTORESET | KEEP_FINAL_OB
 
 # NEXT_STEP's modes from the bytes of the finished flags: False -> step, True -> reset
 STEP_OR_RESET_NEXT = bytes([STEP, RESET_NEXT]) + bytes(254)
+# Mode bytes with SYNC_ROOT added, as a translation table
+WITH_SYNC_ROOT = bytes((mode | SYNC_ROOT) & 0xFF for mode in range(256))
 
 
 class Autoreset(enum.Enum):

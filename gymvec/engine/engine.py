@@ -57,6 +57,7 @@ from gymvec.engine.commands import (
     STEP,
     STEP_OR_RESET_NEXT,
     SYNC_ROOT,
+    WITH_SYNC_ROOT,
     Autoreset,
     Control,
     Extras,
@@ -282,6 +283,7 @@ class BatchEngine:
         self.metadata: dict = first.metadata
         self.render_mode: str | None = first.render_mode
         self.finished = np.zeros(self.num_envs, dtype=bool)  # episode over, not reset since
+        self._finished_bytes = memoryview(self.finished.view(np.uint8))  # (written each step)
         self.any_finished = False
         self.root_stale = np.zeros(self.num_envs, dtype=bool)  # root older than "next"
         self._uniform_mode: int | None = None  # the mode every control byte holds, if known
@@ -351,6 +353,7 @@ class BatchEngine:
         control_memory = self.backend.new_memory(Control.nbytes(self.num_envs))
         self.buffers = Buffers(self.layout, memory)
         self.control = Control(self.num_envs, control_memory)
+        self._mode_bytes = memoryview(self.control.mode)
         self.blocks = Blocks(self.layout, memory, control_memory, self.buffers, self.control)
 
     def _check_summaries(self, summaries: list[SubEnvSummary]) -> None:
@@ -466,12 +469,11 @@ class BatchEngine:
             modes: Any = STEP | AUTORESET | (KEEP_FINAL_OBS if keep_final_obs else 0)
         elif autoreset is Autoreset.NEXT_STEP and self.any_finished:
             # the finished sub-envs reset, the others step: a byte translation of the flags
-            flags = self.finished.tobytes()
-            modes = np.frombuffer(flags.translate(STEP_OR_RESET_NEXT), np.uint8)
+            modes = self.finished.tobytes().translate(STEP_OR_RESET_NEXT)
         else:
             modes = STEP
         if current_root:
-            modes = modes | SYNC_ROOT
+            modes = modes | SYNC_ROOT if type(modes) is int else modes.translate(WITH_SYNC_ROOT)
         call = Call("step", autoreset, current_root)
         if self._object_actions:
             call.action_objects = self.buffers.action_objects
@@ -923,7 +925,9 @@ class BatchEngine:
         control = self.control
         # Step after step the same mode goes to every sub-env: the bytes already hold it.
         uniform = modes if type(modes) is int else None
-        if uniform is None or uniform != self._uniform_mode:
+        if type(modes) is bytes:  # one byte per sub-env: a memoryview takes them at C speed
+            self._mode_bytes[:] = modes
+        elif uniform is None or uniform != self._uniform_mode:
             control.mode[:] = modes
         self._uniform_mode = uniform
         into_lane = handout and self._has_lanes and self._lane_modes(uniform)  # before SEED bits
@@ -1020,9 +1024,9 @@ class BatchEngine:
                 if not call.current_root:
                     np.logical_not(self.buffers.next.done, out=self.root_stale)
             else:
-                done = self.buffers.next.done
-                np.copyto(self.finished, done)
-                self.any_finished = any_set(done)
+                flags = self.buffers.next.done.tobytes()
+                self._finished_bytes[:] = flags
+                self.any_finished = b"\x01" in flags
                 if not call.current_root:
                     self.root_stale.fill(True)
             if call.current_root:

@@ -299,6 +299,8 @@ class LocalExecutor(Executor):
     ) -> dict[int, Extras]:
         # Nothing runs elsewhere, so ``on_local_done`` has nothing to overlap with, and
         # nothing could cut a sub-env short at ``timeout``.
+        if len(self.groups) == 1:  # (each run returns a dict of its own)
+            return self.groups[0].run(call.options)
         extras: dict[int, Extras] = {}
         for group in self.groups:
             extras.update(group.run(call.options))

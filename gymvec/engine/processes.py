@@ -353,7 +353,11 @@ class ProcessExecutor(Executor):
             call.extras = {}
             if local is not None:
                 try:
-                    call.extras = self._run_local(call)
+                    if self.concurrency is None:
+                        call.extras = local.wait(call)
+                    else:
+                        with self.concurrency:
+                            call.extras = local.wait(call)
                 except Exception as exc:  # a sub-env of this process raised: raised once
                     call.local_error = exc  # every worker has answered (below)
             if on_local_done is not None and call.local_error is None:
@@ -375,12 +379,6 @@ class ProcessExecutor(Executor):
         if error is not None:
             raise error
         return call.extras
-
-    def _run_local(self, call: Call) -> dict[int, Extras]:
-        if self.concurrency is None:
-            return self.local.wait(call)
-        with self.concurrency:
-            return self.local.wait(call)
 
     def drain(self, call: Call, timeout: float | None = None) -> None:
         """End a call whose wait was interrupted: read the worker processes' answers and drop

@@ -305,7 +305,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
 
     def _receive(self, call: str, timeout: float | None) -> Received:
         try:
-            return self.receive(timeout)
+            return self.engine.recv(timeout, on_local_done=self._early_copy)
         except TimeoutError as exc:
             # Still in flight: a later wait resumes it (gymnasium gives the call up instead),
             # but for the constructor's timeout, after which the env refuses further calls.
@@ -341,7 +341,12 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         return self.finish(self._wait("step", AsyncState.WAITING_STEP, timeout))
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict]:
-        self.step_async(actions)
+        engine = self.engine
+        # step_async's checks, in one test for the usual case (nothing in flight): this runs
+        # every step, and the state machine's layers cost more than a cheap sub-env's step
+        if self.closed or engine.in_flight is not None or engine.stuck is not None:
+            self._begin("step_async")
+        self.step_send(actions)
         return self._step_result(self._receive("step", None))  # (sent just now: not checked)
 
     def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:

@@ -175,6 +175,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             if leaf.is_object
         ]
         self._plain_action = [leaf.path for leaf in self._action_leaves] == [()]
+        # The usual case, one array leaf without a float64 twin: written without the loop.
+        self._plain_target = None
+        if self._plain_action and self._action_targets and not self._action_targets[0].has_twin:
+            self._plain_target = self._action_targets[0]
         # The usual case, one array of observations and numpy output, skips build_value.
         one_array = [leaf.path for leaf in self._obs_leaves] == [()]
         one_array = one_array and not self._obs_leaves[0].is_object
@@ -309,7 +313,9 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         else:
             infos = {}
         obs = self._observations(received)
-        return self._handed_out(obs, rewards, terminations, truncations, infos)
+        if self.output == "torch":
+            return self._handed_out(obs, rewards, terminations, truncations, infos)
+        return obs, rewards, terminations, truncations, infos
 
     def _handed_out(
         self, obs: Any, rewards: Any, terminations: Any, truncations: Any, infos: dict
@@ -485,6 +491,20 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     # ---- buffers -> gymnasium values ----------------------------------------------------------
     def _write_actions(self, actions: Any) -> None:
+        if self._plain_target is not None:
+            leaf, target, _, kinds = self._plain_target
+            array = actions if type(actions) is np.ndarray else _as_numpy(actions)
+            if array.shape != target.shape or array.dtype.kind not in kinds:
+                _check_action_array(array, leaf.path, target.shape, kinds, self.action_space)
+            target[...] = array
+        else:
+            self._write_action_leaves(actions)
+        # NEXT_STEP ignores the actions of the sub-envs it resets, whatever their values
+        engine = self.engine
+        resetting = engine.finished if engine.any_finished and not self._same_step else None
+        _check_discrete(self._discrete_bounds, resetting)
+
+    def _write_action_leaves(self, actions: Any) -> None:
         for leaf, target, has_twin, kinds in self._action_targets:
             array = _as_numpy(actions if self._plain_action else get_leaf(actions, leaf.path))
             if array.shape != target.shape or array.dtype.kind not in kinds:
@@ -506,10 +526,6 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                     f"{self.action_space}, got {len(values)}"
                 )
             store[:] = values
-        # NEXT_STEP ignores the actions of the sub-envs it resets, whatever their values
-        engine = self.engine
-        resetting = engine.finished if engine.any_finished and not self._same_step else None
-        _check_discrete(self._discrete_bounds, resetting)
 
     def _observations(self, received: Received) -> Any:
         array = received.observations
