@@ -8,7 +8,6 @@ dims: `expand(*batch)` prepends batch dims and `unbatch(n)` strips them again.
 from __future__ import annotations
 
 import copy
-import functools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -17,7 +16,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from gymvec.common.arrays import all_below
+from gymvec.common.arrays import all_below, below_check
 from gymvec.common.infos import InfoField
 from gymvec.common.structure import LeafSpec
 
@@ -502,7 +501,7 @@ class Categorical(TensorSpec):
 
     def array_check(self) -> Callable[[np.ndarray], bool] | None:
         if self.start == 0 and self.dtype == torch.int64:
-            return functools.partial(all_below, n=self.n)
+            return below_check(self.n, self.shape.numel())
         return super().array_check()
 
     def __repr__(self) -> str:

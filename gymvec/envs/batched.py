@@ -50,7 +50,7 @@ class ActionSlot(NamedTuple):
     """Where one action leaf of a tensordict goes: its key and spec, the buffer as a tensor
     and as an array, and the spec's check of an array (None: nothing to check)."""
 
-    key: tuple
+    key: str | tuple
     spec: TensorSpec
     view: torch.Tensor
     array: np.ndarray
@@ -157,6 +157,7 @@ class BatchedEnvBase(EnvBase):
             (("action", *key[1:]), buffers.action_objects[key]) for key in layout.object_action_keys
         ]
         self._action_arrays = [view.numpy() for view in self._action_views]
+        self._wide_actions = bool(buffers.wide_action)  # float64 twins to mark unused
         self._action_slots_of: Composite | None = None  # see _action_slots
         self._action_slot_list: list[ActionSlot] = []
         # The output key of "next"'s observations when they can come from an observation
@@ -164,6 +165,25 @@ class BatchedEnvBase(EnvBase):
         keys = layout.obs_keys
         single = buffers.obs_lanes and len(keys[0]) == 1 and not self.heterogeneous
         self._lane_key = keys[0][0] if single else None
+        # The usual case, flat trees without object leaves in one uniform batch: the step's
+        # outputs are built from these lists in one pass (see _flat_next and _flat_merged),
+        # each entry (key, "next"'s array, the root's array, the shape a reset mask takes to
+        # broadcast over it, whether it is a done flag).
+        flat = not self.heterogeneous and not layout.object_obs_keys
+        flat = flat and all(type(value) is not dict for value in self._next_arrays.values())
+        flat = flat and self._next_arrays.keys() == self._root_arrays.keys()
+        self._flat_entries = None
+        if flat:
+            self._flat_entries = [
+                (
+                    key,
+                    array,
+                    self._root_arrays[key],
+                    (-1,) + (1,) * (array.ndim - 1),
+                    key in DONE_KEYS,
+                )
+                for key, array in self._next_arrays.items()
+            ]
 
     @property
     def buffers(self) -> Buffers:
@@ -188,7 +208,8 @@ class BatchedEnvBase(EnvBase):
 
         Nothing runs until the command is sent, so a bad action leaves every sub-env as it was.
         """
-        self.buffers.mark_actions_narrow()
+        if self._wide_actions:
+            self.buffers.mark_actions_narrow()
         if self.heterogeneous:
             self._stage_task_actions(td)
             return
@@ -220,8 +241,10 @@ class BatchedEnvBase(EnvBase):
             views = zip(self._action_keys, self._action_views, self._action_arrays)
             for key, view, array in views:
                 spec = self.full_action_spec[key]
+                # a top-level key as a string: tensordict looks strings up faster
+                td_key = key[0] if len(key) == 1 else key
                 self._action_slot_list.append(
-                    ActionSlot(key, spec, view, array, spec.array_check())
+                    ActionSlot(td_key, spec, view, array, spec.array_check())
                 )
             self._action_slots_of = self.full_action_spec
         return self._action_slot_list
@@ -258,7 +281,8 @@ class BatchedEnvBase(EnvBase):
         self._check_action(td)  # and writes the actions
         # No current root: the root output is built here from "next" and the reset rows,
         # which spares the sub-envs a copy of every observation into the root buffer.
-        received = self.engine.step(Autoreset.SAME_STEP, handout=self._handout())
+        self.engine.step_send(Autoreset.SAME_STEP, handout=self._handout())
+        received = self.engine.recv()
         self.last_extras = received.extras
         lane = received.observations
         done = self.buffers.next.done
@@ -266,7 +290,9 @@ class BatchedEnvBase(EnvBase):
         set_next(td, next_out)
         if any_set(done):
             root = self._merged_root(lane, done)
-            return td, self._per_task(root if self.device.type == "cpu" else root.to(self.device))
+            if self.device.type != "cpu":
+                root = root.to(self.device)
+            return td, self._per_task(root) if self.heterogeneous else root
         # Nobody was reset: the next root holds the same values as "next", so it may share
         # its tensors (as step_mdp would), which saves copying every observation twice.
         if self.heterogeneous:  # a lazy stack
@@ -298,6 +324,8 @@ class BatchedEnvBase(EnvBase):
     def _next_output(self, lane: np.ndarray | None = None) -> TensorDictBase:
         """A copy of ``"next"``, the reward cast to the reward spec's dtype; its observations
         the array ``lane`` itself when given."""
+        if self._flat_entries is not None and lane is None and self.device.type == "cpu":
+            return self._flat_next()
         if self.device.type != "cpu":
             out = self._next_view.to(self.device)
             reward = self._reward_view.to(self.device, self.reward_spec.dtype, copy=True)
@@ -310,10 +338,33 @@ class BatchedEnvBase(EnvBase):
             out = _fresh_tree(self._next_arrays, self.batch_size, made=made)
         return self._per_task(self._with_objects(out, self.buffers.next.objects))
 
+    def _flat_next(self) -> TensorDict:
+        """``_next_output`` of flat trees on the CPU, without lanes."""
+        from_numpy = torch.from_numpy
+        entries = {key: from_numpy(array.copy()) for key, array in self._next_arrays.items()}
+        reward = self._reward_array.astype(torch_to_numpy_dtype(self.reward_spec.dtype))
+        entries["reward"] = from_numpy(reward)
+        return tensordict_unchecked(entries, self.batch_size, _CPU)
+
+    def _flat_merged(self, reset: np.ndarray) -> TensorDict:
+        """``_merged_root`` of flat trees, without lanes."""
+        from_numpy = torch.from_numpy
+        entries = {}
+        for key, array, root_array, mask_shape, is_flag in self._flat_entries:
+            if is_flag:
+                fresh = np.zeros(array.shape, dtype=bool)
+            else:  # a masked copy costs half of an indexed one
+                fresh = array.copy()
+                np.copyto(fresh, root_array, where=reset.reshape(mask_shape))
+            entries[key] = from_numpy(fresh)
+        return tensordict_unchecked(entries, self.batch_size, _CPU)
+
     def _merged_root(self, lane: np.ndarray | None, reset: np.ndarray) -> TensorDict:
         """The root after an autoreset, on the CPU: "next" (its observations from ``lane``
         when given), but the rows ``reset`` marks from the root buffer. Its done flags are all
         False (a sub-env either was reset or did not finish), so they are made, not copied."""
+        if self._flat_entries is not None and lane is None:
+            return self._flat_merged(reset)
         flags = np.zeros((len(DONE_KEYS), *self._next_arrays["done"].shape), dtype=bool)
         made = {key: torch.from_numpy(flags[k]) for k, key in enumerate(DONE_KEYS)}
         arrays = self._next_arrays
