@@ -15,7 +15,7 @@ land with one vectorised write per field, and the two hottest commands skip the 
 
 from __future__ import annotations
 
-import operator
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -389,7 +389,7 @@ class BatchStep(CommandRunner):
         # [n * d0, d1, ...]: a C loop, quicker than assigning the tuple or np.stack (whose
         # Python-level expand_dims per array costs more than a big copy).
         self.obs_shape = self.obs.shape[1:]
-        self.obs_shapes = {self.obs_shape}
+        self.first_dims = [self.obs_shape[0]] * (stop - start) if self.obs_shape else None
         self.concat_out = self.obs.reshape(-1, *self.obs_shape[1:]) if self.obs_shape else None
         # (obs, concat_out) of this group's rows in each observation lane, lane 0 first
         self.lanes = [(self.obs, self.concat_out)]
@@ -434,11 +434,14 @@ class BatchStep(CommandRunner):
                 drivers[k].reset(root, None, None)
             return take_extras(drivers) if done_rows or self.wrote_extras else {}
         if not modes.translate(None, self.step_or_next_reset):  # only those two modes
-            reset, actions = self._reset_as_step, self._actions()
-            results = [
-                step(action) if mode == STEP else reset(k, options)
-                for k, (mode, step, action) in enumerate(zip(modes, self.steps, actions))
-            ]
+            # the few sub-envs that reset swap their step for their reset, and one pass
+            # calls everybody's (cheaper than testing each row's mode in the pass)
+            calls = list(self.steps)
+            k = modes.find(RESET_NEXT)
+            while k >= 0:
+                calls[k] = functools.partial(self._reset_as_step, k, options)
+                k = modes.find(RESET_NEXT, k + 1)
+            results = [call(action) for call, action in zip(calls, self._actions())]
             self._write(results, range(len(modes)))
             return take_extras(self.drivers) if self.wrote_extras else {}
         return super().run(modes, seeds, options)
@@ -460,16 +463,19 @@ class BatchStep(CommandRunner):
     def reset_into_next(self, k: int) -> None:
         self.last_obs[k] = self.drivers[k].next_value
 
-    def _reset_as_step(self, k: int, options: dict | None) -> tuple:
-        """Reset sub-env ``k``; its result as the transition that NEXT_STEP reports."""
+    def _reset_as_step(self, k: int, options: dict | None, _action: Any = None) -> tuple:
+        """Reset sub-env ``k``; its result as the transition that NEXT_STEP reports (in
+        place of a step, so it takes the action it ignores)."""
         obs, info = self.resets[k](options=options)
         return obs, 0.0, False, False, info
 
-    def _shaped(self, observations: tuple) -> bool:
-        """Whether every observation is an array of the sub-envs' observation shape."""
+    def _first_dims_fit(self, observations: tuple) -> bool:
+        """Whether every observation has the first dim of the sub-envs' observation shape:
+        the one dim that concatenating into the buffer does not check (a batch whose lengths
+        only add up would be written misaligned). ``len`` costs less than ``shape``."""
         try:
-            return set(map(_shape_of, observations)) == self.obs_shapes
-        except AttributeError:  # a list, say
+            return list(map(len, observations)) == self.first_dims
+        except TypeError:  # a scalar, say
             return False
 
     def _observation_error(self, observations: tuple, stepping: Sequence[int]) -> ValueError:
@@ -497,8 +503,11 @@ class BatchStep(CommandRunner):
         else:
             for k, value in zip(stepping, observations):
                 self.last_obs[k] = value
-        if everyone and self.concat_out is not None and self._shaped(observations):
-            np.concatenate(observations, out=self.concat_out, casting="unsafe")
+        if everyone and self.concat_out is not None and self._first_dims_fit(observations):
+            try:  # concatenate checks every other dim against the buffer's
+                np.concatenate(observations, out=self.concat_out, casting="unsafe")
+            except (ValueError, TypeError) as exc:
+                raise self._observation_error(observations, stepping) from exc
         else:  # lists, say, or a shape that is off (no broadcasting, as in SyncVectorEnv)
             try:
                 if not all(np.shape(obs) == self.obs_shape for obs in observations):
@@ -525,9 +534,6 @@ class BatchStep(CommandRunner):
                 driver._write_info(driver.next, info)
                 self.wrote_extras = self.wrote_extras or driver.extras is not None
         return [k for k in stepping if done[k]] if any_set(done) else []
-
-
-_shape_of = operator.attrgetter("shape")
 
 
 def transition_error(
