@@ -219,8 +219,8 @@ def make_gym_stalling(**kwargs) -> gym.Env:
 
 class MisshapenEnv(gym.Env):
     """From its step number ``bad_step`` on, returns an observation that does not fit its
-    space: of another shape (``plain``), a scalar that numpy would broadcast (``scalar``), or
-    (``dict``) a Dict without its "b" entry."""
+    space: shorter (``plain``) or longer (``long``), a scalar that numpy would broadcast
+    (``scalar``), or (``dict``) a Dict without its "b" entry."""
 
     def __init__(self, bad_step: int = 2, kind: str = "plain"):
         box = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
@@ -234,7 +234,7 @@ class MisshapenEnv(gym.Env):
         if self.kind == "scalar" and bad:
             return 0.5
         if self.kind != "dict":
-            return np.zeros(3 if bad else 4, dtype=np.float32)
+            return np.zeros((5 if self.kind == "long" else 3) if bad else 4, dtype=np.float32)
         obs = {"a": np.zeros(4, dtype=np.float32), "b": np.zeros(4, dtype=np.float32)}
         if bad:
             del obs["b"]

@@ -464,6 +464,21 @@ def test_an_observation_that_does_not_fit_names_the_sub_env_and_key(kind, obs_ki
     assert_second_step_raises(kind, functools.partial(MisshapenEnv, kind=obs_kind), expected)
 
 
+@pytest.mark.parametrize("kind", ["serial", "fork"])
+def test_observation_lengths_that_only_add_up_are_refused(kind):
+    # 3 + 5 values fill the 2 x 4 rows of one group's batch: written as one block, they would
+    # land misaligned without an error
+    fns = [functools.partial(MisshapenEnv, 1, kind_) for kind_ in ("plain", "long")]
+    envs = SerialVectorEnv(fns) if kind == "serial" else ParallelVectorEnv(fns, num_workers=1)
+    try:
+        envs.reset(seed=0)
+        expected = r"sub-env 0 returned observation 'observation' of shape \(3,\)"
+        with pytest.raises(ValueError, match=expected):
+            envs.step(np.array([0, 1]))
+    finally:
+        envs.close()
+
+
 def assert_second_step_raises(kind: str, make_env, expected: str) -> None:
     """Sub-env 1 misbehaves from its second step (sub-env 0 from its third): the second step
     raises a ValueError whose message matches ``expected``."""
