@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import torch
-from tensordict import TensorDict
+from tensordict import LazyStackedTensorDict, TensorDict
 
 from gymvec.common import fastpath
 from gymvec.engine.buffers import BufferLayout, Buffers, private_memory
@@ -72,6 +72,33 @@ def test_the_unchecked_tensordict_equals_the_checked_one():
     assert fast["a"] is entries["a"]  # no copy
 
 
+def test_the_flat_unchecked_tensordict_takes_the_entries_as_they_are():
+    fastpath._bind_tensordict()
+    assert fastpath._takes_flat  # the fast path is the one taken
+    entries = {"a": torch.zeros(3, 2), "b": torch.arange(3)}
+    fast = fastpath.tensordict_unchecked(
+        dict(entries), torch.Size([3]), torch.device("cpu"), flat=True
+    )
+    checked = TensorDict(dict(entries), batch_size=[3], device="cpu")
+    assert type(fast) is TensorDict and fast.device == checked.device
+    assert fast.batch_size == checked.batch_size and (fast == checked).all()
+    assert fast["b"] is entries["b"]
+    fast["c"] = torch.ones(3)  # a usable TensorDict after, not a frozen view of the dict
+    assert set(fast.keys()) == {"a", "b", "c"}
+
+
+def test_get_str_equals_get():
+    fastpath._bind_tensordict()
+    assert fastpath._plain_getter is TensorDict  # the fast path is the one taken
+    td = TensorDict({"a": torch.zeros(3), "n": TensorDict({"x": torch.ones(3)}, [3])}, [3])
+    assert fastpath.get_str(td, "a") is td.get("a")
+    assert fastpath.get_str(td, "n")["x"] is td.get(("n", "x"))
+    assert fastpath.get_str(td, "missing") is None
+    lazy = LazyStackedTensorDict.lazy_stack([td[0], td[1]])  # not a plain TensorDict: get()
+    assert fastpath.get_str(lazy, "a").tolist() == [0.0, 0.0]
+    assert fastpath.get_str(lazy, "missing") is None
+
+
 def test_set_unchecked_equals_set():
     fastpath._bind_tensordict()
     assert fastpath._plain_tensordict is TensorDict  # the fast path is the one taken
@@ -85,9 +112,12 @@ def test_set_unchecked_equals_set():
 
 def test_the_fallbacks_give_the_same_results(monkeypatch):
     monkeypatch.setattr(fastpath, "_new_unsafe", TensorDict)
+    monkeypatch.setattr(fastpath, "_takes_flat", False)
     monkeypatch.setattr(fastpath, "_plain_tensordict", False)
+    monkeypatch.setattr(fastpath, "_plain_getter", False)
     monkeypatch.setattr(fastpath, "HAS_REFERENCE_COUNTS", False)
-    td = fastpath.tensordict_unchecked({"a": torch.zeros(2)}, torch.Size([2]), None)
+    td = fastpath.tensordict_unchecked({"a": torch.zeros(2)}, torch.Size([2]), None, flat=True)
     fastpath.set_unchecked(td, "b", torch.ones(2))
+    assert fastpath.get_str(td, "b") is td["b"] and fastpath.get_str(td, "c") is None
     assert td["a"].tolist() == [0.0, 0.0] and td["b"].tolist() == [1.0, 1.0]
     assert fastpath.reference_count(object()) == sys.maxsize  # no lane ever looks free

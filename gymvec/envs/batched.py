@@ -20,7 +20,7 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from gymvec.common.arrays import any_set
-from gymvec.common.fastpath import tensordict_unchecked
+from gymvec.common.fastpath import get_str, tensordict_unchecked
 from gymvec.engine.buffers import Buffers
 from gymvec.engine.commands import Autoreset, Extras
 from gymvec.engine.engine import Backend, BatchEngine, expand_seeds, process_backend, serial_backend
@@ -214,7 +214,7 @@ class BatchedEnvBase(EnvBase):
             self._stage_task_actions(td)
             return
         for key, spec, view, array, values_in in self._action_slots():
-            action = td.get(key, None)
+            action = get_str(td, key) if type(key) is str else td.get(key, None)
             if not (
                 isinstance(action, torch.Tensor)
                 and action.shape == spec.shape
@@ -344,7 +344,7 @@ class BatchedEnvBase(EnvBase):
         entries = {key: from_numpy(array.copy()) for key, array in self._next_arrays.items()}
         reward = self._reward_array.astype(torch_to_numpy_dtype(self.reward_spec.dtype))
         entries["reward"] = from_numpy(reward)
-        return tensordict_unchecked(entries, self.batch_size, _CPU)
+        return tensordict_unchecked(entries, self.batch_size, _CPU, flat=True)
 
     def _flat_merged(self, reset: np.ndarray) -> TensorDict:
         """``_merged_root`` of flat trees, without lanes."""
@@ -357,7 +357,7 @@ class BatchedEnvBase(EnvBase):
                 fresh = array.copy()
                 np.copyto(fresh, root_array, where=reset.reshape(mask_shape))
             entries[key] = from_numpy(fresh)
-        return tensordict_unchecked(entries, self.batch_size, _CPU)
+        return tensordict_unchecked(entries, self.batch_size, _CPU, flat=True)
 
     def _merged_root(self, lane: np.ndarray | None, reset: np.ndarray) -> TensorDict:
         """The root after an autoreset, on the CPU: "next" (its observations from ``lane``
