@@ -250,6 +250,24 @@ class MisshapenEnv(gym.Env):
         return self._obs(self.steps >= self.bad_step), 0.0, False, False, {}
 
 
+class BadResetEnv(MisshapenEnv):
+    """Terminates at every step; from its second reset on, if ``bad``, returns an observation
+    of shape (3,) where its space has (4,)."""
+
+    def __init__(self, bad: bool = True):
+        super().__init__()
+        self.bad = bad
+        self.resets = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.resets += 1
+        return self._obs(self.bad and self.resets > 1), {}
+
+    def step(self, action):
+        return self._obs(False), 1.0, True, False, {}
+
+
 def make_gym_cartpole_after_collecting() -> gym.Env:
     """CartPole; in a worker process, first runs the cyclic garbage collector, which frees
     the garbage a forked worker inherited from its parent."""

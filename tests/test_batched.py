@@ -111,7 +111,9 @@ def compare_with_gymnasium(
 def make_batched(kind: str, n_workers: int, fn, envs_per_worker: int = 1, **kwargs):
     if kind == "serial":
         return SerialEnv(n_workers * envs_per_worker, fn, **kwargs)
-    options = FORK if kind == "fork" else SPAWN
+    options = SPAWN if kind == "spawn" else FORK
+    if kind == "fork-local":  # the first worker's share steps in this process
+        kwargs["local_worker"] = True
     return ParallelEnv(n_workers, fn, envs_per_worker=envs_per_worker, **options, **kwargs)
 
 
@@ -120,6 +122,7 @@ CARTPOLE_SETUPS = [
     ("serial", 1, make_cartpole),
     ("fork", 1, make_cartpole),
     ("fork", 3, make_cartpole),
+    ("fork-local", 1, make_cartpole),
     ("spawn", 1, make_gym_cartpole),
     ("spawn", 3, make_gym_cartpole),
 ]
@@ -393,6 +396,26 @@ def test_outputs_do_not_alias_buffers(kind):
             out.get("done").fill_(True)
         again = env.reset(mask_td([False, False]))
         assert (again == latest_copy).all()
+
+
+@pytest.mark.parametrize("kind", ["serial", "fork", "fork-local"])
+def test_flat_outputs_are_fresh_and_apart(kind):
+    # flat trees: "next" and the next root are filled in from the buffers in one pass
+    with make_batched(kind, 2, make_cartpole, envs_per_worker=2) as env:
+        env.set_seed(0)
+        root = env.reset()
+        outputs = []
+        for _ in range(40):  # CartPole episodes end: steps with and without resets
+            td, root = env.step_and_maybe_reset(env.rand_action(root.clone()))
+            nxt = td.get("next")
+            for key in ("observation", "done", "terminated", "truncated"):
+                assert nxt.get(key).data_ptr() != root.get(key).data_ptr(), key
+            outputs.append((nxt, nxt.clone(), root, root.clone()))
+        for nxt, nxt_copy, out_root, root_copy in outputs:  # later steps changed none
+            assert (nxt == nxt_copy).all() and (out_root == root_copy).all()
+        root.get("observation").fill_(7.0)
+        assert not (outputs[-1][0].get("observation") == 7.0).any()
+        assert not (env.reset(mask_td([False] * 4)).get("observation") == 7.0).any()
 
 
 # ---- dispatch, state, options -----------------------------------------------------------------

@@ -23,6 +23,7 @@ import torch
 from _envs import (
     CLOSED,
     BadCloseCartPole,
+    BadResetEnv,
     BadStepResultEnv,
     MisshapenEnv,
     make_broken,
@@ -477,6 +478,24 @@ def test_observation_lengths_that_only_add_up_are_refused(kind):
             envs.step(np.array([0, 1]))
     finally:
         envs.close()
+
+
+@pytest.mark.parametrize("kind", ["serial", "fork"])
+def test_an_autoreset_observation_that_does_not_fit_names_the_sub_env(kind):
+    # SAME_STEP: the finished sub-envs reset into the root within the step
+    fns = [functools.partial(BadResetEnv, False), BadResetEnv]
+    if kind == "serial":
+        env = SerialEnv(2, fns)
+    else:
+        env = ParallelEnv(1, fns, envs_per_worker=2, mp_start_method="fork")
+    try:
+        td = env.reset()
+        td["action"] = torch.zeros(2, dtype=torch.int64)
+        expected = r"sub-env 1 returned observation 'observation' of shape \(3,\) and dtype"
+        with pytest.raises(ValueError, match=expected):
+            env.step_and_maybe_reset(td)
+    finally:
+        env.close()
 
 
 def assert_second_step_raises(kind: str, make_env, expected: str) -> None:

@@ -379,6 +379,10 @@ class BatchStep(CommandRunner):
         slot = buffers.next
         self.reward, self.done = slot.reward[rows], slot.done[rows]
         self.terminated, self.truncated = slot.terminated[rows], slot.truncated[rows]
+        self.root_obs = drivers[0].root_obs[0][rows]
+        root = buffers.root
+        self.root_done = root.done[rows]
+        self.root_terminated, self.root_truncated = root.terminated[rows], root.truncated[rows]
         self.layout = buffers.layout
         self.with_fields = bool(buffers.layout.info_fields)
         self.wrote_extras = False  # whether the last _write left extras on a driver
@@ -427,12 +431,12 @@ class BatchStep(CommandRunner):
             self._write(results, range(len(modes)))
             return take_extras(self.drivers) if self.wrote_extras else {}
         if modes == self.all_step_autoreset:  # SAME_STEP: the finished reset into the root
-            actions, drivers, root = self._actions(), self.drivers, self.root
+            actions, drivers = self._actions(), self.drivers
             results = [step(action) for step, action in zip(self.steps, actions)]
             done_rows = self._write(results, range(len(modes)))
-            for k in done_rows:
-                drivers[k].reset(root, None, None)
-            return take_extras(drivers) if done_rows or self.wrote_extras else {}
+            if done_rows and self._reset_into_root(done_rows):
+                return take_extras(drivers)
+            return take_extras(drivers) if self.wrote_extras else {}
         if not modes.translate(None, self.step_or_next_reset):  # only those two modes
             # the few sub-envs that reset swap their step for their reset, and one pass
             # calls everybody's (cheaper than testing each row's mode in the pass)
@@ -445,6 +449,26 @@ class BatchStep(CommandRunner):
             self._write(results, range(len(modes)))
             return take_extras(self.drivers) if self.wrote_extras else {}
         return super().run(modes, seeds, options)
+
+    def _reset_into_root(self, rows: list[int]) -> bool:
+        """SAME_STEP's autoresets: ``GymDriver.reset`` of the finished ``rows`` into the
+        root, their flags cleared with one write each; returns whether any left extras."""
+        resets, root_obs, shape = self.resets, self.root_obs, self.obs_shape
+        extras = False
+        for k in rows:
+            obs, info = resets[k]()
+            try:  # shapes must match exactly, as in GymDriver._write_obs
+                if np.shape(obs) != shape:
+                    raise ValueError
+                root_obs[k] = obs
+            except (ValueError, TypeError) as exc:
+                raise self.drivers[k].observation_error(obs) from exc
+            if info or self.with_fields:
+                driver = self.drivers[k]
+                driver._write_info(self.root, info)
+                extras = extras or driver.extras is not None
+        self.root_terminated[rows] = self.root_truncated[rows] = self.root_done[rows] = False
+        return extras
 
     def step_rows(self, stepping: Sequence[int]) -> list[int]:
         steps = self.steps

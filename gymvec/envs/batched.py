@@ -57,6 +57,19 @@ class ActionSlot(NamedTuple):
     values_in: Callable[[np.ndarray], bool] | None
 
 
+class FlatOutputs(NamedTuple):
+    """The outputs of one ``step_and_maybe_reset`` of flat trees, made before the buffers
+    hold the step's results: "next" and the next root (fresh arrays wrapped as tensors), and
+    what fills them in: ``copies``, (fresh array, buffer array) pairs; ``resets``, (the next
+    root's fresh array, the root buffer's array, the shape a reset mask takes over it) to
+    overwrite where a sub-env was reset. The root's done flags are made all False."""
+
+    next: TensorDict
+    root: TensorDict
+    copies: list[tuple[np.ndarray, np.ndarray]]
+    resets: list[tuple[np.ndarray, np.ndarray, tuple[int, ...]]]
+
+
 def sub_env_specs(summary: SubEnvSummary) -> tuple[Composite, Composite, torch.dtype]:
     """(observation spec, full action spec, reward dtype) of a sub-env, unbatched."""
     if summary.observation_space is not None:
@@ -173,6 +186,7 @@ class BatchedEnvBase(EnvBase):
         flat = flat and all(type(value) is not dict for value in self._next_arrays.values())
         flat = flat and self._next_arrays.keys() == self._root_arrays.keys()
         self._flat_entries = None
+        self._prepared: FlatOutputs | None = None  # see _prepare_outputs
         if flat:
             self._flat_entries = [
                 (
@@ -282,10 +296,16 @@ class BatchedEnvBase(EnvBase):
         # No current root: the root output is built here from "next" and the reset rows,
         # which spares the sub-envs a copy of every observation into the root buffer.
         self.engine.step_send(Autoreset.SAME_STEP, handout=self._handout())
-        received = self.engine.recv()
+        flat = self._flat_entries is not None and self.device.type == "cpu"
+        self._prepared = None
+        # While worker processes finish their rows, this process makes the outputs to copy
+        # them into: that work leaves the critical path whenever the workers are the slower.
+        received = self.engine.recv(on_local_done=self._prepare_outputs if flat else None)
         self.last_extras = received.extras
         lane = received.observations
         done = self.buffers.next.done
+        if flat and lane is None:
+            return td, self._fill_outputs(td, done)
         next_out = self._next_output(lane)
         set_next(td, next_out)
         if any_set(done):
@@ -299,6 +319,47 @@ class BatchedEnvBase(EnvBase):
             return td, next_out.exclude("reward")
         entries = {key: value for key, value in next_out.items() if key != "reward"}
         return td, tensordict_unchecked(entries, self.batch_size, next_out.device)
+
+    def _prepare_outputs(self, _local_rows: int = 0) -> None:
+        """Make the :class:`FlatOutputs` of the step in flight (``recv``'s ``on_local_done``)."""
+        from_numpy, empty = torch.from_numpy, np.empty
+        next_entries, root_entries, copies, resets = {}, {}, [], []
+        for key, array, root_array, mask_shape, is_flag in self._flat_entries:
+            fresh = empty(array.shape, array.dtype)
+            next_entries[key] = from_numpy(fresh)
+            copies.append((fresh, array))
+            if is_flag:
+                root_entries[key] = from_numpy(np.zeros(array.shape, array.dtype))
+            else:
+                root_fresh = empty(array.shape, array.dtype)
+                root_entries[key] = from_numpy(root_fresh)
+                copies.append((root_fresh, array))
+                resets.append((root_fresh, root_array, mask_shape))
+        reward = empty(self._reward_array.shape, torch_to_numpy_dtype(self.reward_spec.dtype))
+        next_entries["reward"] = from_numpy(reward)
+        copies.append((reward, self._reward_array))
+        size = self.batch_size
+        self._prepared = FlatOutputs(
+            tensordict_unchecked(next_entries, size, _CPU, flat=True),
+            tensordict_unchecked(root_entries, size, _CPU, flat=True),
+            copies,
+            resets,
+        )
+
+    def _fill_outputs(self, td: TensorDictBase, done: np.ndarray) -> TensorDict:
+        """Copy the step's results into its :class:`FlatOutputs`; sets ``td["next"]`` and
+        returns the next root."""
+        if self._prepared is None:  # nothing ran in parallel (no worker processes)
+            self._prepare_outputs()
+        outputs, self._prepared = self._prepared, None
+        copyto = np.copyto
+        for fresh, array in outputs.copies:
+            copyto(fresh, array, casting="unsafe")  # (unsafe: the reward's cast, as astype)
+        if any_set(done):
+            for fresh, root_array, mask_shape in outputs.resets:
+                copyto(fresh, root_array, where=done.reshape(mask_shape))
+        set_next(td, outputs.next)
+        return outputs.root
 
     def _root_output(self) -> TensorDictBase:
         """A copy of the root (observations, infos, flags) on ``self.device``."""
