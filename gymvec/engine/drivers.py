@@ -452,11 +452,14 @@ class BatchStep(CommandRunner):
 
     def _reset_into_root(self, rows: list[int]) -> bool:
         """SAME_STEP's autoresets: ``GymDriver.reset`` of the finished ``rows`` into the
-        root, their flags cleared with one write each; returns whether any left extras."""
+        root; returns whether any left extras."""
         resets, root_obs, shape = self.resets, self.root_obs, self.obs_shape
+        terminated, truncated, done = self.root_terminated, self.root_truncated, self.root_done
         extras = False
         for k in rows:
             obs, info = resets[k]()
+            # (item writes: indexing with the list of rows costs several times more)
+            terminated[k] = truncated[k] = done[k] = False
             try:  # shapes must match exactly, as in GymDriver._write_obs
                 if np.shape(obs) != shape:
                     raise ValueError
@@ -467,7 +470,6 @@ class BatchStep(CommandRunner):
                 driver = self.drivers[k]
                 driver._write_info(self.root, info)
                 extras = extras or driver.extras is not None
-        self.root_terminated[rows] = self.root_truncated[rows] = self.root_done[rows] = False
         return extras
 
     def step_rows(self, stepping: Sequence[int]) -> list[int]:
