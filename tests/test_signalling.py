@@ -39,6 +39,26 @@ def test_spin_keeps_spinning_when_most_spins_succeed():
     assert spin.budget() == 1e-4
 
 
+def test_spin_keeps_spinning_through_bursts_of_failures():
+    # a host whose cores slow down for a while: most spins of a burst fail
+    spin = Spin(1e-4)
+    for _ in range(10 * Spin.BACKOFF_WAITS):
+        fail(spin, Spin.SUCCESS_CREDIT - 1)
+        spin.record(True)
+    assert spin.budget() == 1e-4
+
+
+def test_spin_backs_off_when_nearly_every_spin_fails():
+    spin = Spin(1e-4)
+    waits = 0
+    while spin.budget() > 0:  # one success in SUCCESS_CREDIT + 2 waits
+        waits += 1
+        spin.record(waits % (Spin.SUCCESS_CREDIT + 2) == 0)
+        assert waits < 100 * Spin.FAILURES, "never backed off"
+    assert all(spin.budget() == 0.0 for _ in range(Spin.BACKOFF_WAITS - 1))
+    assert spin.budget() == 1e-4
+
+
 def test_zero_spin_never_spins():
     spin = Spin(0.0)
     assert spin.budget() == 0.0

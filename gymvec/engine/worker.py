@@ -82,15 +82,20 @@ class PeerDied(Exception):
 
 
 class Spin:
-    """How long a waiter spins before it blocks, backing off while spinning keeps failing.
+    """How long a waiter spins before it blocks, backing off while spinning nearly always fails.
 
     A spin that ends without its answer (the other side was slower, or was descheduled because
-    something else holds a core) burns a core another process may need. After repeated
-    failures the waiter blocks at once for ``BACKOFF_WAITS`` waits, then tries spinning again.
+    something else holds a core) burns a core another process may need, but stopping costs
+    every later wait a wake-up on the critical path. So the waiter stops spinning only where
+    spins hardly ever catch the answer (sub-envs slower than the spin, say): when failures
+    outnumber successes ``SUCCESS_CREDIT`` to one over a run of waits, it blocks at once for
+    ``BACKOFF_WAITS`` waits, then tries spinning again. Bursts of failures, as on a host whose
+    cores slow down for a while, leave it spinning.
     """
 
     BACKOFF_WAITS = 256
-    FAILURES = 16  # about this many more failures than successes start a back-off
+    FAILURES = 32  # this many more failures than SUCCESS_CREDIT times the successes back off
+    SUCCESS_CREDIT = 8
 
     def __init__(self, seconds: float):
         self.seconds = seconds
@@ -107,10 +112,10 @@ class Spin:
     def record(self, caught: bool) -> None:
         """The outcome of a wait that spun: whether the spin caught the answer."""
         if caught:
-            self._debt = max(self._debt - 1, 0)
+            self._debt = max(self._debt - self.SUCCESS_CREDIT, 0)
             return
-        self._debt += 2
-        if self._debt >= 2 * self.FAILURES:
+        self._debt += 1
+        if self._debt >= self.FAILURES:
             self._debt, self._paused = 0, self.BACKOFF_WAITS
 
 
