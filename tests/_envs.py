@@ -173,6 +173,20 @@ def make_gym_recorded_cartpole() -> gym.Env:
     return gym.wrappers.RecordEpisodeStatistics(gym.make("CartPole-v1"))
 
 
+class ResetInfoCartPole(gym.Wrapper):
+    """CartPole whose reset info holds ``"phase": "start"`` and the reset's number (a string:
+    no info field takes it, so it reaches the parent as extras)."""
+
+    def __init__(self):
+        super().__init__(gym.make("CartPole-v1"))
+        self.resets = 0
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.resets += 1
+        return obs, {**info, "phase": "start", "reset": str(self.resets)}
+
+
 class HangingEnv(FailingEnv):
     """Never returns from its first ``step`` in a worker, and ignores SIGTERM there: only
     SIGKILL stops it (steps in the main process, where GymEnv probes it, work)."""

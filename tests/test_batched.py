@@ -20,6 +20,7 @@ import torch
 from _envs import (
     DICT_ENV_ID,
     DictEnv,
+    ResetInfoCartPole,
     getpid,
     make_cartpole,
     make_dict_env,
@@ -178,6 +179,30 @@ def test_dict_env_extras_reach_the_parent():
             assert env.last_extras[i].next["bonus"] == 1.5
             assert env.last_extras[i].next["phase"] == "end"
             assert env.last_extras[i].root["phase"] == "run"  # the reset info
+
+
+@pytest.mark.parametrize("kind", ["serial", "fork"])
+def test_autoreset_infos_reach_the_parent(kind):
+    # plain gymnasium sub-envs with one array observation: SAME_STEP resets them in one pass
+    with make_batched(kind, 2, ResetInfoCartPole, envs_per_worker=2) as env:
+        env.set_seed(0)
+        root = env.reset()
+        assert [env.last_extras[i].root["reset"] for i in range(4)] == ["1"] * 4
+        resets = [1] * 4
+        ends = 0
+        for _ in range(60):
+            td, root = env.step_and_maybe_reset(env.rand_action(root))
+            done = td.get(("next", "done")).squeeze(-1).tolist()
+            for i, finished in enumerate(done):
+                extras = env.last_extras.get(i)
+                root_extras = None if extras is None else extras.root
+                if finished:
+                    resets[i] += 1
+                    assert root_extras == {"phase": "start", "reset": str(resets[i])}
+                else:
+                    assert root_extras is None
+            ends += sum(done)
+        assert ends >= 4
 
 
 @pytest.mark.parametrize("kind", ["serial", "fork"])

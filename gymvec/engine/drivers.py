@@ -379,10 +379,6 @@ class BatchStep(CommandRunner):
         slot = buffers.next
         self.reward, self.done = slot.reward[rows], slot.done[rows]
         self.terminated, self.truncated = slot.terminated[rows], slot.truncated[rows]
-        self.root_obs = drivers[0].root_obs[0][rows]
-        root = buffers.root
-        self.root_done = root.done[rows]
-        self.root_terminated, self.root_truncated = root.terminated[rows], root.truncated[rows]
         self.layout = buffers.layout
         self.with_fields = bool(buffers.layout.info_fields)
         self.wrote_extras = False  # whether the last _write left extras on a driver
@@ -431,12 +427,14 @@ class BatchStep(CommandRunner):
             self._write(results, range(len(modes)))
             return take_extras(self.drivers) if self.wrote_extras else {}
         if modes == self.all_step_autoreset:  # SAME_STEP: the finished reset into the root
-            actions, drivers = self._actions(), self.drivers
+            actions, drivers, root = self._actions(), self.drivers, self.root
             results = [step(action) for step, action in zip(self.steps, actions)]
             done_rows = self._write(results, range(len(modes)))
-            if done_rows and self._reset_into_root(done_rows):
-                return take_extras(drivers)
-            return take_extras(drivers) if self.wrote_extras else {}
+            for k in done_rows:
+                drivers[k].reset(root, None, None)
+            # the drivers' extras are gathered only where the pass or a reset left some
+            reset_extras = any(drivers[k].extras is not None for k in done_rows)
+            return take_extras(drivers) if reset_extras or self.wrote_extras else {}
         if not modes.translate(None, self.step_or_next_reset):  # only those two modes
             # the few sub-envs that reset swap their step for their reset, and one pass
             # calls everybody's (cheaper than testing each row's mode in the pass)
@@ -449,28 +447,6 @@ class BatchStep(CommandRunner):
             self._write(results, range(len(modes)))
             return take_extras(self.drivers) if self.wrote_extras else {}
         return super().run(modes, seeds, options)
-
-    def _reset_into_root(self, rows: list[int]) -> bool:
-        """SAME_STEP's autoresets: ``GymDriver.reset`` of the finished ``rows`` into the
-        root; returns whether any left extras."""
-        resets, root_obs, shape = self.resets, self.root_obs, self.obs_shape
-        terminated, truncated, done = self.root_terminated, self.root_truncated, self.root_done
-        extras = False
-        for k in rows:
-            obs, info = resets[k]()
-            # (item writes: indexing with the list of rows costs several times more)
-            terminated[k] = truncated[k] = done[k] = False
-            try:  # shapes must match exactly, as in GymDriver._write_obs
-                if np.shape(obs) != shape:
-                    raise ValueError
-                root_obs[k] = obs
-            except (ValueError, TypeError) as exc:
-                raise self.drivers[k].observation_error(obs) from exc
-            if info or self.with_fields:
-                driver = self.drivers[k]
-                driver._write_info(self.root, info)
-                extras = extras or driver.extras is not None
-        return extras
 
     def step_rows(self, stepping: Sequence[int]) -> list[int]:
         steps = self.steps

@@ -179,9 +179,9 @@ class BatchedEnvBase(EnvBase):
         single = buffers.obs_lanes and len(keys[0]) == 1 and not self.heterogeneous
         self._lane_key = keys[0][0] if single else None
         # The usual case, flat trees without object leaves in one uniform batch: the step's
-        # outputs are built from these lists in one pass (see _flat_next and _flat_merged),
-        # each entry (key, "next"'s array, the root's array, the shape a reset mask takes to
-        # broadcast over it, whether it is a done flag).
+        # outputs are built from these lists in one pass (see _prepare_outputs, _flat_next and
+        # _flat_merged), each entry (key, "next"'s array, the root's array, the shape a reset
+        # mask takes to broadcast over it, whether it is a done flag).
         flat = not self.heterogeneous and not layout.object_obs_keys
         flat = flat and all(type(value) is not dict for value in self._next_arrays.values())
         flat = flat and self._next_arrays.keys() == self._root_arrays.keys()
