@@ -295,6 +295,28 @@ def test_bad_action_in_a_batched_env_raises_and_the_env_still_works():
 
 
 @pytest.mark.parametrize("kind", ["serial", "fork"])
+def test_actions_that_require_grad_step_and_leave_no_graph(kind):
+    """A policy's output may still require grad: its values are stepped, and the action
+    buffer does not join its graph (a later plain action still writes into it)."""
+    refs = [gym.make("Pendulum-v1") for _ in range(2)]
+    with make_batched(kind, 2, make_pendulum) as env:
+        env.set_seed(3)
+        root = env.reset()
+        for i, ref in enumerate(refs):
+            ref.reset(seed=3 + i)
+        weights = torch.tensor([[0.5], [-1.5]], requires_grad=True)
+        for actions in (weights * 1.0, torch.tensor([[1.0], [0.25]])):
+            td, root = env.step_and_maybe_reset(root.set("action", actions))
+            for i, ref in enumerate(refs):
+                obs, reward, *_ = ref.step(actions[i].detach().numpy())
+                np.testing.assert_allclose(td.get(("next", "observation"))[i].numpy(), obs)
+                assert td.get(("next", "reward"))[i].item() == pytest.approx(reward, rel=1e-6)
+            assert not td.get(("next", "observation")).requires_grad
+        assert all(not view.requires_grad for view in env._action_views)
+        assert weights.grad is None
+
+
+@pytest.mark.parametrize("kind", ["serial", "fork"])
 def test_bad_discrete_action_steps_no_sub_env(kind):
     """The actions are checked as they are written to the shared buffer, before anything runs:
     after a refused step the sub-envs continue exactly as if it had never been tried."""

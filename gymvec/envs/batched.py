@@ -57,17 +57,34 @@ class ActionSlot(NamedTuple):
     values_in: Callable[[np.ndarray], bool] | None
 
 
+class FlatPlan(NamedTuple):
+    """How the outputs of ``step_and_maybe_reset`` are made for flat trees (no nesting, no
+    objects, one uniform batch), laid out once: "next"'s keys, the dtypes and shapes of its
+    fresh arrays and the buffer arrays copied into them (the reward last, cast to the reward
+    spec's dtype); the next root's keys and arrays (done flags made all False); and per
+    observation of the root, its place among them, the buffers' arrays of "next" and of the
+    root, and the shape a reset mask takes to broadcast over it."""
+
+    next_keys: tuple[str, ...]
+    next_made: list[tuple[tuple[int, ...], np.dtype]]
+    next_sources: list[np.ndarray]
+    root_keys: tuple[str, ...]
+    root_made: list[tuple[tuple[int, ...], np.dtype, bool]]  # (shape, dtype, is a done flag)
+    root_obs: list[tuple[int, np.ndarray, np.ndarray, tuple[int, ...]]]
+    reward_spec: TensorSpec  # the spec the reward's dtype was taken from
+
+
 class FlatOutputs(NamedTuple):
     """The outputs of one ``step_and_maybe_reset`` of flat trees, made before the buffers
-    hold the step's results: "next" and the next root (fresh arrays wrapped as tensors), and
-    what fills them in: ``copies``, (fresh array, buffer array) pairs; ``resets``, (the next
-    root's fresh array, the root buffer's array, the shape a reset mask takes over it) to
-    overwrite where a sub-env was reset. The root's done flags are made all False."""
+    hold the step's results (see :class:`FlatPlan`): "next" and the next root as TensorDicts
+    of fresh arrays, those arrays of "next" (in ``plan.next_keys`` order) and the root's
+    observation arrays (in ``plan.root_obs`` order), still to fill."""
 
     next: TensorDict
     root: TensorDict
-    copies: list[tuple[np.ndarray, np.ndarray]]
-    resets: list[tuple[np.ndarray, np.ndarray, tuple[int, ...]]]
+    next_arrays: list[np.ndarray]
+    root_obs_arrays: list[np.ndarray]
+    plan: FlatPlan
 
 
 def sub_env_specs(summary: SubEnvSummary) -> tuple[Composite, Composite, torch.dtype]:
@@ -186,6 +203,7 @@ class BatchedEnvBase(EnvBase):
         flat = flat and all(type(value) is not dict for value in self._next_arrays.values())
         flat = flat and self._next_arrays.keys() == self._root_arrays.keys()
         self._flat_entries = None
+        self._flat_plan_made: FlatPlan | None = None  # see _flat_plan
         self._prepared: FlatOutputs | None = None  # see _prepare_outputs
         if flat:
             self._flat_entries = [
@@ -235,10 +253,9 @@ class BatchedEnvBase(EnvBase):
                 and action.dtype == spec.dtype
             ):
                 super()._check_action(td)  # raises the error that names the key
-            if action.is_cpu and not action.requires_grad:  # numpy's copy costs less than copy_
-                array[...] = action.numpy()
-            else:
-                view.copy_(action)
+            if action.requires_grad:  # the buffer must not join the graph
+                action = action.detach()
+            view[...] = action  # (torch's item assignment costs less than copy_ or numpy's)
             # Checked where they landed: the array is at hand there, the tensor costs a wrap.
             if values_in is not None and not values_in(array):
                 spec.validate(view, key)  # raises, with the smallest and largest value
@@ -296,7 +313,8 @@ class BatchedEnvBase(EnvBase):
         # No current root: the root output is built here from "next" and the reset rows,
         # which spares the sub-envs a copy of every observation into the root buffer.
         self.engine.step_send(Autoreset.SAME_STEP, handout=self._handout())
-        flat = self._flat_entries is not None and self.device.type == "cpu"
+        on_cpu = self.device.type == "cpu"
+        flat = on_cpu and self._flat_entries is not None
         self._prepared = None
         # While worker processes finish their rows, this process makes the outputs to copy
         # them into: that work leaves the critical path whenever the workers are the slower.
@@ -310,7 +328,7 @@ class BatchedEnvBase(EnvBase):
         set_next(td, next_out)
         if any_set(done):
             root = self._merged_root(lane, done)
-            if self.device.type != "cpu":
+            if not on_cpu:
                 root = root.to(self.device)
             return td, self._per_task(root) if self.heterogeneous else root
         # Nobody was reset: the next root holds the same values as "next", so it may share
@@ -320,30 +338,48 @@ class BatchedEnvBase(EnvBase):
         entries = {key: value for key, value in next_out.items() if key != "reward"}
         return td, tensordict_unchecked(entries, self.batch_size, next_out.device)
 
+    def _flat_plan(self) -> FlatPlan:
+        """The :class:`FlatPlan` of flat trees, laid out again when the reward spec changed."""
+        plan = self._flat_plan_made
+        if plan is not None and plan.reward_spec is self.reward_spec:
+            return plan
+        entries = self._flat_entries
+        reward_dtype = torch_to_numpy_dtype(self.reward_spec.dtype)
+        sources = [array for _, array, _, _, _ in entries] + [self._reward_array]
+        made = [(array.shape, array.dtype) for array in sources[:-1]]
+        made.append((self._reward_array.shape, reward_dtype))
+        root_made = [(array.shape, array.dtype, is_flag) for _, array, _, _, is_flag in entries]
+        root_obs = [
+            (k, array, root_array, mask_shape)
+            for k, (_, array, root_array, mask_shape, is_flag) in enumerate(entries)
+            if not is_flag
+        ]
+        keys = tuple(key for key, *_ in entries)
+        plan = FlatPlan(
+            (*keys, "reward"), made, sources, keys, root_made, root_obs, self.reward_spec
+        )
+        self._flat_plan_made = plan
+        return plan
+
     def _prepare_outputs(self, _local_rows: int = 0) -> None:
         """Make the :class:`FlatOutputs` of the step in flight (``recv``'s ``on_local_done``)."""
-        from_numpy, empty = torch.from_numpy, np.empty
-        next_entries, root_entries, copies, resets = {}, {}, [], []
-        for key, array, root_array, mask_shape, is_flag in self._flat_entries:
-            fresh = empty(array.shape, array.dtype)
-            next_entries[key] = from_numpy(fresh)
-            copies.append((fresh, array))
-            if is_flag:
-                root_entries[key] = from_numpy(np.zeros(array.shape, array.dtype))
-            else:
-                root_fresh = empty(array.shape, array.dtype)
-                root_entries[key] = from_numpy(root_fresh)
-                copies.append((root_fresh, array))
-                resets.append((root_fresh, root_array, mask_shape))
-        reward = empty(self._reward_array.shape, torch_to_numpy_dtype(self.reward_spec.dtype))
-        next_entries["reward"] = from_numpy(reward)
-        copies.append((reward, self._reward_array))
+        plan = self._flat_plan()
+        empty, zeros, from_numpy = np.empty, np.zeros, torch.from_numpy
+        next_arrays = [empty(shape, dtype) for shape, dtype in plan.next_made]
+        root_arrays = [
+            zeros(shape, dtype) if is_flag else empty(shape, dtype)
+            for shape, dtype, is_flag in plan.root_made
+        ]
         size = self.batch_size
+        # (dict(zip(keys, map(...))) builds the entries in C: this runs every step)
+        next_td = dict(zip(plan.next_keys, map(from_numpy, next_arrays)))
+        root_td = dict(zip(plan.root_keys, map(from_numpy, root_arrays)))
         self._prepared = FlatOutputs(
-            tensordict_unchecked(next_entries, size, _CPU, flat=True),
-            tensordict_unchecked(root_entries, size, _CPU, flat=True),
-            copies,
-            resets,
+            tensordict_unchecked(next_td, size, _CPU, flat=True),
+            tensordict_unchecked(root_td, size, _CPU, flat=True),
+            next_arrays,
+            [root_arrays[k] for k, *_ in plan.root_obs],
+            plan,
         )
 
     def _fill_outputs(self, td: TensorDictBase, done: np.ndarray) -> TensorDict:
@@ -352,12 +388,18 @@ class BatchedEnvBase(EnvBase):
         if self._prepared is None:  # nothing ran in parallel (no worker processes)
             self._prepare_outputs()
         outputs, self._prepared = self._prepared, None
-        copyto = np.copyto
-        for fresh, array in outputs.copies:
-            copyto(fresh, array, casting="unsafe")  # (unsafe: the reward's cast, as astype)
-        if any_set(done):
-            for fresh, root_array, mask_shape in outputs.resets:
-                copyto(fresh, root_array, where=done.reshape(mask_shape))
+        plan = outputs.plan
+        # (item assignment: numpy's copyto costs three times as much on small arrays; it
+        # casts the reward as astype would)
+        for fresh, source in zip(outputs.next_arrays, plan.next_sources):
+            fresh[...] = source
+        reset = any_set(done)
+        for fresh, (_, source, root_source, mask_shape) in zip(
+            outputs.root_obs_arrays, plan.root_obs
+        ):
+            fresh[...] = source
+            if reset:  # the reset rows from the root (a masked copy costs half an indexed one)
+                np.copyto(fresh, root_source, where=done.reshape(mask_shape))
         set_next(td, outputs.next)
         return outputs.root
 
