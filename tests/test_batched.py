@@ -36,6 +36,7 @@ from tensordict import TensorDict
 
 from gymvec import Categorical, ParallelEnv, SerialEnv, WorkerError, step_mdp
 from gymvec.engine import Autoreset
+from gymvec.envs.base import make_reward_spec
 
 FORK = {"mp_start_method": "fork"}
 SPAWN = {"mp_start_method": "spawn"}
@@ -314,6 +315,23 @@ def test_actions_that_require_grad_step_and_leave_no_graph(kind):
             assert not td.get(("next", "observation")).requires_grad
         assert all(not view.requires_grad for view in env._action_views)
         assert weights.grad is None
+
+
+@pytest.mark.parametrize("kind", ["serial", "fork-local"])
+def test_a_replaced_reward_spec_sets_the_reward_dtype_from_then_on(kind):
+    with make_batched(kind, 2, make_pendulum) as env:
+        root = env.reset()
+        actions = torch.tensor([[0.5], [-1.0]])
+        td, root = env.step_and_maybe_reset(root.set("action", actions))
+        reward32 = td.get(("next", "reward"))
+        assert reward32.dtype == torch.float32
+        env.reward_spec = make_reward_spec(env.batch_size, torch.float64)
+        td, root = env.step_and_maybe_reset(root.set("action", actions))
+        reward = td.get(("next", "reward"))
+        assert reward.dtype == torch.float64 and reward.shape == (2, 1)
+        # the buffer's float64 values, not float32 ones widened
+        np.testing.assert_array_equal(reward.numpy()[:, 0], env.buffers.next.reward)
+        assert env.step(root.set("action", actions)).get(("next", "reward")).dtype == torch.float64
 
 
 @pytest.mark.parametrize("kind", ["serial", "fork"])
