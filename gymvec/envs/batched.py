@@ -372,11 +372,11 @@ class BatchedEnvBase(EnvBase):
         ]
         size = self.batch_size
         # (dict(zip(keys, map(...))) builds the entries in C: this runs every step)
-        next_td = dict(zip(plan.next_keys, map(from_numpy, next_arrays)))
-        root_td = dict(zip(plan.root_keys, map(from_numpy, root_arrays)))
+        next_entries = dict(zip(plan.next_keys, map(from_numpy, next_arrays)))
+        root_entries = dict(zip(plan.root_keys, map(from_numpy, root_arrays)))
         self._prepared = FlatOutputs(
-            tensordict_unchecked(next_td, size, _CPU, flat=True),
-            tensordict_unchecked(root_td, size, _CPU, flat=True),
+            tensordict_unchecked(next_entries, size, _CPU, flat=True),
+            tensordict_unchecked(root_entries, size, _CPU, flat=True),
             next_arrays,
             [root_arrays[k] for k, *_ in plan.root_obs],
             plan,
