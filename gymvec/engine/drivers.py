@@ -535,7 +535,11 @@ class BatchStep(CommandRunner):
                 driver = self.drivers[k]
                 driver._write_info(driver.next, info)
                 self.wrote_extras = self.wrote_extras or driver.extras is not None
-        return [k for k in stepping if done[k]] if any_set(done) else []
+        if not any_set(done):
+            return []
+        if everyone:  # (one C call: reading the flags one by one makes a numpy bool each)
+            return np.flatnonzero(done).tolist()
+        return [k for k in stepping if done[k]]
 
 
 def transition_error(
