@@ -61,9 +61,10 @@ class FlatPlan(NamedTuple):
     """How the outputs of ``step_and_maybe_reset`` are made for flat trees (no nesting, no
     objects, one uniform batch), laid out once: "next"'s keys, the dtypes and shapes of its
     fresh arrays and the buffer arrays copied into them (the reward last, cast to the reward
-    spec's dtype); the next root's keys and arrays (done flags made all False); and per
-    observation of the root, its place among them, the buffers' arrays of "next" and of the
-    root, and the shape a reset mask takes to broadcast over it."""
+    spec's dtype); the next root's keys and the shapes and dtypes of its fresh arrays (done
+    flags made all False); and per observation of the root, its place among them, the
+    buffers' arrays of "next" and of the root, and the shape a reset mask takes to broadcast
+    over it."""
 
     next_keys: tuple[str, ...]
     next_made: list[tuple[tuple[int, ...], np.dtype]]
