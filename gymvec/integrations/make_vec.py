@@ -75,6 +75,8 @@ def make_vec(
             every one of them: the id's ``EnvSpec`` travels to the workers.
         batch_size: first-ready batches of this many sub-envs (``async_reset``,
             ``send(actions, env_id)``, ``recv()``; default ``num_envs``).
+        timeout: parallel and ray backends: as ``ParallelVectorEnv``'s and ``RayEnv``'s (the
+            serial backend refuses one).
         ray_options: ray backend: ``RayEnv``'s options as a dict (``address``,
             ``worker_processes``, ``actor_options``, ``placement``, ``startup_timeout``).
         **env_kwargs: passed to ``gymnasium.make`` (``max_episode_steps``, ``render_mode``...).

@@ -136,6 +136,8 @@ class SerialVectorEnv(GymnasiumVectorEnv):
         observation_mode: "same", "different", or a (batched, single) pair of spaces.
         autoreset_mode: "next_step", "same_step" or "disabled".
         output: "numpy" or "torch" (gymvec's extension).
+        batch_size: first-ready batches of this many sub-envs (gymvec's extension, see
+            ``GymnasiumVectorEnv``).
     """
 
     def __init__(
@@ -206,7 +208,15 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         or "torch"), timeout (seconds any reset, step or call may take when its wait gives
         no timeout of its own; None: as long as it takes. Past it, a ``SubEnvTimeoutError``
         names the busy sub-envs and workers, the env refuses further calls, and ``close()``
-        ends the busy workers at once. No sub-env then runs in this process).
+        ends the busy workers at once. No sub-env then runs in this process), batch_size
+        (first-ready batches, see ``GymnasiumVectorEnv``: each worker hands back each of its
+        sub-envs as soon as it is done; sub-envs that wait on something outside the CPU all
+        wait at once with one worker each, ``num_workers=len(env_fns)``).
+
+    ``reset_wait``, ``step_wait`` and ``call_wait`` take gymnasium's ``timeout``
+    (``multiprocessing.TimeoutError`` past it): a reset or step stays pending, and a later
+    wait returns it; a call is given up, as gymnasium does. After any timeout, ``close()``
+    ends the busy workers instead of waiting for them.
     """
 
     def __init__(
