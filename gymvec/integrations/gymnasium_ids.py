@@ -285,7 +285,10 @@ def _warn_once(kind: str, env_id: str, mode: str, message: str) -> None:
     # The user's call is above gymnasium's frames: point at the first frame outside them.
     frame, level = sys._getframe(1), 2  # stacklevel 2: who called this function
     while frame.f_back is not None and str(frame.f_globals.get("__name__")).startswith(_LIBRARIES):
-        frame, level = frame.f_back, level + 1
+        frame = frame.f_back
+        # warnings.warn does not count importlib's bootstrap frames (the import of gymvec)
+        code = frame.f_code.co_filename
+        level += not ("importlib" in code and "_bootstrap" in code)
     warnings.warn(message, VectorizationWarning, stacklevel=level)
 
 
@@ -346,19 +349,23 @@ def _check_importing_call() -> None:
     if _gymnasium_frame("_find_spec") is None:  # imported by a lookup, not by the user
         return
     call = _make_vec_call()
-    if call is not None:
-        _check_id(call[0])
+    if call is None:
+        return
+    name = call[0].rpartition(":")[2]
+    hint = malformed_hint(name)
+    if hint is not None:
+        # gymnasium's lookup refuses it next, before anything of gymvec's runs: a warning is
+        # what reaches the user on this call (later calls get it in the error, by the wrapper).
+        _warn_once("malformed", name, "", hint)
+    _check_id(call[0])
 
 
 def _check_id(env_id: str) -> None:
     """Before gymnasium looks ``env_id`` (``[module:]name``) up."""
     prefix, _, name = env_id.rpartition(":")
-    hint = malformed_hint(name)
-    if hint is not None:
-        # gymnasium's lookup refuses it before anything of gymvec's runs: a warning is what
-        # reaches the user on the call that imported gymvec (the wrapper adds it to the error).
-        _warn_once("malformed", name, "", hint)
-    elif is_derived(name):
+    if malformed_hint(name) is not None:
+        return  # gymnasium refuses it; the hint goes with its error or, first, a warning
+    if is_derived(name):
         ensure_derived_id(name)
     elif prefix == "gymvec":
         _warn_prefix_without_derived_id(name)
