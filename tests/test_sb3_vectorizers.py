@@ -112,4 +112,18 @@ def test_parallel_vec_env_options_are_checked_before_anything_starts():
     with pytest.raises(ValueError, match="start_method='fork', context='spawn'"):
         ParallelVecEnv(env_fns, start_method="fork", context="spawn")
     with pytest.raises(ValueError, match="num_workers"):
-        ParallelVecEnv(env_fns, num_workers=3)
+        ParallelVecEnv(env_fns, num_workers=0)
+
+
+def test_parallel_vec_env_takes_kwargs_meant_for_a_larger_env():
+    """rl-zoo3 builds its one-env eval env with the training env's vec_env_kwargs."""
+    env = make_vec_env(
+        "CartPole-v1",
+        1,
+        vec_env_cls=ParallelVecEnv,
+        vec_env_kwargs={"num_workers": 2, "start_method": "fork"},
+    )
+    try:
+        assert env.reset().shape == (1, 4)  # ParallelVectorEnv itself refuses 2 workers here
+    finally:
+        env.close()

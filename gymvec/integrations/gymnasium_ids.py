@@ -230,7 +230,7 @@ class SingleEnvEntryPoint:
     def __call__(self, **kwargs: Any) -> gym.Env:
         call = _make_vec_call()
         if call is not None and call[1] in ("sync", "async"):
-            _warn_vectorization_mode(derived_id(self.base), call[1])
+            _warn_vectorization_mode(call[0] or derived_id(self.base), call[1])
         return self._creator()(**kwargs)
 
     def __repr__(self) -> str:
@@ -292,20 +292,22 @@ def _warn_once(kind: str, env_id: str, mode: str, message: str) -> None:
     warnings.warn(message, VectorizationWarning, stacklevel=level)
 
 
-def _warn_vectorization_mode(derived: str, mode: str) -> None:
+def _warn_vectorization_mode(env_id: str, mode: str) -> None:
+    """``env_id``: as given to ``gymnasium.make_vec`` (with any ``gymvec:`` prefix)."""
     built = {"sync": "SyncVectorEnv", "async": "AsyncVectorEnv"}[mode]
     gymvec_env = {"sync": "SerialVectorEnv", "async": "ParallelVectorEnv"}[mode]
     backend = ", backend='serial'" if mode == "sync" else ""
+    prefixed = f"gymvec:{env_id.rpartition(':')[2]}"
     message = (
-        f"gymnasium.make_vec({derived!r}, vectorization_mode={mode!r}) builds gymnasium's own "
+        f"gymnasium.make_vec({env_id!r}, vectorization_mode={mode!r}) builds gymnasium's own "
         f"{built}: gymvec takes part only in mode 'vector_entry_point' (make_vec's default for "
-        f"this id). For gymvec's {gymvec_env}: gymnasium.make_vec('gymvec:{derived}', n, "
+        f"this id). For gymvec's {gymvec_env}: gymnasium.make_vec({prefixed!r}, n, "
         f"vectorization_mode='vector_entry_point'{backend})."
     )
     if _called_from_rllib():
         message += " Under RLlib: config.env_runners(gym_env_vectorize_mode='vector_entry_point')"
         message += ", with env_config={'backend': 'serial'}." if mode == "sync" else "."
-    _warn_once("mode", derived, mode, message)
+    _warn_once("mode", env_id.rpartition(":")[2], mode, message)
 
 
 def _warn_prefix_without_derived_id(name: str) -> None:

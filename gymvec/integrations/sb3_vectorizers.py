@@ -63,7 +63,8 @@ class ParallelVecEnv(SB3VecEnv):
             ``SubprocVecEnv``'s; ``None``: gymvec's default.
         **options: ``ParallelVectorEnv``'s options (``num_workers``, ``local_worker``,
             ``timeout``, ``shared_memory``, ``copy``, ``daemon``...), except
-            ``autoreset_mode``, which is always same-step here.
+            ``autoreset_mode``, which is always same-step here. ``num_workers`` is at most
+            one per sub-env (the trainers' eval envs, built with the same kwargs, are small).
 
     Example (SB3's own idiom)::
 
@@ -87,6 +88,11 @@ class ParallelVecEnv(SB3VecEnv):
                 "give one of them"
             )
         options["context"] = start_method if start_method is not None else options.get("context")
+        num_workers = options.get("num_workers")
+        if isinstance(num_workers, int) and not isinstance(num_workers, bool):
+            # One vec_env_kwargs serves every env a trainer builds: rl-zoo3 builds its
+            # one-env eval env with the training env's. More workers than sub-envs: one each.
+            options["num_workers"] = min(num_workers, max(len(env_fns), 1))
         _init_over(
             self, ParallelVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP, **options)
         )
