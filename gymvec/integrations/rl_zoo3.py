@@ -54,7 +54,7 @@ def vec_env_cls(
                 "(worker processes); gymvec-serial steps every sub-env in this process"
             )
         return SerialVecEnv
-    options = {} if num_workers is None else {"num_workers": num_workers}
+    options: dict[str, Any] = {} if num_workers is None else {"num_workers": num_workers}
     if start_method is not None:
         options["start_method"] = start_method
     return functools.partial(ParallelVecEnv, **options) if options else ParallelVecEnv
