@@ -387,6 +387,10 @@ def with_gymvec_checks(make_vec_fn: Callable) -> Callable:
         try:
             return make_vec_fn(id, *args, **kwargs)
         except gym.error.Error as error:
+            if name in _PENDING and base_id(name) not in gym.registry:
+                # a typo must not stay in the registry; a later call registers it again
+                gym.registry.pop(name, None)
+                _PENDING.discard(name)
             hint = malformed_hint(name) if name else None
             if hint is not None and hint not in str(error):
                 raise _with_hint(error, hint) from None
