@@ -87,17 +87,20 @@ def base_id(derived: str) -> str:
     return derived[len("gymvec-") :]
 
 
-def _derived_spec(env_id: str, spec: EnvSpec) -> EnvSpec:
+def _entry_points(base: str) -> dict[str, Any]:
+    """A derived id's entry points: both resolve ``base`` when called."""
     from gymvec.integrations.make_vec import vector_entry_point
 
-    return dataclasses.replace(
-        spec,
-        id=derived_id(env_id),
-        entry_point=SingleEnvEntryPoint(env_id),
-        vector_entry_point=functools.partial(
-            _checked_vector_entry_point, vector_entry_point, env_id
+    return {
+        "entry_point": SingleEnvEntryPoint(base),
+        "vector_entry_point": functools.partial(
+            _checked_vector_entry_point, vector_entry_point, base
         ),
-    )
+    }
+
+
+def _derived_spec(env_id: str, spec: EnvSpec) -> EnvSpec:
+    return dataclasses.replace(spec, id=derived_id(env_id), **_entry_points(env_id))
 
 
 def register_vector_ids() -> list[str]:
@@ -138,15 +141,7 @@ def ensure_derived_id(name: str) -> None:
         gym.registry[name] = _derived_spec(base, gym.registry[base])
         _PENDING.discard(name)
     elif name not in gym.registry:
-        from gymvec.integrations.make_vec import vector_entry_point
-
-        gym.registry[name] = EnvSpec(
-            id=name,
-            entry_point=SingleEnvEntryPoint(base),
-            vector_entry_point=functools.partial(
-                _checked_vector_entry_point, vector_entry_point, base
-            ),
-        )
+        gym.registry[name] = EnvSpec(id=name, **_entry_points(base))
         _PENDING.add(name)
 
 
