@@ -36,7 +36,7 @@ _EXPORTS = {
     "SerialVectorEnv": "gymvec.vector.dropin",
     "ParallelVectorEnv": "gymvec.vector.dropin",
     "make_vec": "gymvec.integrations.make_vec",
-    "register_vector_ids": "gymvec.integrations.make_vec",
+    "register_vector_ids": "gymvec.integrations.gymnasium_ids",
     "spec_from_space": "gymvec.spaces",
     "space_from_spec": "gymvec.spaces",
     "TensorSpec": "gymvec.specs",
@@ -62,14 +62,11 @@ __version__ = "0.1.0"
 
 
 def _register_vector_ids() -> None:
-    # gymnasium.make_vec("gymvec:gymvec/<id>") imports gymvec, then looks the id up; for an
-    # id registered after this import, its error gets a note that says what to do.
-    import gymnasium
+    # gymnasium.make_vec("gymvec:gymvec/<id>") imports gymvec, then looks the id up: the ids
+    # exist before that, and gymvec checks the call (modes, ids) as gymnasium_ids explains.
+    from gymvec.integrations.gymnasium_ids import install
 
-    from gymvec.integrations.make_vec import register_vector_ids, with_unregistered_hint
-
-    register_vector_ids()
-    gymnasium.make_vec = with_unregistered_hint(gymnasium.make_vec)
+    install()
 
 
 _register_vector_ids()

@@ -1,4 +1,6 @@
-"""Stable-Baselines3 support: ``SB3VecEnv`` and ``to_sb3`` (``pip install gymvec[sb3]``)."""
+"""Stable-Baselines3 support (``pip install gymvec[sb3]``): ``SB3VecEnv`` and ``to_sb3`` over a
+vector env, and ``ParallelVecEnv`` / ``SerialVecEnv`` built from env functions, as SB3's
+``SubprocVecEnv`` / ``DummyVecEnv`` are (``make_vec_env(..., vec_env_cls=ParallelVecEnv)``)."""
 
 try:
     import stable_baselines3  # noqa: F401
@@ -6,5 +8,6 @@ except ImportError as err:
     raise ImportError("stable-baselines3 is not installed: pip install gymvec[sb3]") from err
 
 from gymvec.integrations.sb3_vec_env import SB3VecEnv, to_sb3
+from gymvec.integrations.sb3_vectorizers import ParallelVecEnv, SerialVecEnv
 
-__all__ = ["SB3VecEnv", "to_sb3"]
+__all__ = ["ParallelVecEnv", "SB3VecEnv", "SerialVecEnv", "to_sb3"]

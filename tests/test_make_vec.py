@@ -140,7 +140,9 @@ def test_register_vector_ids_covers_later_ids_and_touches_nothing_else():
             if not key.startswith(("gymvec/", "gymvec-"))
         } == snapshot
         derived = gym.spec("gymvec-GymvecRuntime/Late-v0")
-        assert derived.max_episode_steps == 2 and derived.entry_point is fe.RichInfoEnv
+        assert derived.max_episode_steps == 2 and derived.kwargs == gym.spec(env_id).kwargs
+        # its entry point builds the base's env (gymnasium.make's wrappers, the base's)
+        assert isinstance(gym.make("gymvec-GymvecRuntime/Late-v0").unwrapped, fe.RichInfoEnv)
         env = gym.make_vec("gymvec-GymvecRuntime/Late-v0", num_envs=2, backend="serial")
         env.reset(seed=0)
         *_, truncations, _ = env.step(np.zeros(2, dtype=np.int64))

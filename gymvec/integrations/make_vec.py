@@ -6,11 +6,8 @@ Two ways in:
   registered id, including ids registered at run time in this process: the sub-envs are built
   from the id's ``EnvSpec``, which travels to spawned workers, so they need no registration.
 * ``gymnasium.make_vec("gymvec:gymvec/CartPole-v1", num_envs=8)``: gymvec registers a derived
-  id ``gymvec/<id>`` (``gymvec-<namespace>/<name>`` for namespaced ids) for every registered
-  id, whose ``vector_entry_point`` is gymvec's parallel backend. The ``gymvec:`` prefix makes
-  gymnasium import gymvec first; ids registered later are covered by calling
-  ``gymvec.register_vector_ids()`` again (``gymnasium.make_vec`` says so in a note on its
-  error for such an id). Existing ids are never modified. gymvec options
+  id ``gymvec/<id>`` (``gymvec-<namespace>/<name>`` for namespaced ids) whose
+  ``vector_entry_point`` is :func:`vector_entry_point` (see ``gymnasium_ids``). gymvec options
   (``num_workers``, ``autoreset_mode``, ``output``, ``local_worker``, ``backend``,
   ``context``, ``timeout``) can be passed as keyword arguments of ``gymnasium.make_vec``; the
   rest go to the env.
@@ -18,7 +15,6 @@ Two ways in:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import TYPE_CHECKING, Any
 
@@ -173,76 +169,3 @@ def vector_entry_point(base_id: str, num_envs: int = 1, **kwargs: Any) -> Gymnas
     """The ``vector_entry_point`` of gymvec's derived ids (called by ``gymnasium.make_vec``)."""
     options = {name: kwargs.pop(name) for name in _GYMVEC_OPTIONS if name in kwargs}
     return make_vec(base_id, num_envs, **options, **kwargs)
-
-
-def derived_id(env_id: str) -> str:
-    """``gymvec/<id>``, or ``gymvec-<namespace>/<name>`` for a namespaced id."""
-    namespace, _, name = env_id.rpartition("/")
-    return f"gymvec-{namespace}/{name}" if namespace else f"gymvec/{name}"
-
-
-def register_vector_ids() -> list[str]:
-    """Register ``gymvec/<id>`` for every registered id that has none yet; returns the new ids.
-
-    Derived ids share the base id's entry point, kwargs and ``max_episode_steps``; their
-    ``vector_entry_point`` builds a gymvec ``ParallelVectorEnv``.
-    """
-    added = []
-    for env_id, spec in list(gym.registry.items()):
-        if env_id.startswith(("gymvec/", "gymvec-")):  # a derived id itself
-            continue
-        new_id = derived_id(env_id)
-        if new_id in gym.registry:
-            continue
-        gym.registry[new_id] = dataclasses.replace(
-            spec,
-            id=new_id,
-            vector_entry_point=functools.partial(vector_entry_point, env_id),
-        )
-        added.append(new_id)
-    return added
-
-
-def base_id(derived: str) -> str:
-    """The id a derived id stands for: ``gymvec/<id>`` -> ``<id>``, ``gymvec-<ns>/<name>`` ->
-    ``<ns>/<name>`` (the inverse of :func:`derived_id`)."""
-    if derived.startswith("gymvec/"):
-        return derived[len("gymvec/") :]
-    return derived[len("gymvec-") :]
-
-
-def unregistered_hint(derived: str) -> str:
-    """What to do about a derived id that is not registered."""
-    base = base_id(derived)
-    if base in gym.registry:
-        return (
-            f"gymvec: {base!r} was registered after gymvec was imported, so {derived!r} is "
-            "not registered yet: call gymvec.register_vector_ids() once the package that "
-            f"registers {base!r} is imported (or import that package before gymvec)"
-        )
-    return (
-        f"gymvec: {derived!r} stands for {base!r}, which is not registered either: import "
-        "the package that registers it, then call gymvec.register_vector_ids()"
-    )
-
-
-def with_unregistered_hint(make_vec_fn: Any) -> Any:
-    """``gymnasium.make_vec`` whose lookup error for an unregistered derived id (a
-    ``gymvec/...`` or ``gymvec-...`` id, with or without the ``gymvec:`` prefix) carries a
-    note saying what to do (see :func:`unregistered_hint`); nothing else changes."""
-    if getattr(make_vec_fn, "gymvec_hint", False):
-        return make_vec_fn
-
-    @functools.wraps(make_vec_fn)
-    def make_vec_with_hint(id: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002
-        try:
-            return make_vec_fn(id, *args, **kwargs)
-        except gym.error.Error as exc:
-            name = id.rpartition(":")[2] if isinstance(id, str) else ""
-            derived = name.startswith(("gymvec/", "gymvec-"))
-            if derived and name not in gym.registry and hasattr(exc, "add_note"):
-                exc.add_note(unregistered_hint(name))
-            raise
-
-    make_vec_with_hint.gymvec_hint = True  # type: ignore[attr-defined]
-    return make_vec_with_hint

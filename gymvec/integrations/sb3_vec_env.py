@@ -139,6 +139,14 @@ def _sub_env_access(vector_env: VectorEnv) -> _FunctionAccess | _VectorCallAcces
 
 
 def _as_same_step_vector_env(env: Any) -> VectorEnv:
+    if isinstance(env, (list, tuple)):
+        # SB3's idiom, vec_env_cls(env_fns): that constructor is on the two classes below.
+        raise TypeError(
+            f"SB3VecEnv wraps one vector env; got a {type(env).__name__} of {len(env)} items. "
+            "For env functions (make_vec_env's vec_env_cls, rl-zoo3), use "
+            "gymvec.sb3.ParallelVecEnv(env_fns, start_method=None, **options) (like "
+            "SubprocVecEnv) or gymvec.sb3.SerialVecEnv(env_fns) (like DummyVecEnv)."
+        )
     if not isinstance(env, VectorEnv) and callable(getattr(env, "to_gymnasium", None)):
         env = env.to_gymnasium(autoreset_mode="same_step")
     if not isinstance(env, VectorEnv):
