@@ -361,7 +361,7 @@ def test_cli_soak_short_run_samples_and_stays_flat(tmp_path, capsys, no_leaks):
         assert first["children"] >= 1  # the worker processes are counted
         assert result["left_after_close"] == {"children": 0, "shm": 0, "fds": 0}
         assert result["steps_per_s"] > 0
-    # with spawn (the tensordict API's default) the workers' semaphores are named in /dev/shm
+    # with spawn (the soak asks for it) the workers' semaphores are named in /dev/shm
     assert results[2]["samples"][0]["shm"] >= 2
 
 

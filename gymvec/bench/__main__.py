@@ -19,11 +19,13 @@ from collections.abc import Sequence
 
 from gymvec.bench.cases import CASES, DEFAULT_CASES, Case
 from gymvec.bench.harness import Settings, run_cases
+from gymvec.bench.progress import Progress
 from gymvec.bench.report import format_table, to_json, write_json
 from gymvec.bench.runners import RUNNERS
 from gymvec.bench.soak import CONFIGS as SOAK_CONFIGS
 from gymvec.bench.soak import SOAK_STEPS
 
+STARTUP_CASE = "startup"
 FULL = Settings()
 QUICK = Settings(steps=20, repeats=2, warmup=2, max_seconds=0.5)
 
@@ -60,7 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
         f"runners: {', '.join(RUNNERS)}",
     )
     parser.add_argument(
-        "--case", action="append", choices=list(CASES), help="a named case (repeatable)"
+        "--case",
+        action="append",
+        choices=[*CASES, STARTUP_CASE],
+        help=f"a named case (repeatable); {STARTUP_CASE}: launch to first step, fresh interpreters",
     )
     parser.add_argument("--env-id", help="a custom case on this gymnasium id (default CartPole-v1)")
     parser.add_argument(
@@ -121,7 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def select_cases(args: argparse.Namespace) -> list[Case]:
-    cases = [CASES[name] for name in args.case or []]
+    cases = [CASES[name] for name in args.case or [] if name != STARTUP_CASE]
+    if STARTUP_CASE in (args.case or []) and not cases and args.env_id is args.num_envs is None:
+        return []  # the start-up case alone
     if args.env_id is not None or args.num_envs is not None:
         env_id = args.env_id or "CartPole-v1"
         num_envs = args.num_envs or 8
@@ -180,6 +187,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return soak_main(args)
     cases = select_cases(args)
     settings = select_settings(args)
+    failed_startup = False
+    if STARTUP_CASE in (args.case or []):
+        failed_startup = startup_main(args)
+        if not cases:
+            return 1 if args.strict and failed_startup else 0
     case_results = run_cases(cases, settings, show_progress=not args.no_progress)
     cap = "" if settings.max_seconds is None else f" or {settings.max_seconds:g} s"
     print(
@@ -192,7 +204,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         write_json(args.json, to_json(case_results, settings))
     failed = [r for c in case_results for r in c.results if r.error is not None]
-    return 1 if args.strict and failed else 0
+    return 1 if args.strict and (failed or failed_startup) else 0
+
+
+def startup_main(args: argparse.Namespace) -> bool:
+    """Run and print the start-up case; whether a runner failed."""
+    from gymvec.bench import startup
+
+    progress = Progress(len(startup.RUNNERS) * (1 if args.quick else 3), not args.no_progress)
+
+    def on_run(name: str, round_: int) -> None:
+        progress.describe(f"startup {name} {round_ + 1}")
+        if round_ or name != next(iter(startup.RUNNERS)):
+            progress.update()
+
+    try:
+        results = startup.run_startup(repeats=1 if args.quick else 3, on_run=on_run)
+    finally:
+        progress.close()
+    print(startup.STARTUP_HEADER)
+    print(startup.format_startup(results))
+    verdict = startup.target_verdict(results)
+    if verdict:
+        print(verdict)
+    print()
+    return any(r.error for r in results)
 
 
 # Guarded: worker processes started with spawn/forkserver re-import the main module.
