@@ -142,9 +142,11 @@ def test_cartpole_equals_sync_vector_env(kind, envs_per_worker, fn, no_leaks):
     assert (out == ref_out).all()
 
 
+DICT_INFO_FIELDS = {"steps": 0, "speed": 0.0, "inside": False, "vector": np.zeros(2)}
 DICT_SETUPS = [
-    ("serial", 1, make_dict_env),
-    ("fork", 3, make_dict_env),
+    ("serial", 1, functools.partial(make_dict_env, info_fields=DICT_INFO_FIELDS)),
+    ("fork", 3, functools.partial(make_dict_env, info_fields=DICT_INFO_FIELDS)),
+    ("fork", 1, make_dict_env),
     ("spawn", 1, functools.partial(make_gym_env, DICT_ENV_ID)),
 ]
 
@@ -154,10 +156,9 @@ def test_dict_env_equals_sync_vector_env(kind, envs_per_worker, fn, no_leaks):
     ref_fns = [functools.partial(gym.make, DICT_ENV_ID, max_steps=12)] * 3
     fn = functools.partial(fn, max_steps=12)
     with make_batched(kind, 3 // envs_per_worker, fn, envs_per_worker) as env:
-        # GymEnv sub-envs declare info keys (GymEnv probes its env); plain gymnasium ones
-        # declare none, and building the batch resets or steps nothing to find them: their
-        # infos reach the parent as extras
-        declared = {"steps", "speed", "inside", "vector"} if kind != "spawn" else set()
+        # the info keys are those the GymEnv sub-envs were given; building the batch resets
+        # or steps nothing to find others: their infos reach the parent as extras
+        declared = set(fn.keywords.get("info_fields", {}))
         assert set(env.info_spec.keys()) == declared
         out, ends = compare_with_gymnasium(env, ref_fns, seed=3, steps=40)
         terminated = out.get(("next", "terminated")).any()
