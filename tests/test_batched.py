@@ -634,6 +634,15 @@ def test_a_factory_returning_one_env_object_for_two_sub_envs_raises(no_leaks):
     shared.close()
 
 
+def test_the_default_start_method_is_multiprocessings_as_in_the_drop_ins(no_leaks):
+    # (not spawn's: spawned workers re-import the main module, and with it torch)
+    import multiprocessing
+
+    with ParallelEnv(2, make_gym_cartpole) as env:
+        assert env.mp_start_method == multiprocessing.get_start_method()
+        assert env.reset()["observation"].shape == (2, 4)
+
+
 def test_an_unknown_start_method_raises_in_multiprocessings_words():
     message = r"mp_start_method: cannot find context for 'threads'; expected 'spawn', 'fork'"
     with pytest.raises(ValueError, match=message):

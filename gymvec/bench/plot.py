@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gymvec.bench.harness import CaseResult
+from gymvec.bench.verdict import no_headroom
 
 FORMATS = (".png", ".svg")
 MISSING = (
@@ -62,13 +63,18 @@ def plot_cases(case_results: Sequence[CaseResult], path: str) -> None:
                 va="center",
                 fontsize=8,
             )
-        ax.set_title(
-            f"{case_result.case.name} ({case_result.case.num_envs} x {case_result.case.env_id})",
-            fontsize=10,
-        )
+        title = f"{case_result.case.name} ({case_result.case.num_envs} x {case_result.case.env_id})"
+        free = no_headroom(case_result)
+        if free is not None:
+            title += f": no parallel headroom now (bare-free {free:.2f}x sync)"
+        ax.set_title(title, fontsize=10, color="black" if free is None else "#b00000")
         ax.set_xlabel("x sync: env-steps/s against gymnasium's SyncVectorEnv, same run")
         ax.margins(x=0.15)
-    figure.suptitle("python -m gymvec.bench (bare-*: framework-free references)", fontsize=11)
+    figure.suptitle(
+        "python -m gymvec.bench: gymnasium (orange), gymvec (blue), framework-free references "
+        "(grey)",
+        fontsize=10,
+    )
     figure.savefig(path)
 
 
