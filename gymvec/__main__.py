@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 import gymvec
-from gymvec.engine.processes import usable_cores
+from gymvec.engine.processes import default_start_method, usable_cores
 
 PACKAGES = ("gymnasium", "numpy", "torch", "tensordict")
 CHECK_ENV_ID = "CartPole-v1"
@@ -43,7 +43,7 @@ def report_lines() -> list[str]:
     lines += [
         f"platform    {platform.platform()}",
         f"cores       {usable_cores()} usable of {multiprocessing.cpu_count()}",
-        f"start       {multiprocessing.get_start_method()} (the worker processes' start method)",
+        f"start       {default_start_method()} (the worker processes' default start method)",
     ]
     return lines
 

@@ -643,6 +643,25 @@ def test_the_default_start_method_is_multiprocessings_as_in_the_drop_ins(no_leak
         assert env.reset()["observation"].shape == (2, 4)
 
 
+def test_the_default_start_method_is_read_without_fixing_it():
+    import subprocess
+    import sys
+
+    script = (
+        "import multiprocessing as mp\n"
+        "from gymvec import ParallelEnv\n"
+        "from _envs import make_gym_cartpole\n"
+        "ParallelEnv(2, make_gym_cartpole).close()\n"
+        "mp.set_start_method('spawn')  # the user's choice is still open\n"
+    )
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(tests), tests])}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr
+
+
 def test_an_unknown_start_method_raises_in_multiprocessings_words():
     message = r"mp_start_method: cannot find context for 'threads'; expected 'spawn', 'fork'"
     with pytest.raises(ValueError, match=message):

@@ -12,7 +12,6 @@ gymnasium spaces, or their own specs), with the tasks of a multi-task batch.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -26,7 +25,12 @@ from gymvec.engine.buffers import Buffers
 from gymvec.engine.commands import Autoreset, Extras
 from gymvec.engine.engine import Backend, BatchEngine, expand_seeds, process_backend, serial_backend
 from gymvec.engine.factories import SubEnvFactories, check_count
-from gymvec.engine.processes import ProcessOptions, check_start_method, check_timeout
+from gymvec.engine.processes import (
+    ProcessOptions,
+    check_start_method,
+    check_timeout,
+    default_start_method,
+)
 from gymvec.engine.subenvs import SubEnvSummary
 from gymvec.envs.base import DONE_KEYS, EnvBase, make_done_spec, make_reward_spec, set_next
 from gymvec.envs.gym_env import observation_spec_from_space
@@ -786,7 +790,7 @@ class ParallelEnv(BatchedEnvBase):
         self.memmap = memmap
         # (multiprocessing's default, not spawn's: spawned workers re-import the main module,
         # and with it torch, for seconds; see docs/benchmarks.md, "Start-up")
-        self.mp_start_method = check_start_method(mp_start_method or mp.get_start_method())
+        self.mp_start_method = check_start_method(mp_start_method or default_start_method())
         self.num_sub_threads = num_sub_threads
         self.local_worker = bool(local_worker)
         self.daemon = daemon
