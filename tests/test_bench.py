@@ -318,7 +318,7 @@ def test_cli_quick_sb3_case_strict():
 def test_ray_runners_without_ray_say_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # whether or not Ray is installed
     for name in ("gymvec-ray", "hand-ray", "hand-ray-dag", "naive-ray"):
-        with pytest.raises(ImportError, match=r"pip install 'gymvec\[ray\]'"):
+        with pytest.raises(ImportError, match="pip install ray"):
             RUNNERS[name]("CartPole-v1", 4, RunnerOptions(num_workers=2))
 
 

@@ -2,7 +2,7 @@
 ``check_env_specs``, transforms, collectors, the same data as torchrl's own batched envs) and
 torchrl's batched envs behind the gymnasium face.
 
-Runs where torchrl is installed (``pip install gymvec[torchrl]``; CI installs it in a venv of
+Runs where torchrl is installed (``pip install -e ".[torchrl]"``; CI installs it in a venv of
 its own, see ``.ci/run``); tests/test_torchrl_missing.py covers the module without it.
 """
 

@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--plot",
         metavar="PATH",
-        help="also draw the results (PNG or SVG, by the suffix; needs matplotlib: gymvec[plot])",
+        help="also draw the results (PNG or SVG, by the suffix; needs matplotlib)",
     )
     parser.add_argument(
         "--sweep",
