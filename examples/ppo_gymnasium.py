@@ -136,6 +136,11 @@ def main() -> int:
     episodes = 0
     global_step = 0
     start = time.perf_counter()
+    due = start + 5.0  # when progress is printed next at the latest
+    print(
+        f"PPO for {num_iterations} iterations of {batch_size} steps on {args.num_envs} envs",
+        flush=True,
+    )
     next_obs, _ = envs.reset(seed=args.seed)
     try:
         for iteration in range(1, num_iterations + 1):
@@ -205,14 +210,17 @@ def main() -> int:
                     nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                     optimizer.step()
 
-            if iteration % 10 and iteration != num_iterations:
+            # progress every 10 iterations, and at least every 5 s
+            if iteration % 10 and iteration != num_iterations and time.perf_counter() < due:
                 continue
+            due = time.perf_counter() + 5.0
             mean_return = np.mean(episode_returns) if episode_returns else float("nan")
             sps = global_step / (time.perf_counter() - start)
             print(
                 f"iteration {iteration}/{num_iterations} step {global_step} "
                 f"episodes {episodes} mean return (last {len(episode_returns)}) "
-                f"{mean_return:.1f} SPS {sps:.0f}"
+                f"{mean_return:.1f} SPS {sps:.0f}",
+                flush=True,
             )
     finally:
         envs.close()

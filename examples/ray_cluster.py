@@ -4,7 +4,7 @@
     python examples/ray_cluster.py --quick
     python examples/ray_cluster.py --address auto --num-workers 64 --envs-per-worker 32
 
-Needs ``pip install "gymvec[ray]"``. On a cluster (``ray start --head`` on one node, ``ray
+Needs ``pip install -e ".[ray]"``. On a cluster (``ray start --head`` on one node, ``ray
 start --address <head>:6379`` on the others, gymvec installed on every node), ``--address
 auto`` joins it from a node of the cluster, and ``placement="spread"`` puts one actor on each
 node where it can. The script prints where the actors run, then steps the batch with random
@@ -44,7 +44,7 @@ def main() -> int:
     try:
         import ray
     except ImportError:
-        print('this example needs Ray: pip install "gymvec[ray]"', file=sys.stderr)
+        print('this example needs Ray: pip install -e ".[ray]"', file=sys.stderr)
         return 1
     import gymnasium as gym
     import numpy as np

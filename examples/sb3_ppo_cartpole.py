@@ -30,6 +30,32 @@ def linear(start: float):
     return lambda progress_remaining: progress_remaining * start
 
 
+def progress_callback(total: int, every_s: float = 5.0):
+    """An SB3 callback that prints the steps done, the recent return and the speed every
+    ``every_s`` seconds: a long run is never silent."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Progress(BaseCallback):
+        def _on_training_start(self) -> None:
+            self.start = self.last = time.perf_counter()
+
+        def _on_step(self) -> bool:
+            now = time.perf_counter()
+            if now - self.last >= every_s:
+                self.last = now
+                episodes = [info["r"] for info in self.model.ep_info_buffer]
+                recent = sum(episodes) / len(episodes) if episodes else float("nan")
+                steps = self.model.num_timesteps
+                print(
+                    f"step {steps}/{total}: mean training return {recent:.1f}, "
+                    f"{steps / (now - self.start):.0f} steps/s",
+                    flush=True,
+                )
+            return True
+
+    return Progress()
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--timesteps", type=int, default=100_000)
@@ -97,8 +123,13 @@ def main() -> int:
         )
         # A silent logger: SB3's default one makes a folder in the temp dir on every learn()
         model.set_logger(Logger(folder=None, output_formats=[]))
+        print(
+            f"training PPO for {args.timesteps} steps on {args.num_envs} envs "
+            f"({args.num_workers} workers); progress every 5 s",
+            flush=True,
+        )
         start = time.perf_counter()
-        model.learn(total_timesteps=args.timesteps)
+        model.learn(total_timesteps=args.timesteps, callback=progress_callback(args.timesteps))
         train_s = time.perf_counter() - start
         episodes = [info["r"] for info in model.ep_info_buffer]
         recent = sum(episodes) / len(episodes) if episodes else float("nan")

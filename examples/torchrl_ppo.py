@@ -4,7 +4,7 @@
     python examples/torchrl_ppo.py --quick    # a short run for CI, no threshold
 
 ``gymvec.torchrl.to_torchrl`` makes the gymvec env a torchrl env, so torchrl's transforms,
-collector and loss take it as they take their own. Needs ``pip install gymvec[torchrl]``.
+collector and loss take it as they take their own. Needs ``pip install -e ".[torchrl]"``.
 The settings are rl-zoo's CartPole-v1 PPO (8 envs x 32 steps, 20 epochs, GAE lambda 0.8,
 gamma 0.98, learning rate and clip range decayed linearly), stopping early once the last 20
 episodes' mean return reaches ``--stop-at``. The full run exits 1 unless the
@@ -136,9 +136,11 @@ def main() -> int:
     )
     print(
         f"torchrl PPO on a gymvec ParallelEnv: {num_envs} envs ({args.num_workers} workers), "
-        f"{frames_per_batch} frames per batch, {args.total_frames} frames"
+        f"{frames_per_batch} frames per batch, {args.total_frames} frames",
+        flush=True,
     )
     start = time.perf_counter()
+    due = start + 5.0
     frames, recent = 0, []
     try:
         for i, data in enumerate(collector, start=1):
@@ -161,7 +163,8 @@ def main() -> int:
                     schedule.step()
             collector.update_policy_weights_()
             solved = len(recent) == 20 and sum(recent) / 20 >= args.stop_at
-            if i % 20 == 0 or frames >= args.total_frames or solved:
+            if i % 20 == 0 or frames >= args.total_frames or solved or time.perf_counter() > due:
+                due = time.perf_counter() + 5.0  # progress at least every 5 s
                 mean = sum(recent) / len(recent) if recent else float("nan")
                 print(
                     f"frames {frames}: mean return of the last {len(recent)} episodes "

@@ -119,8 +119,7 @@ class DictEnv(gym.Env):
 class FailingEnv(gym.Env):
     """Raises in ``step`` number ``fail_step`` (and after), or in every ``reset`` in a worker.
 
-    Resets in the main process work, so that a batched env can build and describe the env
-    there (GymEnv's info probe resets and steps once).
+    Resets in the main process work (a GymEnv of it can be used there).
     """
 
     def __init__(self, fail_step: int | None = None, fail_reset: bool = False):
@@ -189,7 +188,7 @@ class ResetInfoCartPole(gym.Wrapper):
 
 class HangingEnv(FailingEnv):
     """Never returns from its first ``step`` in a worker, and ignores SIGTERM there: only
-    SIGKILL stops it (steps in the main process, where GymEnv probes it, work)."""
+    SIGKILL stops it (steps in the main process work)."""
 
     def step(self, action):
         if multiprocessing.parent_process() is not None:
@@ -312,8 +311,9 @@ CLOSED: list[int] = []  # the ``tag`` of each BadCloseCartPole closed in this pr
 
 
 class BadCloseCartPole(gym.Wrapper):
-    """CartPole whose ``close`` raises once it has stepped (the info probe steps it once, so
-    a batched env builds) when ``fails``; every close records ``tag`` in ``CLOSED``."""
+    """CartPole whose ``close`` raises once it has stepped when ``fails`` (a batched env
+    closes the one it built for its layout unstepped); every close records ``tag`` in
+    ``CLOSED``."""
 
     def __init__(self, tag: int = 0, fails: bool = True):
         super().__init__(gym.make("CartPole-v1"))

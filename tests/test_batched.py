@@ -142,9 +142,11 @@ def test_cartpole_equals_sync_vector_env(kind, envs_per_worker, fn, no_leaks):
     assert (out == ref_out).all()
 
 
+DICT_INFO_FIELDS = {"steps": 0, "speed": 0.0, "inside": False, "vector": np.zeros(2)}
 DICT_SETUPS = [
-    ("serial", 1, make_dict_env),
-    ("fork", 3, make_dict_env),
+    ("serial", 1, functools.partial(make_dict_env, info_fields=DICT_INFO_FIELDS)),
+    ("fork", 3, functools.partial(make_dict_env, info_fields=DICT_INFO_FIELDS)),
+    ("fork", 1, make_dict_env),
     ("spawn", 1, functools.partial(make_gym_env, DICT_ENV_ID)),
 ]
 
@@ -154,10 +156,9 @@ def test_dict_env_equals_sync_vector_env(kind, envs_per_worker, fn, no_leaks):
     ref_fns = [functools.partial(gym.make, DICT_ENV_ID, max_steps=12)] * 3
     fn = functools.partial(fn, max_steps=12)
     with make_batched(kind, 3 // envs_per_worker, fn, envs_per_worker) as env:
-        # GymEnv sub-envs declare info keys (GymEnv probes its env); plain gymnasium ones
-        # declare none, and building the batch resets or steps nothing to find them: their
-        # infos reach the parent as extras
-        declared = {"steps", "speed", "inside", "vector"} if kind != "spawn" else set()
+        # the info keys are those the GymEnv sub-envs were given; building the batch resets
+        # or steps nothing to find others: their infos reach the parent as extras
+        declared = set(fn.keywords.get("info_fields", {}))
         assert set(env.info_spec.keys()) == declared
         out, ends = compare_with_gymnasium(env, ref_fns, seed=3, steps=40)
         terminated = out.get(("next", "terminated")).any()
@@ -631,6 +632,34 @@ def test_a_factory_returning_one_env_object_for_two_sub_envs_raises(no_leaks):
             env.reset()
         env.close()
     shared.close()
+
+
+def test_the_default_start_method_is_multiprocessings_as_in_the_drop_ins(no_leaks):
+    # (not spawn's: spawned workers re-import the main module, and with it torch)
+    import multiprocessing
+
+    with ParallelEnv(2, make_gym_cartpole) as env:
+        assert env.mp_start_method == multiprocessing.get_start_method()
+        assert env.reset()["observation"].shape == (2, 4)
+
+
+def test_the_default_start_method_is_read_without_fixing_it():
+    import subprocess
+    import sys
+
+    script = (
+        "import multiprocessing as mp\n"
+        "from gymvec import ParallelEnv\n"
+        "from _envs import make_gym_cartpole\n"
+        "ParallelEnv(2, make_gym_cartpole).close()\n"
+        "mp.set_start_method('spawn')  # the user's choice is still open\n"
+    )
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(tests), tests])}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def test_an_unknown_start_method_raises_in_multiprocessings_words():

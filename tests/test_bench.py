@@ -186,7 +186,12 @@ def _table_rows(stdout: str) -> list[list[str]]:
     lines = stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["case", "runner"])
     assert set(lines[header + 1].replace(" ", "")) == {"-"}
-    return [line.split() for line in lines[header + 2 :] if line.strip()]
+    rows = []
+    for line in lines[header + 2 :]:
+        if not line.strip():  # the verdict follows the table after a blank line
+            break
+        rows.append(line.split())
+    return rows
 
 
 def test_cli_quick_gymnasium_runners(tmp_path):
@@ -313,7 +318,7 @@ def test_cli_quick_sb3_case_strict():
 def test_ray_runners_without_ray_say_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # whether or not Ray is installed
     for name in ("gymvec-ray", "hand-ray", "hand-ray-dag", "naive-ray"):
-        with pytest.raises(ImportError, match=r"pip install 'gymvec\[ray\]'"):
+        with pytest.raises(ImportError, match="pip install ray"):
             RUNNERS[name]("CartPole-v1", 4, RunnerOptions(num_workers=2))
 
 
@@ -361,7 +366,7 @@ def test_cli_soak_short_run_samples_and_stays_flat(tmp_path, capsys, no_leaks):
         assert first["children"] >= 1  # the worker processes are counted
         assert result["left_after_close"] == {"children": 0, "shm": 0, "fds": 0}
         assert result["steps_per_s"] > 0
-    # with spawn (the tensordict API's default) the workers' semaphores are named in /dev/shm
+    # with spawn (the soak asks for it) the workers' semaphores are named in /dev/shm
     assert results[2]["samples"][0]["shm"] >= 2
 
 
@@ -381,3 +386,141 @@ def test_soak_verdict_fails_on_growth_and_on_leftovers():
         assert not result({field: 99}).flat(), field
     assert not result({}, {"children": 1}).flat()
     assert result({}).growth()["fds"] == 0
+
+
+# ---- the first screen: legend, verdict, headroom warning, ETA, --plot, --sweep, startup ------
+def _case_result(samples: dict[str, list[float]], name: str = "cartpole-32"):
+    """A case's results with these steps/s per round, ratios computed as the bench does."""
+    from gymvec.bench.cases import Case
+    from gymvec.bench.harness import CaseResult, RunnerResult, add_ratios
+
+    results = [RunnerResult(runner, list(rates)) for runner, rates in samples.items()]
+    case_result = CaseResult(Case(name, "CartPole-v1", 32, num_workers=2), results)
+    add_ratios(case_result)
+    return case_result
+
+
+def test_verdict_in_words_against_sync_and_the_framework_free_loop():
+    from gymvec.bench.verdict import verdict_lines
+
+    case_result = _case_result(
+        {
+            "gym-sync": [100.0, 200.0, 100.0],
+            "gymvec-parallel": [170.0, 340.0, 170.0],
+            "bare-parallel": [182.0, 366.0, 182.0],
+            "bare-free": [250.0, 500.0, 250.0],
+        }
+    )
+    lines = verdict_lines([case_result])
+    assert lines == [
+        "ParallelVectorEnv: 1.70x SyncVectorEnv on cartpole-32, 0.93 of the framework-free "
+        "lock-step loop (bare-parallel)"
+    ]
+
+
+@pytest.mark.parametrize("free, warned", [(1.8, False), (1.1, True), (0.63, True)])
+def test_no_headroom_warning_when_bare_free_is_not_clearly_above_sync(free, warned):
+    from gymvec.bench.verdict import no_headroom, verdict_lines
+
+    case_result = _case_result(
+        {"gym-sync": [100.0] * 3, "gymvec-parallel": [80.0] * 3, "bare-free": [100 * free] * 3}
+    )
+    text = "\n".join(verdict_lines([case_result]))
+    assert ("no parallel headroom" in text) is warned
+    assert ("Parallel runners cannot beat SyncVectorEnv here" in text) is warned
+    assert (no_headroom(case_result) is not None) is warned
+    if warned:
+        assert f"reaches only {free:.2f}x SyncVectorEnv" in text.replace("\n  ", " ")
+
+
+def test_cli_first_screen_explains_the_columns_and_ends_with_a_verdict(capsys):
+    argv = ["--quick", "--no-progress", "--strict", "--num-envs", "4", "--steps", "5"]
+    assert main([*argv, "--backends", "gym-sync,gymvec-serial,bare-loop"]) == 0
+    out = capsys.readouterr().out
+    for term in ("x sync", "median of the ratios within each round", "x ceiling", "bare-loop"):
+        assert term in out.split("case ")[0], term  # explained above the table
+    verdict = out.split("Verdict:\n")[1].splitlines()
+    assert (
+        verdict[0].startswith("SerialVectorEnv: ")
+        and "x SyncVectorEnv on CartPole-v1-4, " in (verdict[0])
+    )
+    assert "of the framework-free loop (bare-loop)" in verdict[0]
+
+
+def test_progress_eta_from_the_pace_so_far():
+    from gymvec.bench.progress import Progress
+
+    progress = Progress(total=6, enabled=False)
+    assert progress.eta() == "ETA ?"
+    progress.done = 2
+    progress.started = time.monotonic() - 10.0
+    assert progress.eta() == "ETA 0:20"
+
+
+@pytest.mark.parametrize("suffix, magic", [(".png", b"\x89PNG"), (".svg", b"<svg")])
+def test_plot_writes_the_chart(tmp_path, suffix, magic):
+    pytest.importorskip("matplotlib")
+    from gymvec.bench.plot import plot_cases, plot_sweep
+
+    case_result = _case_result({"gym-sync": [100.0] * 2, "gymvec-parallel": [150.0] * 2})
+    path = tmp_path / f"bench{suffix}"
+    plot_cases([case_result], str(path))
+    assert magic in path.read_bytes()[:400]
+    sweep = [_case_result({"gym-sync": [100.0 * n]}, f"n{n}") for n in (1, 2)]
+    for result in sweep:
+        result.results[0].memory_mb = 5.0
+    plot_sweep(sweep, str(tmp_path / f"sweep{suffix}"))
+    assert magic in (tmp_path / f"sweep{suffix}").read_bytes()[:400]
+
+
+def test_plot_without_matplotlib_or_with_a_bad_suffix_stops_before_the_run(monkeypatch, capsys):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+
+    def without_matplotlib(name, *args):
+        return None if name == "matplotlib" else find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_matplotlib)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--quick", "--plot", "bench.png"])
+    assert exit_info.value.code == 2
+    assert 'pip install -e ".[plot]"' in capsys.readouterr().err
+    monkeypatch.undo()
+    with pytest.raises(SystemExit):
+        main(["--quick", "--plot", "bench.pdf"])
+    assert "expected a file name ending in .png or .svg" in capsys.readouterr().err
+
+
+def test_cli_sweep_over_num_envs_reports_speed_and_memory(tmp_path, capsys):
+    argv = ["--quick", "--no-progress", "--strict", "--steps", "5", "--sweep", "num_envs=2,4"]
+    assert main([*argv, "--backends", "gym-sync,gymvec-serial"]) == 0
+    out = capsys.readouterr().out
+    assert [row[0] for row in _table_rows(out)] == ["CartPole-v1-2"] * 2 + ["CartPole-v1-4"] * 2
+    sweep = out.split("num_envs")[1].splitlines()[2:6]
+    assert [line.split()[:2] for line in sweep] == [
+        ["2", "gym-sync"],
+        ["2", "gymvec-serial"],
+        ["4", "gym-sync"],
+        ["4", "gymvec-serial"],
+    ]
+    assert all(line.split()[4] != "-" for line in sweep)  # memory measured
+    with pytest.raises(SystemExit):
+        main(["--sweep", "workers=2,4"])
+
+
+def test_startup_case_times_a_fresh_interpreter_and_judges_the_target():
+    from gymvec.bench.startup import StartupResult, format_startup, run_startup, target_verdict
+
+    (result,) = run_startup(names=("gym-async",), repeats=1)
+    assert result.error is None
+    assert 0 < result.imported_s <= result.built_s <= result.first_step_s <= result.closed_s < 60
+    assert "gym-async" in format_startup([result])
+    fake = [
+        StartupResult("gymvec-parallel", 0.2, 0.3, 0.3, 0.4),
+        StartupResult("torch-import", 2.0, 2.0, 2.0, 2.0),
+        StartupResult("gymvec-td", 2.1, 2.2, 2.5, 2.6),
+    ]
+    assert target_verdict(fake).startswith("ParallelEnv's first step at 2.50 s: within 1.5 x")
+    fake[2] = StartupResult("gymvec-td", 2.1, 2.2, 7.0, 7.2)
+    assert "NOT within" in target_verdict(fake)

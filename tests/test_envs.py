@@ -183,9 +183,10 @@ def test_make_kwargs_need_an_id():
 # ---- infos ------------------------------------------------------------------------------------
 def test_numeric_infos_become_keys_and_the_rest_stays_reachable():
     env = GymEnv(DICT_ENV_ID, max_steps=5)
-    assert set(env.info_spec.keys()) == {"steps", "speed", "inside", "vector"}
+    assert set(env.info_spec.keys()) == set()  # learnt from the first results, not a probe
     env.set_seed(3)
     root = env.reset()
+    assert set(env.info_spec.keys()) == {"steps", "speed", "inside", "vector"}
     assert root.get(("info", "steps")).item() == 0
     assert env.last_reset_info["phase"] == "run"
     ref = gym.make(DICT_ENV_ID, max_steps=5)
@@ -225,6 +226,23 @@ def test_record_episode_statistics_episode_info_is_reachable():
     episode = env.last_step_info["episode"]
     assert episode["l"] == length
     assert episode["r"] == pytest.approx(float(length))
+
+
+class _StepOnlyInfo(gym.Wrapper):
+    """An info entry that only steps report."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated, truncated, {**info, "effort": 0.5}
+
+
+def test_info_fields_first_seen_at_the_first_step_stack_in_a_rollout():
+    env = GymEnv(_StepOnlyInfo(gym.make("CartPole-v1")))
+    env.set_seed(0)
+    rollout = env.rollout(5, break_when_any_done=False)
+    assert set(env.info_spec.keys()) == {"effort"}
+    assert rollout.get(("info", "effort")).tolist() == [0.0, 0.5, 0.5, 0.5, 0.5]
+    assert rollout.get(("next", "info", "effort")).tolist() == [0.5] * 5
 
 
 def test_declared_info_fields():

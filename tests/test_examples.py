@@ -51,11 +51,11 @@ def test_sb3_ppo_cartpole_quick():
 def test_ppo_gymnasium_quick():
     out = run_example("ppo_gymnasium.py", "--num-envs", "4", "--num-workers", "2")
     iterations = re.findall(r"^iteration (\d+)/(\d+) step (\d+) episodes (\d+)", out, re.M)
-    # 2048 steps in rollouts of 4 envs x 32 steps: 16 iterations, logged every 10 and at the end.
-    assert [(int(i), int(n), int(s)) for i, n, s, _ in iterations] == [
-        (10, 16, 1280),
-        (16, 16, 2048),
-    ], out
+    # 2048 steps in rollouts of 4 envs x 32 steps: 16 iterations, logged every 10 and at the end
+    # (and every 5 s at the latest, on a slow machine).
+    logged = [(int(i), int(n), int(s)) for i, n, s, _ in iterations]
+    assert (10, 16, 1280) in logged and logged[-1] == (16, 16, 2048), out
+    assert logged == sorted(set(logged)), out
     # Early CartPole episodes last tens of steps: RecordEpisodeStatistics must have reported
     # some through the infos.
     assert int(iterations[-1][3]) > 0

@@ -631,4 +631,4 @@ def test_import_error_without_stable_baselines3(monkeypatch):
     monkeypatch.delitem(sys.modules, "gymvec.sb3", raising=False)
     with warnings.catch_warnings(), pytest.raises(ImportError) as error:
         importlib.import_module("gymvec.sb3")
-    assert "stable-baselines3 is not installed: pip install gymvec[sb3]" in str(error.value)
+    assert "stable-baselines3 is not installed: pip install stable-baselines3" in str(error.value)

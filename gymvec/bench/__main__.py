@@ -19,11 +19,17 @@ from collections.abc import Sequence
 
 from gymvec.bench.cases import CASES, DEFAULT_CASES, Case
 from gymvec.bench.harness import Settings, run_cases
-from gymvec.bench.report import format_table, to_json, write_json
-from gymvec.bench.runners import RUNNERS
+from gymvec.bench.plot import plot_problem
+from gymvec.bench.progress import Progress
+from gymvec.bench.report import format_sweep, format_table, to_json, write_json
+from gymvec.bench.runners import RUNNERS, usable_cores
 from gymvec.bench.soak import CONFIGS as SOAK_CONFIGS
 from gymvec.bench.soak import SOAK_STEPS
+from gymvec.bench.verdict import LEGEND, verdict_lines
 
+STARTUP_CASE = "startup"
+# --sweep's runners: gym-async starts one process per sub-env, too many at 512
+SWEEP_BACKENDS = ("gym-sync", "gymvec-serial", "gymvec-parallel", "bare-parallel")
 FULL = Settings()
 QUICK = Settings(steps=20, repeats=2, warmup=2, max_seconds=0.5)
 
@@ -52,6 +58,18 @@ def _backends(text: str) -> tuple[str, ...]:
     return names
 
 
+def _sweep(text: str) -> tuple[int, ...]:
+    key, _, values = text.partition("=")
+    if key.strip() != "num_envs" or not values:
+        raise argparse.ArgumentTypeError(
+            f"expected num_envs=N,N,... (e.g. num_envs=8,32), got {text}"
+        )
+    try:
+        return tuple(_positive_int(value) for value in values.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {values}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gymvec-bench",
@@ -60,7 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
         f"runners: {', '.join(RUNNERS)}",
     )
     parser.add_argument(
-        "--case", action="append", choices=list(CASES), help="a named case (repeatable)"
+        "--case",
+        action="append",
+        choices=[*CASES, STARTUP_CASE],
+        help=f"a named case (repeatable); {STARTUP_CASE}: launch to first step, fresh interpreters",
     )
     parser.add_argument("--env-id", help="a custom case on this gymnasium id (default CartPole-v1)")
     parser.add_argument(
@@ -97,6 +118,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="tiny runs, for CI")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--strict", action="store_true", help="exit 1 if any runner failed")
+    parser.add_argument(
+        "--plot",
+        metavar="PATH",
+        help="also draw the results (PNG or SVG, by the suffix; needs matplotlib)",
+    )
+    parser.add_argument(
+        "--sweep",
+        type=_sweep,
+        metavar="num_envs=N,N,...",
+        help="one case per number of sub-envs (--env-id's env, default CartPole-v1; runners: "
+        f"{','.join(SWEEP_BACKENDS)} unless --backends): throughput and memory as it grows",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     soak = parser.add_argument_group("soak", "long runs that sample what the process holds")
     soak.add_argument(
@@ -121,7 +154,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def select_cases(args: argparse.Namespace) -> list[Case]:
-    cases = [CASES[name] for name in args.case or []]
+    if args.sweep:
+        env_id = args.env_id or "CartPole-v1"
+        backends = args.backends or SWEEP_BACKENDS
+        return [
+            Case(f"{env_id}-{n}", env_id, n, num_workers=args.num_workers, backends=backends)
+            for n in args.sweep
+        ]
+    cases = [CASES[name] for name in args.case or [] if name != STARTUP_CASE]
+    if STARTUP_CASE in (args.case or []) and not cases and args.env_id is args.num_envs is None:
+        return []  # the start-up case alone
     if args.env_id is not None or args.num_envs is not None:
         env_id = args.env_id or "CartPole-v1"
         num_envs = args.num_envs or 8
@@ -175,24 +217,80 @@ def soak_main(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.soak:
         return soak_main(args)
+    if args.plot:
+        problem = plot_problem(args.plot)
+        if problem:  # before the run: no minutes lost to find out
+            parser.error(problem)
     cases = select_cases(args)
     settings = select_settings(args)
+    failed_startup = False
+    if STARTUP_CASE in (args.case or []):
+        failed_startup = startup_main(args)
+        if not cases:
+            return 1 if args.strict and failed_startup else 0
+    if not args.no_progress:
+        print(estimate(cases, settings), file=sys.stderr, flush=True)
     case_results = run_cases(cases, settings, show_progress=not args.no_progress)
     cap = "" if settings.max_seconds is None else f" or {settings.max_seconds:g} s"
     print(
-        f"env-steps/s: median of {settings.repeats} interleaved timed run(s) of "
-        f"{settings.steps} vector steps{cap}; x sync: against gym-sync, x best gym: against "
-        "the faster of gym-sync/gym-async, x ceiling: against bare-free where it ran (medians "
-        "of the ratios within each round of runs)"
+        f"{len(case_results)} case(s), {settings.repeats} timed run(s) per runner of "
+        f"{settings.steps} vector steps{cap}, {usable_cores()} usable core(s)."
     )
+    print(LEGEND)
+    print()
     print(format_table(case_results))
+    if args.sweep:
+        print()
+        print(format_sweep(case_results))
+    print()
+    print("Verdict:")
+    print("\n".join(verdict_lines(case_results)) or "no runner was timed")
     if args.json:
         write_json(args.json, to_json(case_results, settings))
+    if args.plot:
+        from gymvec.bench.plot import plot_cases, plot_sweep
+
+        (plot_sweep if args.sweep else plot_cases)(case_results, args.plot)
+        print(f"chart: {args.plot}")
     failed = [r for c in case_results for r in c.results if r.error is not None]
-    return 1 if args.strict and failed else 0
+    return 1 if args.strict and (failed or failed_startup) else 0
+
+
+def estimate(cases: Sequence[Case], settings: Settings) -> str:
+    """How long the run should take: each runner is built once (a few seconds) and timed
+    ``repeats`` times, each run capped by ``max_seconds`` (2 s assumed without a cap)."""
+    runs = sum(len(case.runner_names()) for case in cases)
+    per_run = 2.0 if settings.max_seconds is None else settings.max_seconds
+    seconds = runs * (3.0 + settings.repeats * per_run)
+    return f"{runs} runner(s) to build and time: about {seconds / 60:.1f} min (the ETA follows)"
+
+
+def startup_main(args: argparse.Namespace) -> bool:
+    """Run and print the start-up case; whether a runner failed."""
+    from gymvec.bench import startup
+
+    progress = Progress(len(startup.RUNNERS) * (1 if args.quick else 3), not args.no_progress)
+
+    def on_run(name: str, round_: int) -> None:
+        progress.describe(f"startup {name} {round_ + 1}")
+        if round_ or name != next(iter(startup.RUNNERS)):
+            progress.update()
+
+    try:
+        results = startup.run_startup(repeats=1 if args.quick else 3, on_run=on_run)
+    finally:
+        progress.close()
+    print(startup.STARTUP_HEADER)
+    print(startup.format_startup(results))
+    verdict = startup.target_verdict(results)
+    if verdict:
+        print(verdict)
+    print()
+    return any(r.error for r in results)
 
 
 # Guarded: worker processes started with spawn/forkserver re-import the main module.

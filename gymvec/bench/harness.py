@@ -20,6 +20,7 @@ from gymnasium.vector.utils import batch_space
 
 from gymvec.bench.cases import Case
 from gymvec.bench.progress import Progress
+from gymvec.bench.resources import process_tree_mb
 from gymvec.bench.runners import RUNNERS, Runner, RunnerOptions, make_env
 
 GYM_SYNC = "gym-sync"
@@ -47,6 +48,8 @@ class RunnerResult:
     ratio_sync: float | None = None
     ratio_best_gym: float | None = None
     ratio_ceiling: float | None = None
+    # what building the runner added to this process and its children (PSS, MB)
+    memory_mb: float | None = None
 
     @property
     def steps_per_s(self) -> float | None:
@@ -59,6 +62,7 @@ class RunnerResult:
             "ratio_sync": self.ratio_sync,
             "ratio_best_gym": self.ratio_best_gym,
             "ratio_ceiling": self.ratio_ceiling,
+            "memory_mb": self.memory_mb,
             "error": self.error,
             "samples": list(self.samples),
         }
@@ -146,6 +150,7 @@ def run_case(case: Case, settings: Settings, progress: Progress) -> CaseResult:
             progress.describe(f"{case.name} {name} build")
             if pool is not None:
                 runner = None
+                before = process_tree_mb()
                 try:
                     factory = RUNNERS.get(name)
                     if factory is None:
@@ -154,6 +159,9 @@ def run_case(case: Case, settings: Settings, progress: Progress) -> CaseResult:
                     runners[name] = runner
                     runner.reset(settings.seed)
                     prepared[name] = runner.prepare_actions(pool)
+                    after = process_tree_mb()
+                    if before is not None and after is not None:
+                        results[name].memory_mb = after - before
                 except Exception as e:
                     results[name].error = describe_error(e)
                     runners.pop(name, None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 
@@ -13,6 +14,7 @@ class Progress:
         self.total = total
         self.done = 0
         self.enabled = enabled
+        self.started = time.monotonic()
         self._bar: Any = None
         # tqdm redraws with carriage returns, which clutter a log; a log gets plain lines.
         if not enabled or not sys.stderr.isatty():
@@ -38,11 +40,20 @@ class Progress:
         if self._bar is not None:
             self._bar.update(1)
 
+    def eta(self) -> str:
+        """The time left at the pace so far (tqdm shows its own)."""
+        if not self.done:
+            return "ETA ?"
+        left = (time.monotonic() - self.started) / self.done * (self.total - self.done)
+        minutes, seconds = divmod(round(left), 60)
+        return f"ETA {minutes}:{seconds:02d}"
+
     def _write(self, label: str) -> None:
+        status = f"[{self.done}/{self.total}, {self.eta()}] {label}"
         if sys.stderr.isatty():
-            sys.stderr.write(f"\r[{self.done}/{self.total}] {label}".ljust(60))
+            sys.stderr.write(f"\r{status}".ljust(72))
         else:
-            sys.stderr.write(f"[{self.done}/{self.total}] {label}\n")
+            sys.stderr.write(f"{status}\n")
         sys.stderr.flush()
 
     def close(self) -> None:

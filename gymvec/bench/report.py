@@ -50,6 +50,22 @@ def format_table(case_results: Sequence[CaseResult]) -> str:
     return "\n".join(out)
 
 
+def format_sweep(case_results: Sequence[CaseResult]) -> str:
+    """``--sweep``: per number of sub-envs, each runner's speed and the memory it added."""
+    header = f"{'num_envs':>8}  {'runner':<18} {'steps/s':>9} {'x sync':>7} {'MB':>7}"
+    lines = [header, "-" * len(header)]
+    for case_result in case_results:
+        for r in case_result.results:
+            rate = "-" if r.steps_per_s is None else f"{r.steps_per_s:.0f}"
+            memory = "-" if r.memory_mb is None else f"{r.memory_mb:.0f}"
+            lines.append(
+                f"{case_result.case.num_envs:>8}  {r.runner:<18} {rate:>9} "
+                f"{_ratio(r.ratio_sync):>7} {memory:>7}"
+            )
+    lines.append("MB: what building the runner added to this process and its workers (PSS)")
+    return "\n".join(lines)
+
+
 def _version(package: str) -> str | None:
     try:
         return importlib.metadata.version(package)

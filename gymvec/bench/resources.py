@@ -88,3 +88,26 @@ def rss_mb(pid: int | str = "self") -> float | None:
 def children_rss_mb(pids: set[int]) -> float:
     """The resident memory of these processes together (those gone count nothing)."""
     return sum(rss_mb(pid) or 0.0 for pid in pids)
+
+
+def pss_mb(pid: int | str = "self") -> float | None:
+    """The proportional set size (shared pages split among the processes that map them), or
+    None where /proc/<pid>/smaps_rollup cannot be read."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError, IndexError):
+        return None
+    return None
+
+
+def process_tree_mb() -> float | None:
+    """The memory of this process and its children together: the sum of their PSS (pages
+    shared after a fork count once), or of their RSS where PSS is not available."""
+    pids: list[int | str] = ["self", *child_pids()]
+    pss = [pss_mb(pid) for pid in pids]
+    if pss[0] is not None:
+        return sum(value or 0.0 for value in pss)
+    rss = [rss_mb(pid) for pid in pids]
+    return None if rss[0] is None else sum(value or 0.0 for value in rss)

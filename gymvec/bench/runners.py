@@ -261,7 +261,9 @@ def _sb3_subproc(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
     try:
         from stable_baselines3.common.vec_env import SubprocVecEnv
     except ImportError as e:
-        raise ImportError("sb3-subproc needs stable-baselines3: pip install gymvec[sb3]") from e
+        raise ImportError(
+            "sb3-subproc needs stable-baselines3: pip install stable-baselines3"
+        ) from e
     # SB3 defaults to forkserver, where every worker re-imports SB3 and torch (seconds each);
     # fork, gymnasium's default here, starts them at once and steps no differently.
     start_method = "fork" if "fork" in mp.get_all_start_methods() else None
@@ -273,7 +275,7 @@ def _sb3_dummy(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
     try:
         from stable_baselines3.common.vec_env import DummyVecEnv
     except ImportError as e:
-        raise ImportError("sb3-dummy needs stable-baselines3: pip install gymvec[sb3]") from e
+        raise ImportError("sb3-dummy needs stable-baselines3: pip install stable-baselines3") from e
     return SB3Runner(DummyVecEnv(make_env_fns(env_id, num_envs)))
 
 
@@ -301,9 +303,7 @@ def _torchrl_parallel_env(env_id: str, num_envs: int, options: RunnerOptions) ->
     try:
         from torchrl.envs import GymEnv, ParallelEnv, SerialEnv
     except ImportError as e:
-        raise ImportError(
-            "torchrl's runners need torchrl: pip install torchrl (gymvec[torchrl])"
-        ) from e
+        raise ImportError("torchrl's runners need torchrl: pip install torchrl") from e
     num_workers, envs_per_worker = worker_layout(num_envs, options)
     make_sub_env = functools.partial(
         GymEnv, importable_id(env_id), categorical_action_encoding=True
@@ -328,7 +328,7 @@ def _collector_gymvec(env_id: str, num_envs: int, options: RunnerOptions) -> Run
     try:
         from gymvec.torchrl import to_torchrl
     except ImportError as e:
-        raise ImportError("collector-gymvec needs torchrl: pip install gymvec[torchrl]") from e
+        raise ImportError("collector-gymvec needs torchrl: pip install torchrl") from e
     env = _gymvec_parallel_env(env_id, num_envs, options)
     return CollectorRunner(to_torchrl(env, device_agnostic=True))
 

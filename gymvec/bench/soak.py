@@ -265,6 +265,7 @@ def _tensordict(local_worker: bool, options: SoakOptions) -> Driver:
         functools.partial(gym.make, importable_id(options.env_id)),
         envs_per_worker=counts,
         local_worker=local_worker,
+        mp_start_method="spawn",  # spawn's named semaphores: /dev/shm leftovers are watched
     )
     return TensorDictDriver(env, options.seed)
 

@@ -843,6 +843,12 @@ def _attach_worker_traceback(error: BaseException, text: str) -> None:
         error.__cause__ = RemoteTraceback(text)
 
 
+def default_start_method() -> str:
+    """multiprocessing's default start method, without fixing it (``get_start_method()``
+    would, and a later ``set_start_method()`` of the user's would then raise)."""
+    return mp.get_start_method(allow_none=True) or mp.get_all_start_methods()[0]
+
+
 def check_start_method(start_method: str | None) -> str:
     """``start_method``, or a ValueError in multiprocessing's own words (which gymnasium's
     and SB3's classes pass on)."""

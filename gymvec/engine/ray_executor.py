@@ -43,7 +43,9 @@ from gymvec.engine.subenvs import SubEnvSummary
 from gymvec.engine.worker import env_specs_payload
 from gymvec.errors import SpaceMismatchError, SubEnvTimeoutError, WorkerError, worker_error
 
-INSTALL_HINT = "RayEnv needs Ray: pip install 'gymvec[ray]' (or pip install ray)"
+INSTALL_HINT = (
+    "RayEnv needs Ray: pip install ray (or, in gymvec's checkout, pip install -e '.[ray]')"
+)
 PLACEMENTS = {"spread": "SPREAD", "strict_spread": "STRICT_SPREAD", "pack": "PACK", None: None}
 CLOSE_TIMEOUT_S = 5.0  # how long close() waits for an actor to close its sub-envs
 

@@ -16,7 +16,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 
-from gymvec.common.infos import InfoField, infer_info_fields
+from gymvec.common.infos import InfoField
 from gymvec.common.structure import LeafSpec, leaf_specs, observation_leaves, space_leaves
 from gymvec.engine.buffers import Buffers
 from gymvec.engine.commands import Control, Extras
@@ -110,23 +110,6 @@ def summarize(env: Any, declared_infos: bool = False) -> SubEnvSummary:
         specs=(env.observation_spec, env.full_action_spec, env.reward_spec.dtype),
         info_fields=info_fields_of(env.info_spec) if declared_infos else None,
     )
-
-
-def probe_info_fields(gym_env: gym.Env) -> dict[str, InfoField]:
-    """The info fields of a gymnasium env, from the infos of a ``reset()`` and one random
-    ``step()``, as far as the env allows.
-
-    Fields only speed infos up: an env that cannot be reset or stepped yet (it needs an
-    attribute set, or reset options, first) is probed no further, and the infos it reports
-    later travel as extras. Its real calls then raise whatever they raise.
-    """
-    infos: list[dict] = []  # (GymEnv's choice, for specs known at construction)
-    try:
-        infos.append(gym_env.reset()[1])
-        infos.append(gym_env.step(gym_env.action_space.sample())[-1])
-    except Exception:
-        pass
-    return infer_info_fields(*[info for info in infos if isinstance(info, dict)])
 
 
 class SubEnvGroup:

@@ -25,7 +25,12 @@ from gymvec.engine.buffers import Buffers
 from gymvec.engine.commands import Autoreset, Extras
 from gymvec.engine.engine import Backend, BatchEngine, expand_seeds, process_backend, serial_backend
 from gymvec.engine.factories import SubEnvFactories, check_count
-from gymvec.engine.processes import ProcessOptions, check_start_method, check_timeout
+from gymvec.engine.processes import (
+    ProcessOptions,
+    check_start_method,
+    check_timeout,
+    default_start_method,
+)
 from gymvec.engine.subenvs import SubEnvSummary
 from gymvec.envs.base import DONE_KEYS, EnvBase, make_done_spec, make_reward_spec, set_next
 from gymvec.envs.gym_env import observation_spec_from_space
@@ -731,7 +736,9 @@ class ParallelEnv(BatchedEnvBase):
             (``[3, 4]``: 7 sub-envs, rows 0-2 in worker 0). The batch size is their total.
         shared_memory: must be True: buffers live in shared memory (kept for torchrl users).
         memmap: back the buffers with a temporary file instead of anonymous shared memory.
-        mp_start_method: "spawn" (default), "fork" or "forkserver".
+        mp_start_method: "spawn", "fork" or "forkserver" (None: multiprocessing's default, as
+            the drop-ins and gymnasium's ``AsyncVectorEnv``: "fork" on Linux up to Python
+            3.13, where workers start without importing torch again).
         num_threads: torch threads of this process (unchanged if None).
         num_sub_threads: torch threads in each worker (1: no oversubscription).
         local_worker: step worker 0's sub-envs in this process while the others run.
@@ -781,7 +788,9 @@ class ParallelEnv(BatchedEnvBase):
         if not shared_memory:
             raise ValueError("shared_memory=False is not supported: buffers are always shared")
         self.memmap = memmap
-        self.mp_start_method = check_start_method(mp_start_method)
+        # (multiprocessing's default, not spawn's: spawned workers re-import the main module,
+        # and with it torch, for seconds; see docs/benchmarks.md, "Start-up")
+        self.mp_start_method = check_start_method(mp_start_method or default_start_method())
         self.num_sub_threads = num_sub_threads
         self.local_worker = bool(local_worker)
         self.daemon = daemon

@@ -10,7 +10,7 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict, TensorDictBase
 
-from gymvec.common.infos import InfoField, declared_fields, split_info
+from gymvec.common.infos import InfoField, declared_fields, infer_info_fields, split_info
 from gymvec.common.structure import (
     Leaf,
     build_value,
@@ -20,7 +20,6 @@ from gymvec.common.structure import (
     observation_leaves,
     space_leaves,
 )
-from gymvec.engine.subenvs import probe_info_fields
 from gymvec.envs.base import DONE_KEYS, EnvBase
 from gymvec.spaces import spec_from_space
 from gymvec.specs import Composite, DeviceLike, info_spec_of
@@ -33,8 +32,11 @@ class GymEnv(EnvBase):
     keys otherwise), ``terminated`` and ``truncated`` stay apart and ``done`` is their union.
 
     Infos: entries that are numbers, bools or numeric arrays of fixed shape become keys under
-    ``"info"`` (their fields are found by a probe, a ``reset()`` and one random ``step()`` at
-    construction, or given with ``info_fields``; ``probe_infos=False`` skips the probe). The
+    ``"info"``. Building a ``GymEnv`` neither resets nor steps its env: the fields are learnt
+    from the infos of the first ``reset()`` and the first ``step()`` (an entry first seen at
+    that step is zero in its root), or given with ``info_fields`` (then nothing is learnt;
+    ``probe_infos=False`` learns nothing either). As sub-envs of a batched env, only the
+    ``info_fields`` given become keys; the other entries reach the parent as extras. The
     whole last info dicts stay reachable as ``last_reset_info`` and ``last_step_info``.
 
     Seeding: ``set_seed(s)`` then ``reset()`` equals gymnasium's ``env.reset(seed=s)``.
@@ -78,8 +80,10 @@ class GymEnv(EnvBase):
         self._pending_seed: int | None = None
         self.last_reset_info: dict = {}
         self.last_step_info: dict = {}
-        self.info_fields = self._find_info_fields(info_fields, probe_infos)
+        self.info_fields: dict[str, InfoField] = declared_fields(info_fields)
         self.info_spec = info_spec_of(self.info_fields)
+        # Until the first step: learn fields from the infos (none given, learning not refused)
+        self._learning_infos = info_fields is None and probe_infos
 
     @property
     def render_mode(self) -> str | None:
@@ -96,6 +100,8 @@ class GymEnv(EnvBase):
         obs, info = self.env.reset(seed=self._pending_seed)
         self._pending_seed = None
         self.last_reset_info = info
+        if self._learning_infos:
+            self._learn_info_fields(info)
         out = self._observation_td(obs, info)
         false = torch.zeros(1, dtype=torch.bool)
         for key in DONE_KEYS:
@@ -105,6 +111,11 @@ class GymEnv(EnvBase):
     def _step(self, td: TensorDictBase) -> TensorDictBase:
         obs, reward, terminated, truncated, info = self.env.step(self.action_to_gym(td))
         self.last_step_info = info
+        if self._learning_infos:
+            self._learning_infos = False
+            for name, field in self._learn_info_fields(info).items():
+                # into the root too, which then stacks with the next ones (a rollout)
+                td.set(("info", name), torch.as_tensor(np.zeros(field.shape, field.dtype)))
         out = self._observation_td(obs, info)
         out.set("reward", torch.tensor([reward], dtype=self.reward_spec.dtype))
         out.set("terminated", torch.tensor([bool(terminated)]))
@@ -163,12 +174,19 @@ class GymEnv(EnvBase):
             )
         return array
 
-    def _find_info_fields(self, given: dict[str, Any] | None, probe: bool) -> dict[str, InfoField]:
-        fields: dict[str, InfoField] = {}
-        if probe:
-            fields.update(probe_info_fields(self.env))
-        fields.update(declared_fields(given))
-        return fields
+    def _learn_info_fields(self, info: Any) -> dict[str, InfoField]:
+        """Add fields for the numeric entries of ``info`` not known yet; returns those."""
+        if not isinstance(info, dict):
+            return {}
+        new = {
+            name: field
+            for name, field in infer_info_fields(info).items()
+            if name not in self.info_fields
+        }
+        if new:
+            self.info_fields = {**self.info_fields, **new}
+            self.info_spec = info_spec_of(self.info_fields)
+        return new
 
     def __getattr__(self, name: str) -> Any:
         # Only reached when normal lookup fails: forward public names to the gymnasium env so

@@ -60,7 +60,7 @@ def make_vec(
         env_id: a registered id (or an ``EnvSpec``).
         num_envs: number of sub-envs.
         backend: "parallel" (worker processes), "serial" (this process) or "ray" (Ray
-            actors, as ``RayEnv``; needs ``pip install 'gymvec[ray]'``).
+            actors, as ``RayEnv``; needs Ray: ``pip install ray``).
         num_workers: worker processes for the parallel backend (default: usable cores);
             Ray actors for the ray backend (default: one per alive node of the cluster).
         autoreset_mode: "next_step", "same_step" or "disabled".

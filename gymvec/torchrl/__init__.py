@@ -1,4 +1,4 @@
-"""torchrl interop (optional: ``pip install gymvec[torchrl]``).
+"""torchrl interop (optional: ``pip install -e ".[torchrl]"`` in gymvec's checkout).
 
 - :func:`to_torchrl`: a batched gymvec env as a ``torchrl.envs.EnvBase``
   (:class:`GymvecWrapper`), for torchrl's transforms, collectors, ``check_env_specs`` and
@@ -18,7 +18,8 @@ try:
     import torchrl  # noqa: F401
 except ImportError as error:
     raise ImportError(
-        "gymvec.torchrl needs torchrl, which is not installed: pip install 'gymvec[torchrl]' "
+        "gymvec.torchrl needs torchrl, which is not installed: pip install torchrl (or, in "
+        "gymvec's checkout, pip install -e '.[torchrl]') "
         "(torchrl 0.14 pins tensordict 0.14.x, which gymvec supports)"
     ) from error
 

@@ -1,0 +1,111 @@
+"""``python -m gymvec``: the versions and the machine, then a few-second self-check.
+
+The block to paste into a bug report. The self-check steps a ``SerialVectorEnv`` and a
+``ParallelVectorEnv`` beside gymnasium's ``SyncVectorEnv`` (same seeds, same actions) and
+prints PASS or FAIL; the exit code is 1 on FAIL.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import multiprocessing
+import platform
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+import gymvec
+from gymvec.engine.processes import default_start_method, usable_cores
+
+PACKAGES = ("gymnasium", "numpy", "torch", "tensordict")
+CHECK_ENV_ID = "CartPole-v1"
+CHECK_NUM_ENVS = 4
+CHECK_STEPS = 300  # a few episodes end: autoresets are compared too
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def report_lines() -> list[str]:
+    """gymvec's version and where it was imported from, the packages, the machine."""
+    lines = [
+        f"gymvec      {gymvec.__version__} ({gymvec.__path__[0]})",
+        f"python      {platform.python_version()} ({sys.executable})",
+    ]
+    lines += [f"{package:<11} {_version(package)}" for package in PACKAGES]
+    lines += [
+        f"platform    {platform.platform()}",
+        f"cores       {usable_cores()} usable of {multiprocessing.cpu_count()}",
+        f"start       {default_start_method()} (the worker processes' default start method)",
+    ]
+    return lines
+
+
+def _mismatch(name: str, got: Sequence, expected: Sequence) -> str | None:
+    """What differs between one step's outputs (obs, rewards, terminated, truncated)."""
+    names = ("observations", "rewards", "terminations", "truncations")
+    for what, a, b in zip(names, got, expected):
+        if not np.array_equal(np.asarray(a), np.asarray(b)):
+            return f"{name}: {what} differ from SyncVectorEnv's"
+    return None
+
+
+def check_against_sync(name: str, make: Callable[[list], gym.vector.VectorEnv]) -> str | None:
+    """Step ``make(env_fns)`` and ``SyncVectorEnv(env_fns)`` alike; the first difference."""
+    env_fns = [lambda: gym.make(CHECK_ENV_ID)] * CHECK_NUM_ENVS
+    reference = gym.vector.SyncVectorEnv(env_fns)
+    envs = make(env_fns)
+    try:
+        actions = np.random.default_rng(0).integers(0, 2, size=(CHECK_STEPS, CHECK_NUM_ENVS))
+        got, expected = envs.reset(seed=7), reference.reset(seed=7)
+        problem = _mismatch(f"{name} reset", (got[0], [], [], []), (expected[0], [], [], []))
+        for t, action in enumerate(actions):
+            if problem:
+                return problem
+            got, expected = envs.step(action), reference.step(action)
+            problem = _mismatch(f"{name} step {t}", got[:4], expected[:4])
+        return problem
+    finally:
+        envs.close()
+        reference.close()
+
+
+def self_check() -> list[tuple[str, str | None]]:
+    """(what, None or what went wrong) of each check."""
+    checks = {
+        "SerialVectorEnv": lambda fns: gymvec.SerialVectorEnv(fns),
+        "ParallelVectorEnv (2 workers)": lambda fns: gymvec.ParallelVectorEnv(fns, num_workers=2),
+    }
+    results = []
+    for name, make in checks.items():
+        try:
+            results.append((name, check_against_sync(name, make)))
+        except Exception as exc:  # a broken install shows as a FAIL with its reason
+            results.append((name, f"{name} raised {type(exc).__name__}: {exc}"))
+    return results
+
+
+def main() -> int:
+    print("\n".join(report_lines()))
+    print(
+        f"self-check: {CHECK_STEPS} steps of {CHECK_NUM_ENVS} {CHECK_ENV_ID} sub-envs, each "
+        "vector env against gymnasium's SyncVectorEnv (same seeds and actions)"
+    )
+    start = time.perf_counter()
+    results = self_check()
+    for name, problem in results:
+        print(f"  {name:<30} {'PASS' if problem is None else 'FAIL: ' + problem}")
+    passed = all(problem is None for _, problem in results)
+    print(f"{'PASS' if passed else 'FAIL'} ({time.perf_counter() - start:.1f} s)")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":  # guarded: spawned workers re-import the main module
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""``python -m gymvec``: the report block and its self-check."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+
+import gymvec.__main__ as gymvec_main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_python_m_gymvec_prints_versions_and_passes():
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "gymvec"], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    for name in ("gymvec", "python", "gymnasium", "numpy", "torch", "tensordict", "cores", "start"):
+        assert any(line.startswith(name) for line in out.splitlines()), name
+    assert "SerialVectorEnv" in out and "ParallelVectorEnv" in out
+    assert out.strip().splitlines()[-1].startswith("PASS")
+
+
+def test_a_vector_env_that_differs_from_sync_fails_the_check():
+    def doubled(fns):
+        return gym.wrappers.vector.TransformReward(gym.vector.SyncVectorEnv(fns), lambda r: 2 * r)
+
+    problem = gymvec_main.check_against_sync("doubled", doubled)
+    assert problem == "doubled step 0: rewards differ from SyncVectorEnv's"
+    assert gymvec_main.check_against_sync("sync", gym.vector.SyncVectorEnv) is None
+
+
+def test_a_failed_check_exits_non_zero(monkeypatch, capsys):
+    monkeypatch.setattr(gymvec_main, "self_check", lambda: [("broken", "broken: it raised")])
+    assert gymvec_main.main() == 1
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("FAIL")
