@@ -21,6 +21,9 @@ import pytest
 
 from gymvec.bench.resources import child_pids
 
+# tianshou's replay buffers compile numba functions at first use (half a minute and more here);
+# the tests' small collections run as fast without: set before tianshou imports numba.
+os.environ.setdefault("NUMBA_DISABLE_JIT", "1")
 needs_tianshou = pytest.mark.skipif(
     importlib.util.find_spec("tianshou") is None,
     reason="tianshou is not installed (pip install gymvec[tianshou])",

@@ -31,6 +31,7 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 from tianshou.env import BaseVectorEnv
 
 from gymvec.engine.commands import Autoreset
+from gymvec.engine.engine import Received
 from gymvec.errors import ClosedEnvError
 from gymvec.integrations import sub_env_ops, tianshou_ops
 from gymvec.vector import dropin
@@ -147,16 +148,23 @@ class TianshouVectorEnv(BaseVectorEnv):
                 f"sub-envs {finished.tolist()} finished their episodes: reset them "
                 "(reset(env_id=...)) before stepping them again"
             )
-        write = functools.partial(self.vector_env._write_action_rows, self._batched(action))
-        self.engine.async_step_send(rows, Autoreset.NONE, write_actions=write)
-        extras = self._take_back("step", len(rows))
+        if len(rows) == self.env_num and (id is None or (np.diff(rows) > 0).all()):
+            # every sub-env in order (the collector's steps by n_step): one whole-batch step
+            # (autoreset disabled) costs less than a first-ready command per sub-env
+            self.vector_env.step_send(self._batched(action))
+            received = self.vector_env.receive()
+            extras = {row: extras.next for row, extras in received.extras.items()}
+        else:
+            write = functools.partial(self.vector_env._write_action_rows, self._batched(action))
+            self.engine.async_step_send(rows, Autoreset.NONE, write_actions=write)
+            extras, received = self._take_back("step", len(rows)), None
         slot = self.engine.buffers.next
         infos = self._row_infos(rows, extras)
         # each info's "env_id" is the element of ``id`` that named it, as tianshou's
         for env_id, info in zip(self._wrap_id(id), infos):
             info["env_id"] = env_id
         return (
-            self._observations(rows),
+            self._observations(rows, received),
             slot.reward[rows],
             slot.terminated[rows],
             slot.truncated[rows],
@@ -202,14 +210,17 @@ class TianshouVectorEnv(BaseVectorEnv):
             return action
         return concatenate(space, list(action), create_empty_array(space, len(action)))
 
-    def _observations(self, rows: np.ndarray) -> np.ndarray:
-        """The observations of the sub-envs at ``rows``: an array, or as tianshou stacks
-        values that are not arrays (Dict spaces), an object array of one value per sub-env."""
+    def _observations(self, rows: np.ndarray, received: Received | None = None) -> np.ndarray:
+        """The observations of the sub-envs at ``rows`` (all of them, in order, after the
+        whole-batch command ``received``): an array, or as tianshou stacks values that are
+        not arrays (Dict spaces), an object array of one value per sub-env."""
         face = self.vector_env
-        if face._plain_obs is not None:
-            return face._row_observations(rows)
-        slot = self.engine.buffers.next
-        return _object_array([face._single_observation(slot, row) for row in rows.tolist()])
+        if face._plain_obs is None:
+            slot = self.engine.buffers.next
+            return _object_array([face._single_observation(slot, row) for row in rows.tolist()])
+        if received is not None:  # (from an observation lane it may have handed out)
+            return face._observations(received)
+        return face._row_observations(rows)
 
     def _row_infos(self, rows: np.ndarray, extras: dict[int, Any]) -> list[dict]:
         """The info dict of each sub-env at ``rows``, from the info fields of "next" (values
