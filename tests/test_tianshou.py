@@ -74,12 +74,12 @@ def make_policy(action_space: gym.Space, kind: str):
     return Heuristic(action_space=action_space)
 
 
-def collect(venv, kind: str, seed: int, **how):
+def collect(venv, kind: str, seed: int, size: int = 4000, **how):
     """A fresh collector over ``venv`` after ``venv.seed(seed)``: its buffer and stats."""
     from tianshou.data import Collector, VectorReplayBuffer
 
     venv.seed(seed)
-    buffer = VectorReplayBuffer(4000, len(venv))
+    buffer = VectorReplayBuffer(size, len(venv))
     collector = Collector(make_policy(venv.action_space[0], kind), venv, buffer)
     collector.reset()
     stats = collector.collect(random=kind == "random", **how)
@@ -174,6 +174,44 @@ def assert_same_tree(ref_value, value) -> None:
         return
     assert type(value) is type(ref_value), (ref_value, value)
     np.testing.assert_array_equal(value, ref_value)
+
+
+@needs_tianshou
+def test_reset_options_and_large_observations_as_dummy(no_leaks):
+    """Resets with gymnasium options reach the sub-envs they name; Atari-sized observations
+    (which whole-batch steps hand out from observation lanes) fill the same buffer."""
+    from tianshou.env import DummyVectorEnv
+
+    from gymvec.bench.envs import IMAGE_OBS_ID
+
+    ref, ours = DummyVectorEnv(cartpoles(3)), gymvec_venv("parallel", cartpoles(3))
+    try:
+        ref.seed(1), ours.seed(1)
+        bounds = {"low": 0.2, "high": 0.2}
+        ref_out = ref.reset(env_id=[2, 1], options=bounds, seed=4)
+        out = ours.reset(env_id=[2, 1], options=bounds, seed=4)
+        assert_same(ref_out, out)
+        assert (out[0] == np.float32(0.2)).all()
+        # one seed per sub-env (gymvec's extension): as separate resets with each seed
+        out = ours.reset(env_id=[2, 0], seed=[6, 7])
+        ref_obs = np.concatenate([ref.reset(env_id=2, seed=6)[0], ref.reset(env_id=0, seed=7)[0]])
+        np.testing.assert_array_equal(out[0], ref_obs)
+        action = np.array([1, 0, 1])
+        assert_same(ref.step(action), ours.step(action))
+    finally:
+        ours.close()
+    images = [functools.partial(gym.make, IMAGE_OBS_ID, episode_steps=7)] * 4
+    ref, ours = DummyVectorEnv(images), gymvec_venv("parallel", images)
+    try:
+        for seed, how in ((3, {"n_step": 40}), (5, {"n_episode": 6})):
+            ref_buffer, _ = collect(ref, "random", seed, size=120, **how)
+            buffer, _ = collect(ours, "random", seed, size=120, **how)
+            assert len(buffer) == len(ref_buffer) >= 40
+            for key in BUFFER_KEYS:
+                ours_key, ref_key = getattr(buffer, key), getattr(ref_buffer, key)
+                np.testing.assert_array_equal(ours_key, ref_key, err_msg=key)
+    finally:
+        ours.close()
 
 
 @needs_tianshou
