@@ -315,3 +315,33 @@ def test_docs_block_runs(no_leaks):
     blocks = re.findall(r"```python\n(.*?)```", DOCS.read_text(), flags=re.S)
     assert len(blocks) == 1
     exec(compile(blocks[0], str(DOCS), "exec"), {"__name__": "docs_tianshou"})
+
+
+def test_bench_runners_without_tianshou_say_how_to_install(monkeypatch):
+    from gymvec.bench.runners import RUNNERS, RunnerOptions
+
+    # None in sys.modules makes the import fail, whether or not tianshou is installed
+    monkeypatch.setitem(sys.modules, "tianshou", None)
+    monkeypatch.setitem(sys.modules, "tianshou.env", None)
+    for name in ("tianshou-shmem", "tianshou-subproc", "gymvec-tianshou"):
+        with pytest.raises(ImportError, match=r"pip install gymvec\[tianshou\]"):
+            RUNNERS[name]("CartPole-v1", 4, RunnerOptions(num_workers=2))
+
+
+@needs_tianshou
+def test_bench_runs_the_tianshou_runners():
+    """``python -m gymvec.bench`` with the three tianshou runners, briefly: each reports a
+    speed and no error (--strict fails otherwise)."""
+    backends = "gym-sync,tianshou-shmem,tianshou-subproc,gymvec-tianshou"
+    cmd = [sys.executable, "-m", "gymvec.bench", "--quick", "--strict", "--no-progress"]
+    cmd += ["--num-envs", "4", "--num-workers", "2", "--backends", backends]
+    root = str(Path(__file__).resolve().parents[1])
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+    }
+    out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=240, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("CartPole-v1-4 ")]
+    assert [row[1] for row in rows] == backends.split(",")
+    assert all(float(row[2]) > 0 for row in rows)

@@ -17,28 +17,19 @@ from typing import Any
 
 import numpy as np
 
-from gymvec.bench.runners import Runner, RunnerOptions, make_env_fns, worker_layout
+from gymvec.bench.runners import Runner, RunnerOptions, SB3Runner, make_env_fns, worker_layout
 from gymvec.bench.runners import register_runner as _register
 
 
-class TianshouRunner(Runner):
-    """A tianshou vector env: step all sub-envs, reset the finished ones."""
-
-    def __init__(self, venv: Any) -> None:
-        self.venv = venv
-
-    def reset(self, seed: int) -> None:
-        self.venv.seed(seed)
-        self.venv.reset()
+class TianshouRunner(SB3Runner):
+    """A tianshou vector env: step all sub-envs, reset the finished ones (seeded, reset and
+    closed as SB3's vector envs are)."""
 
     def step(self, actions: Any) -> None:
         _, _, terminated, truncated, _ = self.venv.step(actions)
         finished = np.flatnonzero(terminated | truncated)
         if finished.size:
             self.venv.reset(env_id=finished)
-
-    def close(self) -> None:
-        self.venv.close()
 
 
 def _tianshou_env() -> Any:
