@@ -2,27 +2,19 @@
 
 tianshou's ``Collector`` steps and resets any subset of the sub-envs (``step(action, id)``,
 ``reset(env_id)``) and resets finished ones itself. Those are the engine's first-ready
-commands: each call sends its sub-envs one command each and takes all of them back, so no
-sub-env is reset behind tianshou's back (gymvec's drop-in runs with autoreset disabled).
+commands: each call sends its sub-envs one command each and takes all of them back. A step of
+every sub-env in order (the collector's steps by ``n_step``) is one whole-batch step instead,
+which costs less. gymvec's drop-in runs with autoreset disabled: no sub-env is reset behind
+tianshou's back.
 
-Example:
-    >>> import gymnasium as gym
-    >>> from gymvec.tianshou import SerialVectorEnv
-    >>> envs = SerialVectorEnv([lambda: gym.make("CartPole-v1")] * 3)
-    >>> obs, infos = envs.reset()
-    >>> obs.shape, infos.dtype
-    ((3, 4), dtype('O'))
-    >>> obs, rew, terminated, truncated, infos = envs.step(np.array([1, 0]), id=[2, 0])
-    >>> obs.shape, [info["env_id"] for info in infos]
-    ((2, 4), [2, 0])
-    >>> envs.close()
+The collector example is in docs/integrations.md, section tianshou (the tests run it).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -31,7 +23,7 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 from tianshou.env import BaseVectorEnv
 
 from gymvec.engine.commands import Autoreset
-from gymvec.engine.engine import Received
+from gymvec.engine.engine import BatchEngine, Received
 from gymvec.errors import ClosedEnvError
 from gymvec.integrations import sub_env_ops, tianshou_ops
 from gymvec.vector import dropin
@@ -64,8 +56,11 @@ class TianshouVectorEnv(BaseVectorEnv):
     def __init__(self, vector_env: dropin.SerialVectorEnv | dropin.ParallelVectorEnv) -> None:
         # BaseVectorEnv.__init__ builds tianshou's workers: this class has none, and sets the
         # attributes tianshou's collectors read of a synchronous vector env.
-        self.vector_env = vector_env
-        self.engine = vector_env.engine
+        engine = vector_env.engine
+        if not isinstance(engine, BatchEngine):  # first-ready commands are BatchEngine's
+            raise TypeError(f"vector_env: expected a gymvec drop-in, got {vector_env!r}")
+        self.vector_env: dropin.SerialVectorEnv | dropin.ParallelVectorEnv = vector_env
+        self.engine: BatchEngine = engine
         self.env_num = vector_env.num_envs
         self.wait_num = self.env_num
         self.timeout = None  # tianshou's asynchronous timeout (gymvec's is the drop-in's)
@@ -165,7 +160,7 @@ class TianshouVectorEnv(BaseVectorEnv):
             info["env_id"] = env_id
         return (
             self._observations(rows, received),
-            slot.reward[rows],
+            cast(np.ndarray, slot.reward)[rows],  # ("next" has rewards, the root none)
             slot.terminated[rows],
             slot.truncated[rows],
             _object_array(infos),
@@ -208,7 +203,8 @@ class TianshouVectorEnv(BaseVectorEnv):
         )
         if not per_env or not isinstance(space, spaces.Dict | spaces.Tuple):
             return action
-        return concatenate(space, list(action), create_empty_array(space, len(action)))
+        out: Any = create_empty_array(space, len(action))
+        return concatenate(space, list(action), out)
 
     def _observations(self, rows: np.ndarray, received: Received | None = None) -> np.ndarray:
         """The observations of the sub-envs at ``rows`` (all of them, in order, after the
@@ -242,7 +238,7 @@ class TianshouVectorEnv(BaseVectorEnv):
         return infos
 
     # ---- seeds, render, close -----------------------------------------------------------------
-    def seed(self, seed: int | Sequence[int | None] | None = None) -> list[list[int | None]]:
+    def seed(self, seed: int | Sequence[int | None] | None = None) -> list[list[int] | None]:
         """Seed every sub-env as tianshou does: an int ``s`` gives sub-env ``i`` seed
         ``s + i``; each sub-env's action space is seeded and the sub-env reset with its seed.
         Returns ``[[seed]]`` per sub-env."""
@@ -258,7 +254,8 @@ class TianshouVectorEnv(BaseVectorEnv):
         self._seed_action_spaces(rows, seeds)
         self.engine.async_reset_send(rows, seeds=seeds, into="next")
         self._take_back("reset", self.env_num)
-        return [[s] for s in seeds]
+        used: list = [[s] for s in seeds]  # ([None] for None, as tianshou's workers)
+        return used
 
     def _seed_action_spaces(self, rows: np.ndarray, seeds: list[int | None]) -> None:
         """Seed each sub-env's action space (as tianshou's workers do with a seed)."""
