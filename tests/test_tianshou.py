@@ -310,6 +310,26 @@ def test_worker_error_then_reset_and_close(no_leaks):
 
 
 @needs_tianshou
+def test_timeout_on_a_subset_then_close(no_leaks):
+    """A sub-env that hangs in a partial step: the drop-in's ``timeout`` raises, and close()
+    ends its worker (which ignores SIGTERM) in bounded time."""
+    import time
+
+    from gymvec.errors import SubEnvTimeoutError
+    from gymvec.tianshou import ParallelVectorEnv
+
+    env_fns = [_envs.make_gym_failing, _envs.make_gym_hanging]
+    envs = ParallelVectorEnv(env_fns, num_workers=2, timeout=1.0)
+    envs.reset()
+    envs.step(np.array([0]), id=[0])
+    start = time.monotonic()
+    with pytest.raises(SubEnvTimeoutError):
+        envs.step(np.array([0]), id=[1])
+    envs.close()
+    assert time.monotonic() - start < 30
+
+
+@needs_tianshou
 def test_docs_block_runs(no_leaks):
     """The python block of the tianshou section of the docs runs as written."""
     blocks = re.findall(r"```python\n(.*?)```", DOCS.read_text(), flags=re.S)
