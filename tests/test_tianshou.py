@@ -301,12 +301,39 @@ def test_worker_error_then_reset_and_close(no_leaks):
     envs.reset()
     envs.step(np.array([0, 0]))
     with pytest.raises(WorkerError, match="failed on purpose"):
-        envs.step(np.array([0, 0]))
+        envs.step(np.array([0, 0]), id=[1, 0])  # (a subset's order: first-ready commands)
     obs, _ = envs.reset(env_id=[0])
     obs, rew, *_ = envs.step(np.array([1]), id=[0])
     assert obs.shape == (1, 2) and rew.tolist() == [0.0]
     envs.close()
     assert not workers & child_pids()
+
+
+@needs_tianshou
+def test_interrupted_step_then_the_next_call_works(no_leaks):
+    """A Ctrl-C while a partial step waits: the next call takes the interrupted step's results
+    back (and drops them) and goes on."""
+    import signal
+
+    from gymvec.tianshou import ParallelVectorEnv
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    env_fns = [functools.partial(_envs.TimedEnv, delay) for delay in (0.0, 0.5)]
+    envs = ParallelVectorEnv(env_fns, num_workers=2, local_worker=False)
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        envs.reset()
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(np.array([0, 1]), id=[1, 0])
+        *_, infos = envs.step(np.array([1, 0]), id=[1, 0])
+        assert [info["env_id"] for info in infos] == [1, 0]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        envs.close()
 
 
 @needs_tianshou

@@ -168,13 +168,13 @@ class TianshouVectorEnv(BaseVectorEnv):
 
     def _take_back(self, kind: str, count: int) -> dict[int, Any]:
         """Wait for all ``count`` first-ready commands of ``kind`` just sent; what each
-        sub-env reported beside the buffers. After an error, the others are taken back too
-        (and dropped), so that the next call finds none in flight."""
+        sub-env reported beside the buffers. After a sub-env's error, the others are taken
+        back too (and dropped); after an interrupt, the next call takes them back."""
         try:
             ready = self.engine.async_recv(kind, min_get=count, max_get=count)
         except TimeoutError:
             raise  # they stay in flight (past the engine's timeout, only close() is left)
-        except BaseException:
+        except Exception:
             self._settle()
             raise
         return {row: extras.next for row, extras in ready.extras.items()}
