@@ -18,13 +18,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "integrations.md"
-# Each section's trainer, by the modules its blocks import (None: the tianshou helper's section
-# has its own tests). A section missing here fails test_every_section_is_known.
+# Each section's trainer, by the modules its blocks import (None: a section whose blocks run
+# elsewhere). A section missing here fails test_every_section_is_known.
 REQUIRES: dict[str, tuple[str, ...] | None] = {
     "SB3": ("stable_baselines3",),
     "rl-zoo3": ("rl_zoo3",),
     "sb3-contrib": ("sb3_contrib",),
-    "tianshou": None,
+    "tianshou": None,  # tests/test_tianshou.py runs its block, in the tianshou venv
     "RLlib": ("ray.rllib",),
     "CleanRL": (),
     "torchrl": ("torchrl",),

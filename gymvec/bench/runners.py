@@ -427,5 +427,6 @@ def _gymvec_parallel_env(env_id: str, num_envs: int, options: RunnerOptions) -> 
     )
 
 
-# The Ray runners register themselves (Ray itself is imported only when one is built).
-from gymvec.bench import ray_runners  # noqa: E402, F401
+# The Ray and tianshou runners register themselves (each framework is imported only when one
+# of its runners is built).
+from gymvec.bench import ray_runners, tianshou_runners  # noqa: E402, F401
