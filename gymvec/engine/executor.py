@@ -274,12 +274,26 @@ class LocalExecutor(Executor):
 
     @classmethod
     def build(
-        cls, env_fns_per_group: list[list], starts: list[int], blocks: Blocks
+        cls,
+        env_fns_per_group: list[list],
+        starts: list[int],
+        blocks: Blocks,
+        where: str = "in the calling process",
     ) -> LocalExecutor:
+        """Groups of sub-envs built here; group ``g`` is worker ``g`` (``where`` says where
+        it runs, in its errors)."""
         groups: list[SubEnvGroup] = []
         try:
-            for fns, start in zip(env_fns_per_group, starts):
-                groups.append(SubEnvGroup(fns, start, blocks.buffers, blocks.control))
+            for g, (fns, start) in enumerate(zip(env_fns_per_group, starts)):
+                group = SubEnvGroup(
+                    fns,
+                    start,
+                    blocks.buffers,
+                    blocks.control,
+                    worker_index=g,
+                    where=f"worker {g}, {where}",
+                )
+                groups.append(group)
         except BaseException:
             close_each(groups)
             raise

@@ -61,11 +61,12 @@ from gymvec.engine.worker import (
     worker_main,
 )
 from gymvec.errors import (
+    ErrorDetail,
     MainModuleError,
     SpaceMismatchError,
     SubEnvTimeoutError,
     WorkerError,
-    worker_error,
+    sub_env_error,
 )
 
 WORKER_SPIN_S = 200e-6  # how long an idle worker spins before it blocks
@@ -143,16 +144,13 @@ class WorkerHandle:
                 raise self.died() from None
         self.answered = self.seq
         if self.words[STATUS] == _ERROR:
-            raise self.raised(f"worker {self.index} raised", reply)
+            raise self.raised(reply)
         return reply
 
-    def raised(self, message: str, detail: tuple) -> WorkerError:
-        """The error for what the worker sent when it raised: (traceback text, the name of
-        the exception's class)."""
-        text, type_name = detail
-        return worker_error(
-            message, worker_index=self.index, worker_traceback=text, type_name=type_name
-        )
+    def raised(self, detail: ErrorDetail, what: str = "") -> WorkerError:
+        """The error for what the worker sent when it raised (see ``errors.sub_env_error``)."""
+        where = f"worker {self.index}, pid {self.process.pid}"
+        return sub_env_error(detail, worker_index=self.index, where=where, what=what)
 
     def alive(self) -> bool:
         return self.process.is_alive()
@@ -310,7 +308,7 @@ class ProcessExecutor(Executor):
                 message, what = detail
                 raise SpaceMismatchError(f"worker {handle.index}: {message}", kind=what)
             if kind == "error":
-                raise handle.raised(f"worker {handle.index}: create_env_fn raised", detail)
+                raise handle.raised(detail, what="create_env_fn of ")
             handle.summaries = detail
             return
         if ready:
@@ -538,8 +536,7 @@ class ProcessExecutor(Executor):
             base = row * ROW_WORDS
             payload = self._message(handle, row) if ints[base + ROW_REPLY] else None
             if ints[base + ROW_STATUS] == _ERROR:
-                message = f"sub-env {row} in worker {handle.index} raised"
-                finished[row] = handle.raised(message, payload)
+                finished[row] = handle.raised(payload[1])
             else:
                 finished[row] = payload
         return new
@@ -694,8 +691,7 @@ class ProcessExecutor(Executor):
 
         def on_reply(handle: WorkerHandle, reply: tuple) -> None:
             if reply[0] == "raise":  # the sub-env's own exception, with the worker's traceback
-                _attach_worker_traceback(reply[1], f"raised in worker {handle.index}:\n{reply[2]}")
-                errors.append(reply[1])
+                errors.append(handle.raised(reply[1]))
             else:
                 for p, answer in zip(positions_of[handle.index], reply[1]):
                     call.results[p] = answer
@@ -829,18 +825,6 @@ def main_reimport_error(handle: WorkerHandle) -> MainModuleError:
         "there).",
         worker_index=handle.index,
     )
-
-
-class RemoteTraceback(Exception):
-    """The traceback text of an exception raised in a worker (shown as its cause)."""
-
-
-def _attach_worker_traceback(error: BaseException, text: str) -> None:
-    """Keep the worker's traceback on the exception re-raised here, whatever its type."""
-    if hasattr(error, "add_note"):  # Python >= 3.11
-        error.add_note(text)
-    else:
-        error.__cause__ = RemoteTraceback(text)
 
 
 def check_start_method(start_method: str | None) -> str:

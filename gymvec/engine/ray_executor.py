@@ -37,11 +37,16 @@ from gymvec.engine.executor import (
     request_kwargs,
     take_finished,
 )
-from gymvec.engine.processes import _attach_worker_traceback
 from gymvec.engine.ray_worker import SHIP_NEXT, SHIP_ROOT, RayWorker, ShareLayout, WorkerSpec
 from gymvec.engine.subenvs import SubEnvSummary
 from gymvec.engine.worker import env_specs_payload
-from gymvec.errors import SpaceMismatchError, SubEnvTimeoutError, WorkerError, worker_error
+from gymvec.errors import (
+    ErrorDetail,
+    SpaceMismatchError,
+    SubEnvTimeoutError,
+    WorkerError,
+    sub_env_error,
+)
 
 INSTALL_HINT = "RayEnv needs Ray: pip install 'gymvec[ray]' (or pip install ray)"
 PLACEMENTS = {"spread": "SPREAD", "strict_spread": "STRICT_SPREAD", "pack": "PACK", None: None}
@@ -209,14 +214,13 @@ class RayHandle:
         detail = f": {type(exc).__name__}: {reason[0]}" if reason else f": {type(exc).__name__}"
         return WorkerError(f"{self.where()} died{detail}", worker_index=self.index)
 
-    def raised(self, message: str, detail: tuple) -> WorkerError:
-        text, type_name = detail
-        return worker_error(
-            f"{self.where()} {message}",
-            worker_index=self.index,
-            worker_traceback=text,
-            type_name=type_name,
-        )
+    def raised(self, detail: ErrorDetail, what: str = "") -> WorkerError:
+        """The error for what the actor sent when a sub-env raised (see
+        ``errors.sub_env_error``); its sub-env index counts from this share's first row."""
+        if detail.sub_env is not None:
+            detail = detail._replace(sub_env=self.start + detail.sub_env)
+        where = f"worker {self.index}, Ray actor on node {self.node_id}"
+        return sub_env_error(detail, worker_index=self.index, where=where, what=what)
 
 
 class RayExecutor(Executor):
@@ -330,7 +334,7 @@ class RayExecutor(Executor):
                 message, what = detail
                 raise SpaceMismatchError(f"worker {handle.index}: {message}", kind=what)
             if kind == "error":
-                raise handle.raised("create_env_fn raised", detail)
+                raise handle.raised(detail, what="create_env_fn of ")
             handle.node_id = node[0]
             handle.summaries = cloudpickle.loads(detail)[1]
 
@@ -374,7 +378,7 @@ class RayExecutor(Executor):
             if isinstance(reply, WorkerError):
                 error = error or reply
             elif type(reply) is tuple and reply[0] == "error":
-                error = error or handle.raised("raised", reply[1])
+                error = error or handle.raised(reply[1])
             else:
                 handle.receive(reply, call.lane, extras)
         if error is not None:
@@ -488,7 +492,7 @@ class RayExecutor(Executor):
                     queue.clear()
                     break
                 if type(reply) is tuple and reply[0] == "error":
-                    error = error or handle.raised("raised", reply[1])
+                    error = error or handle.raised(reply[1])
                     self._lost += share
                     continue
                 extras: dict[int, Extras] = {}
@@ -524,9 +528,7 @@ class RayExecutor(Executor):
             if isinstance(reply, WorkerError):
                 error = error or reply
             elif reply[0] == "raise":  # the sub-env's own exception, with the traceback
-                _, exc, text = reply
-                _attach_worker_traceback(exc, f"raised in {handle.where()}:\n{text}")
-                error = error or exc
+                error = error or handle.raised(reply[1])
             else:
                 for p, answer in zip(positions, reply[1]):
                     call.results[p] = answer
@@ -551,7 +553,7 @@ class RayExecutor(Executor):
                 except ray.exceptions.RayError:  # dead already, or stuck: killed below
                     reply = None
                 if reply is not None and error is None:
-                    error = handle.raised("raised in close()", reply[1])
+                    error = handle.raised(reply[1], what="close() of ")
             for handle in handles:
                 try:
                     ray.kill(handle.actor, no_restart=True)

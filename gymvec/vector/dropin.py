@@ -36,7 +36,7 @@ from gymvec.engine.processes import (
     check_timeout,
     usable_cores,
 )
-from gymvec.errors import SpaceMismatchError, SubEnvTimeoutError
+from gymvec.errors import ClosedEnvError, SpaceMismatchError, SubEnvTimeoutError
 from gymvec.vector.vector_env import GymnasiumVectorEnv
 
 
@@ -313,7 +313,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
 
     def _check_running(self) -> None:
         if self.closed:
-            raise gym.error.ClosedEnvironmentError(
+            raise ClosedEnvError(
                 f"Trying to operate on `{type(self).__name__}`, after a call to `close()`."
             )
         self.engine.check_not_stuck()

@@ -49,6 +49,7 @@ from gymvec.engine.buffers import Slot
 from gymvec.engine.commands import NOTHING, Autoreset
 from gymvec.engine.engine import Received, expand_seeds
 from gymvec.engine.protocol import Engine
+from gymvec.errors import ClosedEnvError
 
 # Observations of at least this size are partly copied while worker processes finish.
 EARLY_COPY_BYTES = 64 * 1024
@@ -415,7 +416,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     def _check_first_ready(self) -> None:
         if self.closed:
-            raise gym.error.ClosedEnvironmentError(
+            raise ClosedEnvError(
                 f"Trying to operate on `{type(self).__name__}`, after a call to `close()`."
             )
         if self._first_ready_ok:
