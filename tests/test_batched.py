@@ -166,7 +166,7 @@ def test_dict_env_equals_sync_vector_env(kind, envs_per_worker, fn, no_leaks):
 
 
 def test_dict_env_extras_reach_the_parent():
-    with ParallelEnv(2, make_dict_env, {"max_steps": 2}, **FORK) as env:
+    with ParallelEnv(2, make_dict_env, create_env_kwargs={"max_steps": 2}, **FORK) as env:
         env.set_seed(0)
         root = env.reset()
         assert env.last_extras[1].root["phase"] == "run"
@@ -516,7 +516,7 @@ def test_dispatch_attributes_and_methods(kind):
 
 
 def test_method_raising_in_a_worker_keeps_its_type_and_traceback():
-    with ParallelEnv(2, make_counter, {"limit": 5}, **FORK) as env:
+    with ParallelEnv(2, make_counter, create_env_kwargs={"limit": 5}, **FORK) as env:
         with pytest.raises(AttributeError) as info:
             env.no_such_method()
         shown = "".join(traceback.format_exception(info.value))
@@ -525,7 +525,7 @@ def test_method_raising_in_a_worker_keeps_its_type_and_traceback():
 
 
 def test_dispatch_to_tensordict_sub_envs():
-    with ParallelEnv(2, make_counter, {"limit": 5}, **FORK) as env:
+    with ParallelEnv(2, make_counter, create_env_kwargs={"limit": 5}, **FORK) as env:
         assert env.limit == [5, 5]
         pids = env.pid()
         assert os.getpid() not in pids and len(set(pids)) == 2

@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gymvec.engine.factories import check_count
-from gymvec.engine.processes import check_start_method, check_timeout
 from gymvec.envs.batched import BatchedEnvBase
+from gymvec.options import TENSORDICT_API, check_start_method, check_timeout, suggest_keywords
 from gymvec.specs import DeviceLike
 
 
@@ -65,12 +65,13 @@ class RayEnv(BatchedEnvBase):
         >>> env.close()  # doctest: +SKIP
     """
 
+    @suggest_keywords
     def __init__(
         self,
         num_workers: int,
         create_env_fn: Callable[..., Any] | Sequence[Callable[..., Any]],
-        envs_per_worker: int | Sequence[int] = 1,
         *,
+        envs_per_worker: int | Sequence[int] = 1,
         create_env_kwargs: dict | Sequence[dict] | None = None,
         address: str | None = None,
         worker_processes: int = 1,
@@ -91,13 +92,13 @@ class RayEnv(BatchedEnvBase):
             actor_options=dict(actor_options or {}),
             placement=placement,
             startup_timeout=startup_timeout,
-            start_method=check_start_method(mp_start_method),
+            start_method=check_start_method(mp_start_method or TENSORDICT_API.start_method),
         )
         self.ray_options = options
         super().__init__(
             num_workers,
             create_env_fn,
-            create_env_kwargs,
+            create_env_kwargs=create_env_kwargs,
             envs_per_worker=envs_per_worker,
             device=device,
             backend=ray_backend(options),
