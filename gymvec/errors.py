@@ -151,12 +151,13 @@ def sub_env_error(
     exc_type: type | None = None,
 ) -> WorkerError:
     """The error for an exception raised where sub-envs run, as the caller sees it: it names
-    the sub-env and the worker (``where``: "worker 1, pid 4242", say; ``what`` goes first:
-    "create_env_fn of "), then the summary and traceback of the original. ``exc_type``: the
+    the sub-env and the worker (``where``: "worker 1, pid 4242", say; ``what``: the call that
+    raised, where it is not the usual one: "create_env_fn"), then the summary and traceback of
+    the original. ``exc_type``: the
     original's class, where it is at hand (else it is found by ``detail.type_name``)."""
     who = f"sub-env {detail.sub_env} ({where})" if detail.sub_env is not None else where
     return worker_error(
-        f"{what}{who} raised {detail.summary}",
+        f"{who}: {what} raised {detail.summary}" if what else f"{who} raised {detail.summary}",
         worker_index=worker_index,
         worker_traceback=detail.traceback,
         type_name=detail.type_name,

@@ -308,7 +308,7 @@ class ProcessExecutor(Executor):
                 message, what = detail
                 raise SpaceMismatchError(f"worker {handle.index}: {message}", kind=what)
             if kind == "error":
-                raise handle.raised(detail, what="create_env_fn of ")
+                raise handle.raised(detail, what="create_env_fn")
             handle.summaries = detail
             return
         if ready:

@@ -334,7 +334,7 @@ class RayExecutor(Executor):
                 message, what = detail
                 raise SpaceMismatchError(f"worker {handle.index}: {message}", kind=what)
             if kind == "error":
-                raise handle.raised(detail, what="create_env_fn of ")
+                raise handle.raised(detail, what="create_env_fn")
             handle.node_id = node[0]
             handle.summaries = cloudpickle.loads(detail)[1]
 
@@ -553,7 +553,7 @@ class RayExecutor(Executor):
                 except ray.exceptions.RayError:  # dead already, or stuck: killed below
                     reply = None
                 if reply is not None and error is None:
-                    error = handle.raised(reply[1], what="close() of ")
+                    error = handle.raised(reply[1], what="close()")
             for handle in handles:
                 try:
                     ray.kill(handle.actor, no_restart=True)

@@ -178,7 +178,7 @@ class SubEnvGroup:
             self.close()
             if not isinstance(exc, Exception):
                 raise
-            raise self.error(exc, self.cursor, what="create_env_fn of ") from None
+            raise self.error(exc, self.cursor, what="create_env_fn") from None
         self.runner = command_runner(self.drivers, buffers, start)
         # Object observations of a worker process go back to the parent with each answer.
         self.shipped_objects = None
@@ -194,7 +194,7 @@ class SubEnvGroup:
 
     def error(self, exc: Exception, sub_env: int | None, what: str = "") -> Exception:
         """What the group raises for ``exc``: a WorkerError naming ``sub_env`` and where the
-        group runs (``what`` goes first: "create_env_fn of "); gymvec's errors of a batch's
+        group runs (``what``: the call that raised, where not the usual one); gymvec's errors of a batch's
         make-up, and a WorkerError that names its sub-env, as they are."""
         if isinstance(exc, SpaceMismatchError):
             return exc
