@@ -23,6 +23,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
+from gymvec.engine import pickling
 from gymvec.engine.commands import Extras
 from gymvec.engine.executor import (
     Blocks,
@@ -264,7 +265,7 @@ class ProcessExecutor(Executor):
             wake, done = ctx.Semaphore(0), ctx.Semaphore(0)
             args = WorkerArgs(
                 index=k,
-                env_fns_payload=cloudpickle.dumps(worker_env_fns[w]),
+                env_fns_payload=pickling.dumps(worker_env_fns[w]),
                 start=start,
                 layout=blocks.layout,
                 memory=blocks.memory,
@@ -664,7 +665,7 @@ class ProcessExecutor(Executor):
             if group < offset:
                 local = (positions, sub_indices, kwargs)
             else:
-                payload = cloudpickle.dumps((call.name, sub_indices, kwargs))
+                payload = pickling.dumps((call.name, sub_indices, kwargs))
                 asked.append((self.handles[group - offset], positions, payload))
         call.plan = (local, [(handle, positions) for handle, positions, _ in asked])
         call.results = [None] * len(call.indices)

@@ -25,6 +25,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
+from gymvec.engine import pickling
 from gymvec.engine.buffers import Buffers, private_memory
 from gymvec.engine.commands import Control, Extras
 from gymvec.engine.executor import (
@@ -311,7 +312,7 @@ class RayExecutor(Executor):
         for handle, fns in zip(self.handles, worker_env_fns):
             spec = WorkerSpec(
                 index=handle.index,
-                env_fns_payload=cloudpickle.dumps(fns),
+                env_fns_payload=pickling.dumps(fns),
                 parent_layout=self.blocks.layout,
                 worker_processes=options.worker_processes,
                 start_method=options.start_method,
@@ -514,7 +515,7 @@ class RayExecutor(Executor):
             handle = self.handles[group]
             local = [call.indices[p] - handle.start for p in positions]
             kwargs = request_kwargs(call, positions)
-            asked.append((handle, positions, cloudpickle.dumps((call.name, local, kwargs))))
+            asked.append((handle, positions, pickling.dumps((call.name, local, kwargs))))
         call.plan = [(handle, positions) for handle, positions, _ in asked]
         call.results = [None] * len(call.indices)
         for handle, _, payload in asked:

@@ -194,8 +194,8 @@ class SubEnvGroup:
 
     def error(self, exc: Exception, sub_env: int | None, what: str = "") -> Exception:
         """What the group raises for ``exc``: a WorkerError naming ``sub_env`` and where the
-        group runs (``what``: the call that raised, where not the usual one); gymvec's errors of a batch's
-        make-up, and a WorkerError that names its sub-env, as they are."""
+        group runs (``what``: the call that raised, where not the usual one); gymvec's errors
+        of a batch's make-up, and a WorkerError that names its sub-env, as they are."""
         if isinstance(exc, SpaceMismatchError):
             return exc
         if isinstance(exc, WorkerError) and exc.sub_env_index is not None:
