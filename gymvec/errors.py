@@ -153,8 +153,8 @@ def sub_env_error(
     """The error for an exception raised where sub-envs run, as the caller sees it: it names
     the sub-env and the worker (``where``: "worker 1, pid 4242", say; ``what``: the call that
     raised, where it is not the usual one: "create_env_fn"), then the summary and traceback of
-    the original. ``exc_type``: the
-    original's class, where it is at hand (else it is found by ``detail.type_name``)."""
+    the original. ``exc_type``: the original's class, where it is at hand (else it is found
+    by ``detail.type_name``)."""
     who = f"sub-env {detail.sub_env} ({where})" if detail.sub_env is not None else where
     return worker_error(
         f"{who}: {what} raised {detail.summary}" if what else f"{who} raised {detail.summary}",

@@ -278,20 +278,22 @@ class LocalExecutor(Executor):
         env_fns_per_group: list[list],
         starts: list[int],
         blocks: Blocks,
-        where: str = "in the calling process",
+        workers: list[int] | None = None,
     ) -> LocalExecutor:
-        """Groups of sub-envs built here; group ``g`` is worker ``g`` (``where`` says where
-        it runs, in its errors)."""
+        """Groups of sub-envs built here; ``workers``: the worker each group stands for
+        (named in its errors; None: the groups are no workers, as ``SerialEnv``'s)."""
         groups: list[SubEnvGroup] = []
         try:
             for g, (fns, start) in enumerate(zip(env_fns_per_group, starts)):
+                worker = None if workers is None else workers[g]
+                where = "in the calling process"
                 group = SubEnvGroup(
                     fns,
                     start,
                     blocks.buffers,
                     blocks.control,
-                    worker_index=g,
-                    where=f"worker {g}, {where}",
+                    worker_index=worker,
+                    where=where if worker is None else f"worker {worker}, {where}",
                 )
                 groups.append(group)
         except BaseException:

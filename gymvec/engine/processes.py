@@ -223,7 +223,7 @@ class ProcessExecutor(Executor):
         try:
             self._start(worker_env_fns, worker_bounds, blocks, options, worker_spin_s)
             if options.local_worker:  # built while the workers build theirs
-                self.local = LocalExecutor.build([worker_env_fns[0]], [0], blocks)
+                self.local = LocalExecutor.build([worker_env_fns[0]], [0], blocks, workers=[0])
             for handle in self.handles:
                 self._wait_ready(handle, options.startup_timeout)
         except BaseException:
@@ -537,7 +537,7 @@ class ProcessExecutor(Executor):
             base = row * ROW_WORDS
             payload = self._message(handle, row) if ints[base + ROW_REPLY] else None
             if ints[base + ROW_STATUS] == _ERROR:
-                finished[row] = handle.raised(payload[1])
+                finished[row] = handle.raised(payload)
             else:
                 finished[row] = payload
         return new
