@@ -147,8 +147,13 @@ def parse_autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
 
 # ---- keyword arguments -------------------------------------------------------------------------
 def close_names(name: str, known: Iterable[str]) -> list[str]:
-    """The names of ``known`` that ``name`` is likely a misspelling of, closest first."""
-    return difflib.get_close_matches(name, sorted(set(known)), n=3, cutoff=0.8)
+    """The names of ``known`` that ``name`` is likely a misspelling or a shortening of
+    (``autoreset`` for ``autoreset_mode``), closest first."""
+    known = sorted(set(known))
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.8)
+    if len(name) >= 5:
+        close += [k for k in known if k.startswith(name) and k not in close]
+    return close[:3]
 
 
 def unknown_keyword_error(where: str, name: str, known: Iterable[str]) -> TypeError:
