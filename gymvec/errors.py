@@ -7,6 +7,7 @@ import importlib
 import multiprocessing
 import sys
 import traceback
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from gymnasium.error import ClosedEnvironmentError
@@ -214,7 +215,7 @@ class SubEnvTimeoutError(multiprocessing.TimeoutError, TimeoutError):
     ``AsyncVectorEnv`` raises from its waits.
     """
 
-    def __init__(self, message: str, busy: list[tuple[int, int | None, list[int]]] = ()):
+    def __init__(self, message: str, busy: Sequence[tuple[int, int | None, list[int]]] = ()):
         super().__init__(message)
         self.busy = list(busy)
 

@@ -8,12 +8,15 @@ per worker, each holding its ``envs_per_worker`` sub-envs on its node.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gymvec.engine.factories import check_count
 from gymvec.envs.batched import BatchedEnvBase
 from gymvec.options import TENSORDICT_API, check_start_method, check_timeout, suggest_keywords
 from gymvec.specs import DeviceLike
+
+if TYPE_CHECKING:  # Ray is imported only when a RayEnv is built
+    from gymvec.engine.ray_executor import RayExecutor
 
 
 class RayEnv(BatchedEnvBase):
@@ -114,4 +117,5 @@ class RayEnv(BatchedEnvBase):
     def worker_nodes(self) -> list[str]:
         """The Ray node id of each worker's actor, in worker order."""
         self._check_open()
-        return self.engine.executor.node_ids
+        executor = cast("RayExecutor", self.engine.executor)  # (what ray_backend starts)
+        return executor.node_ids

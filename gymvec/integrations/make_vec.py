@@ -228,13 +228,11 @@ def check_env_kwargs(spec: EnvSpec, env_kwargs: dict[str, Any]) -> None:
 
 def _constructor_names(spec: EnvSpec) -> frozenset[str]:
     """The parameters that the env's entry point names (none where it cannot be loaded)."""
+    entry_point = spec.entry_point
     try:
-        creator = (
-            spec.entry_point
-            if callable(spec.entry_point)
-            else gym.envs.registration.load_env_creator(spec.entry_point)
-        )
-        return frozenset(inspect.signature(creator).parameters)
+        if isinstance(entry_point, str):
+            entry_point = gym.envs.registration.load_env_creator(entry_point)
+        return frozenset(inspect.signature(entry_point).parameters)  # type: ignore[arg-type]
     except Exception:  # not loadable here, or no signature: nothing is known to be the env's
         return frozenset()
 
