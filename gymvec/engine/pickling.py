@@ -25,12 +25,12 @@ def _code_with_filename(make: Any, args: tuple, filename: str) -> types.CodeType
 
 
 def _reduce_code(code: types.CodeType) -> tuple:
-    make, args = _base_reduce(code)  # type: ignore[misc]
+    make, args = _base_reduce(code)
     return _code_with_filename, (make, args, code.co_filename)
 
 
 class _Pickler(cloudpickle.Pickler):
-    dispatch_table = ChainMap(  # type: ignore[assignment]
+    dispatch_table = ChainMap(
         {types.CodeType: _reduce_code} if _base_reduce is not None else {},
         cloudpickle.Pickler.dispatch_table,
     )

@@ -228,11 +228,11 @@ def check_env_kwargs(spec: EnvSpec, env_kwargs: dict[str, Any]) -> None:
 
 def _constructor_names(spec: EnvSpec) -> frozenset[str]:
     """The parameters that the env's entry point names (none where it cannot be loaded)."""
-    entry_point = spec.entry_point
+    creator: Any = spec.entry_point
     try:
-        if isinstance(entry_point, str):
-            entry_point = gym.envs.registration.load_env_creator(entry_point)
-        return frozenset(inspect.signature(entry_point).parameters)  # type: ignore[arg-type]
+        if isinstance(creator, str):
+            creator = gym.envs.registration.load_env_creator(creator)
+        return frozenset(inspect.signature(creator).parameters)
     except Exception:  # not loadable here, or no signature: nothing is known to be the env's
         return frozenset()
 
