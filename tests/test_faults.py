@@ -383,7 +383,13 @@ def test_interrupt_inside_a_sub_env_of_this_process(no_leaks):
     kwargs = [{"stall_step": 2, "stall_s": None}, {"stall_step": 0}]  # sub-env 0 only
     for env in (
         SerialEnv(2, make_gym_stalling, create_env_kwargs=kwargs),
-        ParallelEnv(2, make_gym_stalling, create_env_kwargs=kwargs, mp_start_method="fork", local_worker=True),
+        ParallelEnv(
+            2,
+            make_gym_stalling,
+            create_env_kwargs=kwargs,
+            mp_start_method="fork",
+            local_worker=True,
+        ),
     ):
         td = env.rand_action(env.reset())
         env.step(td)
