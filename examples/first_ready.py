@@ -38,7 +38,6 @@ def first_ready(args: argparse.Namespace) -> tuple[float, dict[int, list]]:
         args.num_envs,
         batch_size=args.batch_size,
         num_workers=args.num_envs,  # one process per sub-env: each waits on its own
-        local_worker=False,
         mean_seconds=args.mean_ms / 1000,
     )
     trajectories: dict[int, list] = {i: [] for i in range(args.num_envs)}

@@ -13,7 +13,7 @@ importing torch when their sub-envs do not need it.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gymvec.errors import (
     ClosedEnvError,
@@ -23,6 +23,41 @@ from gymvec.errors import (
     UnsupportedSpaceError,
     WorkerError,
 )
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, __getattr__ imports them
+    # (``X as X``: an explicit re-export)
+    from gymvec import bench as bench
+    from gymvec import common as common
+    from gymvec import engine as engine
+    from gymvec import envs as envs
+    from gymvec import errors as errors
+    from gymvec import integrations as integrations
+    from gymvec import sb3 as sb3
+    from gymvec import spaces as spaces
+    from gymvec import specs as specs
+    from gymvec import vector as vector
+    from gymvec.envs.base import EnvBase as EnvBase
+    from gymvec.envs.base import step_mdp as step_mdp
+    from gymvec.envs.batched import ParallelEnv as ParallelEnv
+    from gymvec.envs.batched import SerialEnv as SerialEnv
+    from gymvec.envs.gym_env import GymEnv as GymEnv
+    from gymvec.envs.gym_vector_wrapper import GymVectorEnvWrapper as GymVectorEnvWrapper
+    from gymvec.envs.ray_env import RayEnv as RayEnv
+    from gymvec.integrations.make_vec import make_vec as make_vec
+    from gymvec.integrations.make_vec import register_vector_ids as register_vector_ids
+    from gymvec.spaces import space_from_spec as space_from_spec
+    from gymvec.spaces import spec_from_space as spec_from_space
+    from gymvec.specs import Binary as Binary
+    from gymvec.specs import Bounded as Bounded
+    from gymvec.specs import Categorical as Categorical
+    from gymvec.specs import Composite as Composite
+    from gymvec.specs import MultiCategorical as MultiCategorical
+    from gymvec.specs import NonTensor as NonTensor
+    from gymvec.specs import TensorSpec as TensorSpec
+    from gymvec.specs import Unbounded as Unbounded
+    from gymvec.vector.dropin import ParallelVectorEnv as ParallelVectorEnv
+    from gymvec.vector.dropin import SerialVectorEnv as SerialVectorEnv
+    from gymvec.vector.vector_env import GymnasiumVectorEnv as GymnasiumVectorEnv
 
 _EXPORTS = {
     "EnvBase": "gymvec.envs.base",

@@ -6,48 +6,101 @@ import functools
 import importlib
 import multiprocessing
 import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from gymnasium.error import ClosedEnvironmentError
 
 
-class WorkerError(RuntimeError):
-    """A worker process failed: it raised, died, or did not answer in time.
+class ErrorDetail(NamedTuple):
+    """What one process tells another of an exception raised where its sub-envs run: the
+    exception's one-line summary (``"ValueError: boom"``), its traceback text, where its class
+    lives (module, qualified name; None for what is not an ``Exception``), and the index of
+    the sub-env that raised it (None when no sub-env is to blame: a worker's own failure)."""
 
-    ``worker_traceback`` holds the traceback text from inside the worker when there is one
-    (the worker raised); it is ``None`` when the worker died without a word (killed,
-    segfault) or timed out. When a sub-env (or its factory) raised, the error is also an
-    instance of that exception's class where Python allows such a class (see
-    ``worker_error``): ``except ValueError`` catches a sub-env's ValueError, as it does with
-    gymnasium's ``AsyncVectorEnv``.
+    summary: str
+    traceback: str
+    type_name: tuple[str, str] | None
+    sub_env: int | None = None
+
+
+def error_detail(exc: BaseException, sub_env: int | None = None) -> ErrorDetail:
+    """The :class:`ErrorDetail` of ``exc``; a ``WorkerError`` passes its own on (the traceback
+    of the process its sub-env ran in), with ``sub_env`` where it names none."""
+    if isinstance(exc, WorkerError) and exc.detail is not None:
+        detail = exc.detail
+        return detail if detail.sub_env is not None else detail._replace(sub_env=sub_env)
+    lines = traceback.format_exception_only(type(exc), exc)
+    summary = lines[-1].strip() if lines else type(exc).__name__
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return ErrorDetail(summary, text, exception_type_name(exc), sub_env)
+
+
+class WorkerError(RuntimeError):
+    """A sub-env raised, or a worker failed: it died, or did not answer in time.
+
+    The one shape of a sub-env's exception, wherever the sub-env ran (the calling process, a
+    worker process, a Ray actor) and whatever raised it (a step, a reset, a request such as
+    ``call``/``get_attr``): the error is also an instance of the sub-env's exception class
+    where Python allows such a class (see :func:`worker_error`), so ``except ValueError``
+    catches a sub-env's ValueError, as it does with gymnasium's vector envs. ``str(error)``
+    names the sub-env and the worker, then gives the original traceback.
+
+    Attributes: ``sub_env_index`` (the sub-env that raised; None when none is to blame),
+    ``worker_index``, ``worker_traceback`` (the traceback text from where the sub-env ran;
+    None when the worker died without a word, or timed out), ``detail`` (an
+    :class:`ErrorDetail`, or None).
     """
 
-    _type_name: tuple[str, str] | None = None  # the worker's exception class (typed ones)
+    _type_name: tuple[str, str] | None = None  # the sub-env's exception class (typed ones)
 
-    def __init__(self, message: str, *, worker_index: int | None = None, worker_traceback=None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        worker_index: int | None = None,
+        worker_traceback: str | None = None,
+        sub_env_index: int | None = None,
+        detail: ErrorDetail | None = None,
+    ):
         self._unformatted = message  # what __reduce__ rebuilds the error from
         if worker_traceback:
-            message = f"{message}\n\n--- traceback in the worker ---\n{worker_traceback}"
+            message = f"{message}\n\n--- traceback where the sub-env ran ---\n{worker_traceback}"
         super().__init__(message)
         self.message = message
         self.worker_index = worker_index
         self.worker_traceback = worker_traceback
+        self.sub_env_index = sub_env_index
+        self.detail = detail
 
     def __str__(self) -> str:
         # the message, also where the worker's exception class formats itself otherwise
         # (KeyError quotes it, UnicodeDecodeError and SyntaxError read attributes it lacks)
         return self.message
 
-    def __reduce__(self):
-        # typed classes are made at run time: rebuild them by the name of the worker's class
+    def __reduce__(self) -> tuple[Any, tuple]:
+        # typed classes are made at run time: rebuild them by the name of the sub-env's class
         parts = (self._unformatted, self.worker_index, self.worker_traceback)
-        return _rebuild, (*parts, self._type_name)
+        return _rebuild, (*parts, self._type_name, self.sub_env_index, self.detail)
 
 
-def _rebuild(message, worker_index, worker_traceback, type_name) -> WorkerError:
-    kwargs = {"worker_index": worker_index, "worker_traceback": worker_traceback}
-    if type_name is None:
-        return WorkerError(message, **kwargs)
-    return worker_error(message, type_name=type_name, **kwargs)
+def _rebuild(
+    message: str,
+    worker_index: int | None,
+    worker_traceback: str | None,
+    type_name: tuple[str, str] | None,
+    sub_env_index: int | None = None,
+    detail: ErrorDetail | None = None,
+) -> WorkerError:
+    return worker_error(
+        message,
+        worker_index=worker_index,
+        worker_traceback=worker_traceback,
+        type_name=type_name,
+        sub_env_index=sub_env_index,
+        detail=detail,
+    )
 
 
 def exception_type_name(exc: BaseException) -> tuple[str, str] | None:
@@ -61,22 +114,73 @@ def exception_type_name(exc: BaseException) -> tuple[str, str] | None:
 def worker_error(
     message: str,
     *,
-    worker_index: int,
+    worker_index: int | None,
     worker_traceback: str | None,
     type_name: tuple[str, str] | None = None,
+    sub_env_index: int | None = None,
+    detail: ErrorDetail | None = None,
+    exc_type: type | None = None,
 ) -> WorkerError:
-    """A WorkerError that is also an instance of the class ``type_name`` names (the
-    exception raised in the worker), or a plain one where no such class can be made (the class
-    is not importable here, or its instance layout or constructor does not allow it)."""
-    kwargs = {"worker_index": worker_index, "worker_traceback": worker_traceback}
-    cls = _typed_worker_error(_find_class(type_name)) if type_name else WorkerError
+    """A WorkerError that is also an instance of ``exc_type`` (or of the class ``type_name``
+    names: the exception raised where the sub-env ran), or a plain one where no such class can
+    be made (the class is not importable here, or its instance layout or constructor does not
+    allow it)."""
+    kwargs: dict[str, Any] = {
+        "worker_index": worker_index,
+        "worker_traceback": worker_traceback,
+        "sub_env_index": sub_env_index,
+        "detail": detail,
+    }
+    if exc_type is None and type_name is not None:
+        exc_type = _find_class(type_name)
+    cls = _typed_worker_error(exc_type)
     try:
         error = cls(message, **kwargs)
     except Exception:  # e.g. an exception class whose __new__ wants other arguments
         return WorkerError(message, **kwargs)
-    if cls is not WorkerError:
-        error._type_name = type_name
+    if cls is not WorkerError and exc_type is not None:
+        error._type_name = (exc_type.__module__, exc_type.__qualname__)
     return error
+
+
+def sub_env_error(
+    detail: ErrorDetail,
+    *,
+    worker_index: int | None,
+    where: str,
+    what: str = "",
+    exc_type: type | None = None,
+) -> WorkerError:
+    """The error for an exception raised where sub-envs run, as the caller sees it: it names
+    the sub-env and the worker (``where``: "worker 1, pid 4242", say; ``what``: the call that
+    raised, where it is not the usual one: "create_env_fn"), then the summary and traceback of
+    the original. ``exc_type``: the original's class, where it is at hand (else it is found
+    by ``detail.type_name``)."""
+    who = f"sub-env {detail.sub_env} ({where})" if detail.sub_env is not None else where
+    return worker_error(
+        f"{who}: {what} raised {detail.summary}" if what else f"{who} raised {detail.summary}",
+        worker_index=worker_index,
+        worker_traceback=detail.traceback,
+        type_name=detail.type_name,
+        sub_env_index=detail.sub_env,
+        detail=detail,
+        exc_type=exc_type,
+    )
+
+
+def local_sub_env_error(
+    exc: Exception, sub_env: int | None, *, worker_index: int | None, where: str, what: str = ""
+) -> WorkerError:
+    """:func:`sub_env_error` for an exception raised in this process, whose class is at hand
+    (also one that no import reaches: a class defined in a function, say)."""
+    exc_type = None if isinstance(exc, WorkerError) else type(exc)
+    return sub_env_error(
+        error_detail(exc, sub_env),
+        worker_index=worker_index,
+        where=where,
+        what=what,
+        exc_type=exc_type,
+    )
 
 
 def _find_class(type_name: tuple[str, str]) -> type | None:
@@ -94,7 +198,8 @@ def _find_class(type_name: tuple[str, str]) -> type | None:
 
 @functools.lru_cache(maxsize=128)
 def _typed_worker_error(exc_type: type | None) -> type[WorkerError]:
-    if exc_type is None or issubclass(exc_type, WorkerError):
+    """The WorkerError class that is also an ``exc_type`` (one per class: made once)."""
+    if exc_type is None or issubclass(exc_type, WorkerError) or not issubclass(exc_type, Exception):
         return WorkerError
     try:
         return type(f"Worker{exc_type.__name__}", (WorkerError, exc_type), {"__module__": __name__})
@@ -110,7 +215,7 @@ class SubEnvTimeoutError(multiprocessing.TimeoutError, TimeoutError):
     ``AsyncVectorEnv`` raises from its waits.
     """
 
-    def __init__(self, message: str, busy: list[tuple[int, int | None, list[int]]] = ()):
+    def __init__(self, message: str, busy: Sequence[tuple[int, int | None, list[int]]] = ()):
         super().__init__(message)
         self.busy = list(busy)
 
@@ -121,7 +226,8 @@ class MainModuleError(WorkerError):
 
 
 class ClosedEnvError(ClosedEnvironmentError):
-    """The environment was used after ``close()``."""
+    """The environment was used after ``close()``: raised by every gymvec env, and also the
+    ``gymnasium.error.ClosedEnvironmentError`` that gymnasium's vector envs raise."""
 
 
 class SpaceMismatchError(ValueError, RuntimeError):

@@ -167,7 +167,7 @@ def test_dict_env_equals_sync_vector_env(kind, envs_per_worker, fn, no_leaks):
 
 
 def test_dict_env_extras_reach_the_parent():
-    with ParallelEnv(2, make_dict_env, {"max_steps": 2}, **FORK) as env:
+    with ParallelEnv(2, make_dict_env, create_env_kwargs={"max_steps": 2}, **FORK) as env:
         env.set_seed(0)
         root = env.reset()
         assert env.last_extras[1].root["phase"] == "run"
@@ -517,16 +517,17 @@ def test_dispatch_attributes_and_methods(kind):
 
 
 def test_method_raising_in_a_worker_keeps_its_type_and_traceback():
-    with ParallelEnv(2, make_counter, {"limit": 5}, **FORK) as env:
+    with ParallelEnv(2, make_counter, create_env_kwargs={"limit": 5}, **FORK) as env:
         with pytest.raises(AttributeError) as info:
             env.no_such_method()
         shown = "".join(traceback.format_exception(info.value))
-        assert "raised in worker" in shown and "no_such_method" in shown
+        assert "sub-env 0 (worker 0, pid" in shown and "no_such_method" in shown
+        assert isinstance(info.value.__cause__, WorkerError)  # (the request's error)
         assert env.limit == [5, 5]  # still usable
 
 
 def test_dispatch_to_tensordict_sub_envs():
-    with ParallelEnv(2, make_counter, {"limit": 5}, **FORK) as env:
+    with ParallelEnv(2, make_counter, create_env_kwargs={"limit": 5}, **FORK) as env:
         assert env.limit == [5, 5]
         pids = env.pid()
         assert os.getpid() not in pids and len(set(pids)) == 2
@@ -597,7 +598,7 @@ def test_per_worker_kwargs_follow_workers_of_different_sizes(kind):
     kwargs = [{"bound": 10.0}, {"bound": 5.0}]
     options = {} if kind == "serial" else FORK
     cls = SerialEnv if kind == "serial" else ParallelEnv
-    with cls(2, make_dict_env, kwargs, envs_per_worker=[1, 2], **options) as env:
+    with cls(2, make_dict_env, create_env_kwargs=kwargs, envs_per_worker=[1, 2], **options) as env:
         high = env.observation_spec["position"].high
         assert high[:, 0].tolist() == [10.0, 5.0, 5.0]
         ref_fns = [functools.partial(gym.make, DICT_ENV_ID, **kwargs[w]) for w in (0, 1, 1)]

@@ -382,8 +382,14 @@ def test_interrupt_inside_a_sub_env_of_this_process(no_leaks):
     # SerialEnv, and ParallelEnv's own share: the interrupt stops the sub-envs' loop midway.
     kwargs = [{"stall_step": 2, "stall_s": None}, {"stall_step": 0}]  # sub-env 0 only
     for env in (
-        SerialEnv(2, make_gym_stalling, kwargs),
-        ParallelEnv(2, make_gym_stalling, kwargs, mp_start_method="fork", local_worker=True),
+        SerialEnv(2, make_gym_stalling, create_env_kwargs=kwargs),
+        ParallelEnv(
+            2,
+            make_gym_stalling,
+            create_env_kwargs=kwargs,
+            mp_start_method="fork",
+            local_worker=True,
+        ),
     ):
         td = env.rand_action(env.reset())
         env.step(td)
@@ -564,12 +570,12 @@ def test_a_sub_env_whose_close_raises(kind, no_leaks):
     # error reaches the caller, and the env counts as closed.
     kwargs = [{"tag": 0}, {"tag": 1, "fails": False}, {"tag": 2, "fails": False}]
     if kind == "serial":
-        env = SerialEnv(3, BadCloseCartPole, kwargs)
+        env = SerialEnv(3, BadCloseCartPole, create_env_kwargs=kwargs)
     else:  # sub-env 0 in this process, the others in a worker
         env = ParallelEnv(
             2,
             BadCloseCartPole,
-            kwargs,
+            create_env_kwargs=kwargs,
             envs_per_worker=[1, 2],
             local_worker=True,
             mp_start_method="fork",

@@ -283,13 +283,17 @@ def test_an_exception_in_a_remote_sub_env_keeps_its_traceback():
         env.reset()
         env.step(env.rand_action())
         env.step(env.rand_action())
-        with pytest.raises(WorkerError, match="worker 1 .*node") as info:
+        with pytest.raises(WorkerError, match=r"^sub-env 1 \(worker 1, Ray actor on node ") as info:
             env.step(env.rand_action())
         assert isinstance(info.value, ValueError)  # the sub-env's own class, as ParallelEnv
-        assert info.value.worker_index == 1
+        assert info.value.worker_index == 1 and info.value.sub_env_index == 1
         assert "a sub-env failure, deep inside step" in info.value.worker_traceback
         assert "in step" in info.value.worker_traceback
         env.reset()  # the batch goes on after a sub-env's error
+        with pytest.raises(AttributeError) as info:  # a request's error: the same shape
+            env.engine.request("call", name="no_such_method")
+        assert isinstance(info.value, WorkerError) and info.value.sub_env_index == 0
+        assert str(info.value).startswith("sub-env 0 (worker 0, Ray actor on node ")
     finally:
         env.close()
     assert removed(placement_group)

@@ -393,15 +393,14 @@ def _gymvec_parallel(env_id: str, num_envs: int, options: RunnerOptions) -> Runn
 
 @register_runner("gymvec-first-ready")
 def _gymvec_first_ready(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
-    """gymvec's parallel drop-in with first-ready batches of ``FIRST_READY_BATCH`` sub-envs
-    (every process a worker: the calling process only sends and receives)."""
+    """gymvec's parallel drop-in with first-ready batches of ``FIRST_READY_BATCH`` sub-envs,
+    with the defaults otherwise (first-ready: the calling process only sends and receives)."""
     from gymvec import ParallelVectorEnv
 
     num_workers, _ = worker_layout(num_envs, options)
     env = ParallelVectorEnv(
         make_env_fns(env_id, num_envs),
         num_workers=num_workers,
-        local_worker=False,
         batch_size=min(FIRST_READY_BATCH, num_envs),
     )
     return FirstReadyRunner(env)
@@ -414,7 +413,7 @@ def _gymvec_td(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
 
 def _gymvec_parallel_env(env_id: str, num_envs: int, options: RunnerOptions) -> Any:
     from gymvec import ParallelEnv
-    from gymvec.vector.dropin import default_local_worker
+    from gymvec.options import default_local_worker
 
     num_workers, envs_per_worker = worker_layout(num_envs, options)
     # Factories of gymnasium envs: workers then never import torch (GymEnv wraps them in the

@@ -255,7 +255,7 @@ def _first_ready(options: SoakOptions) -> Driver:
 
 def _tensordict(local_worker: bool, options: SoakOptions) -> Driver:
     from gymvec import ParallelEnv
-    from gymvec.vector.dropin import default_num_workers
+    from gymvec.options import default_num_workers
 
     workers = options.num_workers or default_num_workers(options.num_envs)
     per_worker, extra = divmod(options.num_envs, workers)

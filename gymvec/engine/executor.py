@@ -274,12 +274,28 @@ class LocalExecutor(Executor):
 
     @classmethod
     def build(
-        cls, env_fns_per_group: list[list], starts: list[int], blocks: Blocks
+        cls,
+        env_fns_per_group: list[list],
+        starts: list[int],
+        blocks: Blocks,
+        workers: list[int] | None = None,
     ) -> LocalExecutor:
+        """Groups of sub-envs built here; ``workers``: the worker each group stands for
+        (named in its errors; None: the groups are no workers, as ``SerialEnv``'s)."""
         groups: list[SubEnvGroup] = []
         try:
-            for fns, start in zip(env_fns_per_group, starts):
-                groups.append(SubEnvGroup(fns, start, blocks.buffers, blocks.control))
+            for g, (fns, start) in enumerate(zip(env_fns_per_group, starts)):
+                worker = None if workers is None else workers[g]
+                where = "in the calling process"
+                group = SubEnvGroup(
+                    fns,
+                    start,
+                    blocks.buffers,
+                    blocks.control,
+                    worker_index=worker,
+                    where=where if worker is None else f"worker {worker}, {where}",
+                )
+                groups.append(group)
         except BaseException:
             close_each(groups)
             raise

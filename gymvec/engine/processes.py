@@ -23,6 +23,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
+from gymvec.engine import pickling
 from gymvec.engine.commands import Extras
 from gymvec.engine.executor import (
     Blocks,
@@ -61,11 +62,12 @@ from gymvec.engine.worker import (
     worker_main,
 )
 from gymvec.errors import (
+    ErrorDetail,
     MainModuleError,
     SpaceMismatchError,
     SubEnvTimeoutError,
     WorkerError,
-    worker_error,
+    sub_env_error,
 )
 
 WORKER_SPIN_S = 200e-6  # how long an idle worker spins before it blocks
@@ -143,16 +145,13 @@ class WorkerHandle:
                 raise self.died() from None
         self.answered = self.seq
         if self.words[STATUS] == _ERROR:
-            raise self.raised(f"worker {self.index} raised", reply)
+            raise self.raised(reply)
         return reply
 
-    def raised(self, message: str, detail: tuple) -> WorkerError:
-        """The error for what the worker sent when it raised: (traceback text, the name of
-        the exception's class)."""
-        text, type_name = detail
-        return worker_error(
-            message, worker_index=self.index, worker_traceback=text, type_name=type_name
-        )
+    def raised(self, detail: ErrorDetail, what: str = "") -> WorkerError:
+        """The error for what the worker sent when it raised (see ``errors.sub_env_error``)."""
+        where = f"worker {self.index}, pid {self.process.pid}"
+        return sub_env_error(detail, worker_index=self.index, where=where, what=what)
 
     def alive(self) -> bool:
         return self.process.is_alive()
@@ -224,7 +223,7 @@ class ProcessExecutor(Executor):
         try:
             self._start(worker_env_fns, worker_bounds, blocks, options, worker_spin_s)
             if options.local_worker:  # built while the workers build theirs
-                self.local = LocalExecutor.build([worker_env_fns[0]], [0], blocks)
+                self.local = LocalExecutor.build([worker_env_fns[0]], [0], blocks, workers=[0])
             for handle in self.handles:
                 self._wait_ready(handle, options.startup_timeout)
         except BaseException:
@@ -266,7 +265,7 @@ class ProcessExecutor(Executor):
             wake, done = ctx.Semaphore(0), ctx.Semaphore(0)
             args = WorkerArgs(
                 index=k,
-                env_fns_payload=cloudpickle.dumps(worker_env_fns[w]),
+                env_fns_payload=pickling.dumps(worker_env_fns[w]),
                 start=start,
                 layout=blocks.layout,
                 memory=blocks.memory,
@@ -310,7 +309,7 @@ class ProcessExecutor(Executor):
                 message, what = detail
                 raise SpaceMismatchError(f"worker {handle.index}: {message}", kind=what)
             if kind == "error":
-                raise handle.raised(f"worker {handle.index}: create_env_fn raised", detail)
+                raise handle.raised(detail, what="create_env_fn")
             handle.summaries = detail
             return
         if ready:
@@ -538,8 +537,7 @@ class ProcessExecutor(Executor):
             base = row * ROW_WORDS
             payload = self._message(handle, row) if ints[base + ROW_REPLY] else None
             if ints[base + ROW_STATUS] == _ERROR:
-                message = f"sub-env {row} in worker {handle.index} raised"
-                finished[row] = handle.raised(message, payload)
+                finished[row] = handle.raised(payload)
             else:
                 finished[row] = payload
         return new
@@ -667,7 +665,7 @@ class ProcessExecutor(Executor):
             if group < offset:
                 local = (positions, sub_indices, kwargs)
             else:
-                payload = cloudpickle.dumps((call.name, sub_indices, kwargs))
+                payload = pickling.dumps((call.name, sub_indices, kwargs))
                 asked.append((self.handles[group - offset], positions, payload))
         call.plan = (local, [(handle, positions) for handle, positions, _ in asked])
         call.results = [None] * len(call.indices)
@@ -694,8 +692,7 @@ class ProcessExecutor(Executor):
 
         def on_reply(handle: WorkerHandle, reply: tuple) -> None:
             if reply[0] == "raise":  # the sub-env's own exception, with the worker's traceback
-                _attach_worker_traceback(reply[1], f"raised in worker {handle.index}:\n{reply[2]}")
-                errors.append(reply[1])
+                errors.append(handle.raised(reply[1]))
             else:
                 for p, answer in zip(positions_of[handle.index], reply[1]):
                     call.results[p] = answer
@@ -829,18 +826,6 @@ def main_reimport_error(handle: WorkerHandle) -> MainModuleError:
         "there).",
         worker_index=handle.index,
     )
-
-
-class RemoteTraceback(Exception):
-    """The traceback text of an exception raised in a worker (shown as its cause)."""
-
-
-def _attach_worker_traceback(error: BaseException, text: str) -> None:
-    """Keep the worker's traceback on the exception re-raised here, whatever its type."""
-    if hasattr(error, "add_note"):  # Python >= 3.11
-        error.add_note(text)
-    else:
-        error.__cause__ = RemoteTraceback(text)
 
 
 def default_start_method() -> str:

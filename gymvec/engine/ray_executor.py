@@ -25,6 +25,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
+from gymvec.engine import pickling
 from gymvec.engine.buffers import Buffers, private_memory
 from gymvec.engine.commands import Control, Extras
 from gymvec.engine.executor import (
@@ -37,11 +38,16 @@ from gymvec.engine.executor import (
     request_kwargs,
     take_finished,
 )
-from gymvec.engine.processes import _attach_worker_traceback
 from gymvec.engine.ray_worker import SHIP_NEXT, SHIP_ROOT, RayWorker, ShareLayout, WorkerSpec
 from gymvec.engine.subenvs import SubEnvSummary
 from gymvec.engine.worker import env_specs_payload
-from gymvec.errors import SpaceMismatchError, SubEnvTimeoutError, WorkerError, worker_error
+from gymvec.errors import (
+    ErrorDetail,
+    SpaceMismatchError,
+    SubEnvTimeoutError,
+    WorkerError,
+    sub_env_error,
+)
 
 INSTALL_HINT = (
     "RayEnv needs Ray: pip install ray (or, in gymvec's checkout, pip install -e '.[ray]')"
@@ -211,14 +217,13 @@ class RayHandle:
         detail = f": {type(exc).__name__}: {reason[0]}" if reason else f": {type(exc).__name__}"
         return WorkerError(f"{self.where()} died{detail}", worker_index=self.index)
 
-    def raised(self, message: str, detail: tuple) -> WorkerError:
-        text, type_name = detail
-        return worker_error(
-            f"{self.where()} {message}",
-            worker_index=self.index,
-            worker_traceback=text,
-            type_name=type_name,
-        )
+    def raised(self, detail: ErrorDetail, what: str = "") -> WorkerError:
+        """The error for what the actor sent when a sub-env raised (see
+        ``errors.sub_env_error``); its sub-env index counts from this share's first row."""
+        if detail.sub_env is not None:
+            detail = detail._replace(sub_env=self.start + detail.sub_env)
+        where = f"worker {self.index}, Ray actor on node {self.node_id}"
+        return sub_env_error(detail, worker_index=self.index, where=where, what=what)
 
 
 class RayExecutor(Executor):
@@ -309,7 +314,7 @@ class RayExecutor(Executor):
         for handle, fns in zip(self.handles, worker_env_fns):
             spec = WorkerSpec(
                 index=handle.index,
-                env_fns_payload=cloudpickle.dumps(fns),
+                env_fns_payload=pickling.dumps(fns),
                 parent_layout=self.blocks.layout,
                 worker_processes=options.worker_processes,
                 start_method=options.start_method,
@@ -332,7 +337,7 @@ class RayExecutor(Executor):
                 message, what = detail
                 raise SpaceMismatchError(f"worker {handle.index}: {message}", kind=what)
             if kind == "error":
-                raise handle.raised("create_env_fn raised", detail)
+                raise handle.raised(detail, what="create_env_fn")
             handle.node_id = node[0]
             handle.summaries = cloudpickle.loads(detail)[1]
 
@@ -376,7 +381,7 @@ class RayExecutor(Executor):
             if isinstance(reply, WorkerError):
                 error = error or reply
             elif type(reply) is tuple and reply[0] == "error":
-                error = error or handle.raised("raised", reply[1])
+                error = error or handle.raised(reply[1])
             else:
                 handle.receive(reply, call.lane, extras)
         if error is not None:
@@ -490,7 +495,7 @@ class RayExecutor(Executor):
                     queue.clear()
                     break
                 if type(reply) is tuple and reply[0] == "error":
-                    error = error or handle.raised("raised", reply[1])
+                    error = error or handle.raised(reply[1])
                     self._lost += share
                     continue
                 extras: dict[int, Extras] = {}
@@ -512,7 +517,7 @@ class RayExecutor(Executor):
             handle = self.handles[group]
             local = [call.indices[p] - handle.start for p in positions]
             kwargs = request_kwargs(call, positions)
-            asked.append((handle, positions, cloudpickle.dumps((call.name, local, kwargs))))
+            asked.append((handle, positions, pickling.dumps((call.name, local, kwargs))))
         call.plan = [(handle, positions) for handle, positions, _ in asked]
         call.results = [None] * len(call.indices)
         for handle, _, payload in asked:
@@ -526,9 +531,7 @@ class RayExecutor(Executor):
             if isinstance(reply, WorkerError):
                 error = error or reply
             elif reply[0] == "raise":  # the sub-env's own exception, with the traceback
-                _, exc, text = reply
-                _attach_worker_traceback(exc, f"raised in {handle.where()}:\n{text}")
-                error = error or exc
+                error = error or handle.raised(reply[1])
             else:
                 for p, answer in zip(positions, reply[1]):
                     call.results[p] = answer
@@ -553,7 +556,7 @@ class RayExecutor(Executor):
                 except ray.exceptions.RayError:  # dead already, or stuck: killed below
                     reply = None
                 if reply is not None and error is None:
-                    error = handle.raised("raised in close()", reply[1])
+                    error = handle.raised(reply[1], what="close()")
             for handle in handles:
                 try:
                     ray.kill(handle.actor, no_restart=True)

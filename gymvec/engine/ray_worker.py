@@ -19,7 +19,6 @@ This module imports neither ray nor torch: the actor class is made from :class:`
 from __future__ import annotations
 
 import dataclasses
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -40,10 +39,9 @@ from gymvec.engine.commands import (
 from gymvec.engine.executor import Blocks, Call, Executor, LocalExecutor
 from gymvec.engine.worker import (
     add_missing_env_specs,
-    picklable_exception,
     ready_message,
 )
-from gymvec.errors import SpaceMismatchError, WorkerError, exception_type_name
+from gymvec.errors import SpaceMismatchError, error_detail
 
 SHIP_ROOT, SHIP_NEXT = 1, 2  # which parts of the block an answer of RayWorker.run holds
 
@@ -136,7 +134,7 @@ class RayWorker:
         except SpaceMismatchError as exc:  # not the worker's fault: raised as it is
             return ("mismatch", (str(exc), exc.kind))
         except BaseException as exc:
-            return ("error", _error_detail(exc))
+            return ("error", error_detail(exc))
         return ("ready", ready, _node_id())
 
     def _build(self, env_fns: list[Callable[[], Any]], spec: WorkerSpec) -> None:
@@ -174,7 +172,7 @@ class RayWorker:
         try:
             executor.close()
         except BaseException as exc:
-            return ("error", _error_detail(exc))
+            return ("error", error_detail(exc))
         return None
 
     # ---- commands -----------------------------------------------------------------------------
@@ -208,7 +206,7 @@ class RayWorker:
             self.executor.send(call)
             extras = self.executor.wait(call)
         except BaseException as exc:
-            return ("error", _error_detail(exc))
+            return ("error", error_detail(exc))
         root, next_, autoreset = touched
         if autoreset and not root:
             root = any_set(self.buffers.next.done)
@@ -234,19 +232,11 @@ class RayWorker:
             self.executor.request_send(call)
             return ("ok", self.executor.request_wait(call))
         except Exception as exc:
-            return ("raise", picklable_exception(exc), traceback.format_exc())
+            return ("raise", error_detail(exc))
 
     def ping(self) -> str:
         """The node id (an answer at all says the actor is alive)."""
         return _node_id()
-
-
-def _error_detail(exc: BaseException) -> tuple[str, tuple[str, str] | None]:
-    """(traceback text, the exception's class name): a worker process's own traceback where
-    the share's processes raised, else this process's."""
-    if isinstance(exc, WorkerError) and exc.worker_traceback:
-        return exc.worker_traceback, exc._type_name
-    return traceback.format_exc(), exception_type_name(exc)
 
 
 def _node_id() -> str:

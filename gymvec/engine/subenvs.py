@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -21,6 +21,7 @@ from gymvec.common.structure import LeafSpec, leaf_specs, observation_leaves, sp
 from gymvec.engine.buffers import Buffers
 from gymvec.engine.commands import Control, Extras
 from gymvec.engine.drivers import BatchStep, command_runner, make_driver
+from gymvec.errors import SpaceMismatchError, WorkerError, local_sub_env_error
 
 # Worker processes import this module: torch and tensordict are imported only when a sub-env
 # needs them (a gymvec EnvBase sub-env has already imported them by being built).
@@ -113,12 +114,26 @@ def summarize(env: Any, declared_infos: bool = False) -> SubEnvSummary:
 
 
 class SubEnvGroup:
-    """The sub-envs one process steps: rows ``[start, start + len(env_fns))`` of the buffers."""
+    """The sub-envs one process steps: rows ``[start, start + len(env_fns))`` of the buffers.
+
+    An exception raised while the group builds its sub-envs, runs a command or answers a
+    request comes out as a :class:`~gymvec.errors.WorkerError` that names the sub-env to blame
+    and ``where`` the group runs (worker ``worker_index``), whatever process it runs in.
+    """
 
     def __init__(
-        self, env_fns: Sequence[Callable[[], Any]], start: int, buffers: Buffers, control: Control
+        self,
+        env_fns: Sequence[Callable[[], Any]],
+        start: int,
+        buffers: Buffers,
+        control: Control,
+        *,
+        worker_index: int | None = None,
+        where: str = "in the calling process",
     ):
         self.start = start
+        self.worker_index, self.where = worker_index, where
+        self.cursor: int | None = None  # the sub-env a request is at (see targets)
         self.stop = start + len(env_fns)
         self.buffers = buffers
         self.modes = control.mode[start : self.stop]  # this group's rows, sliced once
@@ -131,6 +146,7 @@ class SubEnvGroup:
         try:
             built: dict[int, int] = {}  # id of each env -> its sub-env index
             for j, fn in enumerate(env_fns):
+                self.cursor = start + j
                 env = check_sub_env(fn())
                 if id(env) in built:  # e.g. `lambda: env`: the sub-envs would share one state
                     raise ValueError(
@@ -139,10 +155,13 @@ class SubEnvGroup:
                     )
                 built[id(env)] = start + j
                 self.envs.append(env)
+            self.cursor = None
             self.drivers = [make_driver(env, start + j, buffers) for j, env in enumerate(self.envs)]
-        except BaseException:
+        except BaseException as exc:
             self.close()
-            raise
+            if not isinstance(exc, Exception):
+                raise
+            raise self.error(exc, self.cursor, what="create_env_fn") from None
         self.runner = command_runner(self.drivers, buffers, start)
         # Object observations of a worker process go back to the parent with each answer.
         self.shipped_objects = None
@@ -156,6 +175,35 @@ class SubEnvGroup:
     def summaries(self) -> list[SubEnvSummary]:
         return [summarize(env) for env in self.envs]
 
+    def error(self, exc: Exception, sub_env: int | None, what: str = "") -> Exception:
+        """What the group raises for ``exc``: a WorkerError naming ``sub_env`` and where the
+        group runs (``what``: the call that raised, where not the usual one); gymvec's errors
+        of a batch's make-up, and a WorkerError that names its sub-env, as they are."""
+        if isinstance(exc, SpaceMismatchError):
+            return exc
+        if isinstance(exc, WorkerError) and exc.sub_env_index is not None:
+            return exc
+        where, index = self.where, self.worker_index
+        return local_sub_env_error(exc, sub_env, worker_index=index, where=where, what=what)
+
+    def sub_env_of(self, exc: BaseException) -> int | None:
+        """The sub-env whose code raised ``exc``: the outermost frame of its traceback that
+        belongs to one of this group's sub-envs (an env, the gymnasium env inside it, or its
+        driver). Walked only once something raised: the steps pay nothing for it."""
+        owners: dict[int, int] = {}
+        for k, env in enumerate(self.envs):
+            index = self.start + k
+            owners[id(env)] = owners[id(gym_env_of(env))] = index
+        for k, driver in enumerate(getattr(self, "drivers", ())):
+            owners[id(driver)] = self.start + k
+        tb = exc.__traceback__
+        while tb is not None:
+            owner = tb.tb_frame.f_locals.get("self")
+            if owner is not None and id(owner) in owners:
+                return owners[id(owner)]
+            tb = tb.tb_next
+        return None
+
     def run(self, options: dict | None, only: int | None = None) -> dict[int, Extras]:
         """Carry out the mode bytes of this group's rows (with ``only``: of sub-env ``only``
         alone, a first-ready command); returns the extras by sub-env index."""
@@ -165,7 +213,10 @@ class SubEnvGroup:
             modes = bytes(k) + modes[k : k + 1] + bytes(len(modes) - k - 1)
         if self.obs_lanes and self.lane != self.lane_word[0]:
             self._use_lane(int(self.lane_word[0]))
-        extras = self.runner.run(modes, self.seeds, options)
+        try:
+            extras = self.runner.run(modes, self.seeds, options)
+        except Exception as exc:
+            raise self.error(exc, only if only is not None else self.sub_env_of(exc)) from None
         if self.lane and not isinstance(self.runner, BatchStep):
             # these drivers wrote lane 0: hand their rows over
             rows = slice(self.start, self.stop)
@@ -196,13 +247,15 @@ class SubEnvGroup:
             for driver in self.drivers:  # their resets into "next" (the general path)
                 driver.next_obs = [self.obs_lanes[lane]]
 
-    def targets(self, indices: Sequence[int], gym_env: bool = False) -> list[Any]:
-        """The sub-envs at ``indices`` (global); with ``gym_env``, the gymnasium env inside
-        each (a GymEnv's), for the face's calls."""
-        envs = [self.envs[i - self.start] for i in indices]
-        if gym_env:
-            return [gym_env_of(env) or env for env in envs]
-        return envs
+    def targets(self, indices: Sequence[int], gym_env: bool = False) -> Iterator[Any]:
+        """The sub-envs at ``indices`` (global), one by one (``cursor`` says which one is
+        out); with ``gym_env``, the gymnasium env inside each (a GymEnv's), for the face's
+        calls."""
+        for i in indices:
+            self.cursor = i
+            env = self.envs[i - self.start]
+            yield (gym_env_of(env) or env) if gym_env else env
+        self.cursor = None
 
     def close(self) -> None:
         envs, self.envs = self.envs, []
@@ -325,5 +378,10 @@ REQUESTS: dict[str, Callable[..., list]] = {
 
 
 def run_request(group: SubEnvGroup, name: str, indices: Sequence[int], kwargs: dict) -> list:
-    """Answer request ``name`` for the sub-envs at ``indices`` of ``group``."""
-    return REQUESTS[name](group, indices, **kwargs)
+    """Answer request ``name`` for the sub-envs at ``indices`` of ``group``; an exception
+    comes out as the group's WorkerError, naming the sub-env it came from."""
+    group.cursor = None
+    try:
+        return REQUESTS[name](group, indices, **kwargs)
+    except Exception as exc:
+        raise group.error(exc, group.cursor) from None

@@ -35,7 +35,6 @@ import re
 import signal
 import sys
 import time
-import traceback
 import warnings
 from collections.abc import Callable
 from multiprocessing.reduction import ForkingPickler
@@ -46,7 +45,7 @@ import cloudpickle
 from gymvec.engine.buffers import BufferLayout, Buffers
 from gymvec.engine.commands import Control
 from gymvec.engine.subenvs import SubEnvGroup, SubEnvSummary, run_request
-from gymvec.errors import SpaceMismatchError, exception_type_name
+from gymvec.errors import SpaceMismatchError, error_detail
 
 SYNC_WORDS = 8  # int64 words per worker: one 64-byte cache line
 CMD_SEQ, CMD, DONE_SEQ, STATUS, REPLY, FIELDS = range(6)
@@ -211,7 +210,7 @@ class Worker:
                 # observation or info entry, say) is then this command's error.
                 payload = None if reply is None else ForkingPickler.dumps(reply)
             except BaseException as exc:
-                payload = ForkingPickler.dumps((traceback.format_exc(), exception_type_name(exc)))
+                payload = ForkingPickler.dumps(error_detail(exc))
                 status = Status.ERROR
             self.words[STATUS] = int(status)
             self.words[REPLY] = int(payload is not None)
@@ -253,8 +252,7 @@ class Worker:
                 if extras:  # pickled before the row is published: failing is its error
                     payload = ForkingPickler.dumps((start + k, extras[start + k]))
             except BaseException as exc:
-                detail = (traceback.format_exc(), exception_type_name(exc))
-                payload = ForkingPickler.dumps((start + k, detail))
+                payload = ForkingPickler.dumps((start + k, error_detail(exc, start + k)))
                 status = Status.ERROR
             words[base + ROW_STATUS] = int(status)
             words[base + ROW_REPLY] = int(payload is not None)
@@ -280,21 +278,12 @@ class Worker:
         name, indices, kwargs = cloudpickle.loads(self.conn.recv_bytes())
         try:
             return ("ok", run_request(self.group, name, indices, kwargs))
-        except Exception as exc:  # the caller's error (a missing attribute, say): hand it back
-            return ("raise", picklable_exception(exc), traceback.format_exc())
+        except Exception as exc:  # a sub-env's, or the caller's (a missing attribute, say)
+            return ("raise", error_detail(exc))
 
     def close(self) -> None:
         self.open = False
         return None
-
-
-def picklable_exception(exc: Exception) -> Exception:
-    """``exc`` if it survives pickling, else a RuntimeError with its text."""
-    try:
-        cloudpickle.loads(cloudpickle.dumps(exc))
-        return exc
-    except Exception:
-        return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
 def env_specs_payload() -> bytes:
@@ -387,14 +376,16 @@ def worker_main(args: WorkerArgs, conn, wake, done) -> None:
         control = Control(args.layout.num_envs, args.control_memory)
         buffers = Buffers(args.layout, args.memory)
         buffers.ship_objects = True
-        group = SubEnvGroup(env_fns, args.start, buffers, control)
+        where = f"worker {args.index}, pid {os.getpid()}"
+        group = SubEnvGroup(
+            env_fns, args.start, buffers, control, worker_index=args.index, where=where
+        )
         ready = ready_message(group.summaries())
     except SpaceMismatchError as exc:  # not the worker's fault: the parent raises it as is
         conn.send_bytes(cloudpickle.dumps(("mismatch", (str(exc), exc.kind))))
         return
     except BaseException as exc:
-        detail = (traceback.format_exc(), exception_type_name(exc))
-        conn.send_bytes(cloudpickle.dumps(("error", detail)))
+        conn.send_bytes(cloudpickle.dumps(("error", error_detail(exc))))
         return
     torch = sys.modules.get("torch")
     if torch is not None and args.num_threads is not None:  # the sub-envs use torch

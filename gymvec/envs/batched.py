@@ -25,16 +25,11 @@ from gymvec.engine.buffers import Buffers
 from gymvec.engine.commands import Autoreset, Extras
 from gymvec.engine.engine import Backend, BatchEngine, expand_seeds, process_backend, serial_backend
 from gymvec.engine.factories import SubEnvFactories, check_count
-from gymvec.engine.processes import (
-    ProcessOptions,
-    check_start_method,
-    check_timeout,
-    default_start_method,
-)
 from gymvec.engine.subenvs import SubEnvSummary
 from gymvec.envs.base import DONE_KEYS, EnvBase, make_done_spec, make_reward_spec, set_next
 from gymvec.envs.gym_env import observation_spec_from_space
 from gymvec.errors import SpaceMismatchError
+from gymvec.options import TENSORDICT_API, process_options, suggest_keywords
 from gymvec.spaces import spec_from_space
 from gymvec.specs import (
     Composite,
@@ -123,8 +118,8 @@ class BatchedEnvBase(EnvBase):
         self,
         num_workers: int,
         create_env_fn: Callable[..., Any] | Sequence[Callable[..., Any]],
-        create_env_kwargs: dict | Sequence[dict] | None = None,
         *,
+        create_env_kwargs: dict | Sequence[dict] | None = None,
         envs_per_worker: int | Sequence[int] = 1,
         device: DeviceLike = None,
         backend: Backend,
@@ -704,19 +699,20 @@ class SerialEnv(BatchedEnvBase):
         >>> env.close()
     """
 
+    @suggest_keywords
     def __init__(
         self,
         num_workers: int,
         create_env_fn: Callable[..., Any] | Sequence[Callable[..., Any]],
-        create_env_kwargs: dict | Sequence[dict] | None = None,
         *,
+        create_env_kwargs: dict | Sequence[dict] | None = None,
         envs_per_worker: int | Sequence[int] = 1,
         device: DeviceLike = None,
     ) -> None:
         super().__init__(
             num_workers,
             create_env_fn,
-            create_env_kwargs,
+            create_env_kwargs=create_env_kwargs,
             envs_per_worker=envs_per_worker,
             device=device,
             backend=serial_backend(),
@@ -741,8 +737,10 @@ class ParallelEnv(BatchedEnvBase):
             3.13, where workers start without importing torch again).
         num_threads: torch threads of this process (unchanged if None).
         num_sub_threads: torch threads in each worker (1: no oversubscription).
-        local_worker: step worker 0's sub-envs in this process while the others run.
-        daemon: whether worker processes are daemonic (daemonic ones cannot start processes).
+        local_worker: step worker 0's sub-envs in this process while the others run (None:
+            False, see docs/options.md).
+        daemon: whether worker processes are daemonic (daemonic ones cannot start processes;
+            None: False).
         startup_timeout: seconds a worker may take to build its sub-envs.
         spin: whether waits spin briefly before blocking (None: when every busy process has
             a core of its own, on x86).
@@ -764,51 +762,52 @@ class ParallelEnv(BatchedEnvBase):
         >>> env.close()
     """
 
+    @suggest_keywords
     def __init__(
         self,
         num_workers: int,
         create_env_fn: Callable[..., Any] | Sequence[Callable[..., Any]],
-        create_env_kwargs: dict | Sequence[dict] | None = None,
         *,
+        create_env_kwargs: dict | Sequence[dict] | None = None,
         envs_per_worker: int | Sequence[int] = 1,
         shared_memory: bool = True,
         memmap: bool = False,
         mp_start_method: str | None = None,
         num_threads: int | None = None,
         num_sub_threads: int | None = 1,
-        local_worker: bool = False,
-        daemon: bool = False,
+        local_worker: bool | None = None,
+        daemon: bool | None = None,
         startup_timeout: float = 120.0,
         spin: bool | None = None,
         timeout: float | None = None,
         device: DeviceLike = None,
     ) -> None:
         check_count("num_workers", num_workers)  # before it is used below
-        self.timeout = check_timeout(timeout, local_worker)
         if not shared_memory:
             raise ValueError("shared_memory=False is not supported: buffers are always shared")
-        self.memmap = memmap
-        # (multiprocessing's default, not spawn's: spawned workers re-import the main module,
-        # and with it torch, for seconds; see docs/benchmarks.md, "Start-up")
-        self.mp_start_method = check_start_method(mp_start_method or default_start_method())
-        self.num_sub_threads = num_sub_threads
-        self.local_worker = bool(local_worker)
-        self.daemon = daemon
-        self.startup_timeout = startup_timeout
-        if num_threads is not None:
-            torch.set_num_threads(num_threads)
-        options = ProcessOptions(
-            start_method=self.mp_start_method,
+        options, self.timeout = process_options(
+            TENSORDICT_API,
+            num_workers=num_workers,
+            start_method=mp_start_method,
             daemon=daemon,
-            local_worker=self.local_worker,
+            local_worker=local_worker,
+            timeout=timeout,
             startup_timeout=startup_timeout,
             spin=spin,
             num_sub_threads=num_sub_threads,
         )
+        self.memmap = memmap
+        self.mp_start_method = options.start_method
+        self.num_sub_threads = num_sub_threads
+        self.local_worker = options.local_worker
+        self.daemon = options.daemon
+        self.startup_timeout = startup_timeout
+        if num_threads is not None:
+            torch.set_num_threads(num_threads)
         super().__init__(
             num_workers,
             create_env_fn,
-            create_env_kwargs,
+            create_env_kwargs=create_env_kwargs,
             envs_per_worker=envs_per_worker,
             device=device,
             backend=process_backend(options, memmap=memmap),

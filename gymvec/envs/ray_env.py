@@ -8,12 +8,15 @@ per worker, each holding its ``envs_per_worker`` sub-envs on its node.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gymvec.engine.factories import check_count
-from gymvec.engine.processes import check_start_method, check_timeout
 from gymvec.envs.batched import BatchedEnvBase
+from gymvec.options import TENSORDICT_API, check_start_method, check_timeout, suggest_keywords
 from gymvec.specs import DeviceLike
+
+if TYPE_CHECKING:  # Ray is imported only when a RayEnv is built
+    from gymvec.engine.ray_executor import RayExecutor
 
 
 class RayEnv(BatchedEnvBase):
@@ -65,12 +68,13 @@ class RayEnv(BatchedEnvBase):
         >>> env.close()  # doctest: +SKIP
     """
 
+    @suggest_keywords
     def __init__(
         self,
         num_workers: int,
         create_env_fn: Callable[..., Any] | Sequence[Callable[..., Any]],
-        envs_per_worker: int | Sequence[int] = 1,
         *,
+        envs_per_worker: int | Sequence[int] = 1,
         create_env_kwargs: dict | Sequence[dict] | None = None,
         address: str | None = None,
         worker_processes: int = 1,
@@ -91,13 +95,13 @@ class RayEnv(BatchedEnvBase):
             actor_options=dict(actor_options or {}),
             placement=placement,
             startup_timeout=startup_timeout,
-            start_method=check_start_method(mp_start_method),
+            start_method=check_start_method(mp_start_method or TENSORDICT_API.start_method),
         )
         self.ray_options = options
         super().__init__(
             num_workers,
             create_env_fn,
-            create_env_kwargs,
+            create_env_kwargs=create_env_kwargs,
             envs_per_worker=envs_per_worker,
             device=device,
             backend=ray_backend(options),
@@ -113,4 +117,5 @@ class RayEnv(BatchedEnvBase):
     def worker_nodes(self) -> list[str]:
         """The Ray node id of each worker's actor, in worker order."""
         self._check_open()
-        return self.engine.executor.node_ids
+        executor = cast("RayExecutor", self.engine.executor)  # (what ray_backend starts)
+        return executor.node_ids

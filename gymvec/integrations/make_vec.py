@@ -15,7 +15,9 @@ Two ways in:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -63,9 +65,12 @@ def make_vec(
             actors, as ``RayEnv``; needs Ray: ``pip install ray``).
         num_workers: worker processes for the parallel backend (default: usable cores);
             Ray actors for the ray backend (default: one per alive node of the cluster).
-        autoreset_mode: "next_step", "same_step" or "disabled".
+        autoreset_mode: "next_step", "same_step" or "disabled" (or a gymnasium
+            ``AutoresetMode``, or its value).
         output: "numpy" or "torch".
-        local_worker: parallel backend: step a share of the sub-envs in this process.
+        local_worker: parallel backend: step a share of the sub-envs in this process
+            (default: when the workers fill the cores, without a timeout or first-ready
+            batches).
         context: parallel backend: the start method of the workers ("fork", "spawn",
             "forkserver"; default: multiprocessing's). Ids registered at run time work with
             every one of them: the id's ``EnvSpec`` travels to the workers.
@@ -75,7 +80,9 @@ def make_vec(
             serial backend refuses one).
         ray_options: ray backend: ``RayEnv``'s options as a dict (``address``,
             ``worker_processes``, ``actor_options``, ``placement``, ``startup_timeout``).
-        **env_kwargs: passed to ``gymnasium.make`` (``max_episode_steps``, ``render_mode``...).
+        **env_kwargs: passed to ``gymnasium.make`` (``max_episode_steps``, ``render_mode``...);
+            a name close to one of gymvec's options that the env does not name raises a
+            TypeError that says which option it may stand for.
 
     Example:
         >>> import gymvec
@@ -84,13 +91,16 @@ def make_vec(
         (4, 4)
         >>> envs.close()
     """
+    from gymvec.options import parse_autoreset_mode
     from gymvec.vector.dropin import ParallelVectorEnv, SerialVectorEnv
 
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs: expected a positive int, got {num_envs!r}")
+    autoreset_mode = parse_autoreset_mode(autoreset_mode)
     spec = gym.spec(env_id) if isinstance(env_id, str) else env_id
+    check_env_kwargs(spec, env_kwargs)
     env_fns = [functools.partial(gym.make, spec, **env_kwargs)] * num_envs
     if backend == "ray":
         envs = _ray_vec(
@@ -136,7 +146,7 @@ def _ray_vec(
     from gymvec.engine.engine import BatchEngine
     from gymvec.engine.factories import SubEnvFactories
     from gymvec.engine.ray_executor import RayOptions, connect, import_ray, ray_backend
-    from gymvec.vector.dropin import spread
+    from gymvec.options import check_num_workers, check_timeout, spread
     from gymvec.vector.vector_env import GymnasiumVectorEnv
 
     import_ray()  # before anything is built: without Ray, say how to install it
@@ -145,15 +155,8 @@ def _ray_vec(
     if num_workers is None:
         ray = connect(options.address)
         num_workers = min(n, max(sum(1 for node in ray.nodes() if node["Alive"]), 1))
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-        raise ValueError(f"num_workers: expected a positive int, got {num_workers!r}")
-    if num_workers > n:
-        raise ValueError(
-            f"num_workers: expected at most one worker per sub-env ({n}), got {num_workers}"
-        )
+    num_workers = check_num_workers(num_workers, n)
     factories = SubEnvFactories(num_workers, env_fns, None, spread(n, num_workers))
-    from gymvec.engine.processes import check_timeout
-
     engine = BatchEngine(factories, ray_backend(options), timeout=check_timeout(timeout, False))
     try:
         _ = engine.executor  # the actors start now
@@ -163,6 +166,74 @@ def _ray_vec(
     except BaseException:
         engine.close()
         raise
+
+
+def gymvec_option_names() -> frozenset[str]:
+    """The keyword arguments of gymvec's env constructors and ``make_vec``: what a keyword
+    argument meant for the env is checked against."""
+    from gymvec.engine.processes import ProcessOptions
+    from gymvec.engine.ray_executor import RayOptions
+    from gymvec.vector.dropin import ParallelVectorEnv
+
+    names = set(inspect.signature(ParallelVectorEnv.__init__).parameters)
+    names |= set(inspect.signature(make_vec).parameters)
+    names |= {field.name for field in dataclasses.fields(ProcessOptions)}
+    names |= {field.name for field in dataclasses.fields(RayOptions)}
+    # ParallelEnv's and RayEnv's own (their module imports torch: named here)
+    names |= {"envs_per_worker", "mp_start_method", "num_threads", "num_sub_threads", "memmap"}
+    names |= {"create_env_kwargs", "worker_processes", "placement", "address"}
+    return frozenset(names - {"self", "env_fns", "env_id", "env_kwargs", "kwargs"})
+
+
+# gymnasium.make's own keyword arguments: they reach gym.make, not the env's constructor.
+_MAKE_OPTIONS = frozenset(inspect.signature(gym.make).parameters) - {"id", "kwargs"}
+
+
+def check_env_kwargs(spec: EnvSpec, env_kwargs: dict[str, Any]) -> None:
+    """Refuse a keyword argument for the env that looks like one of gymvec's own options
+    (``num_worker`` for ``num_workers``, or ``daemon``, which ``make_vec`` does not take),
+    before it reaches the env: a TypeError that says which option it may stand for. A name
+    that the env's constructor or registration names itself goes through."""
+    from gymvec.options import close_names
+
+    options = gymvec_option_names()
+    suspects = [
+        name
+        for name in env_kwargs
+        if name not in _MAKE_OPTIONS
+        and name not in spec.kwargs
+        and (name in options or close_names(name, options))
+    ]
+    if not suspects:
+        return
+    accepted = _constructor_names(spec)
+    for name in suspects:
+        if name in accepted:
+            continue
+        if name in options:
+            hint = (
+                f"`{name}` is an option of gymvec's env classes that make_vec does not take: "
+                "build ParallelVectorEnv (or ParallelEnv) directly to set it"
+            )
+        else:
+            hint = "did you mean " + " or ".join(f"`{c}`" for c in close_names(name, options)) + "?"
+        taken = ", ".join(sorted(inspect.signature(make_vec).parameters.keys() - {"env_kwargs"}))
+        raise TypeError(
+            f"make_vec got a keyword argument {name!r}, which is neither an option of "
+            f"make_vec nor a parameter of {spec.id!r}'s constructor: {hint} (make_vec's "
+            f"options: {taken}; other keyword arguments go to gymnasium.make, then the env)"
+        )
+
+
+def _constructor_names(spec: EnvSpec) -> frozenset[str]:
+    """The parameters that the env's entry point names (none where it cannot be loaded)."""
+    creator: Any = spec.entry_point
+    try:
+        if isinstance(creator, str):
+            creator = gym.envs.registration.load_env_creator(creator)
+        return frozenset(inspect.signature(creator).parameters)
+    except Exception:  # not loadable here, or no signature: nothing is known to be the env's
+        return frozenset()
 
 
 def vector_entry_point(base_id: str, num_envs: int = 1, **kwargs: Any) -> GymnasiumVectorEnv:

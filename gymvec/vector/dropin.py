@@ -15,7 +15,6 @@ arguments and offer the same methods as gymnasium's classes, and run on gymvec's
 from __future__ import annotations
 
 import enum
-import multiprocessing
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,13 +29,15 @@ from gymnasium.vector.utils import batch_differing_spaces
 from gymvec.common.structure import observation_leaves, refuse_object_leaves, space_leaves
 from gymvec.engine.engine import BatchEngine, Received, process_backend, serial_backend
 from gymvec.engine.factories import SubEnvFactories
-from gymvec.engine.processes import (
-    ProcessOptions,
-    check_start_method,
-    check_timeout,
-    usable_cores,
+from gymvec.errors import ClosedEnvError, SpaceMismatchError, SubEnvTimeoutError
+from gymvec.options import (
+    GYMNASIUM_FACE,
+    check_num_workers,
+    default_num_workers,
+    process_options,
+    spread,
+    suggest_keywords,
 )
-from gymvec.errors import SpaceMismatchError, SubEnvTimeoutError
 from gymvec.vector.vector_env import GymnasiumVectorEnv
 
 
@@ -140,6 +141,7 @@ class SerialVectorEnv(GymnasiumVectorEnv):
             ``GymnasiumVectorEnv``).
     """
 
+    @suggest_keywords
     def __init__(
         self,
         env_fns: Sequence[Callable[[], gym.Env]],
@@ -192,8 +194,8 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
     Sub-envs are spread over ``num_workers`` processes (default: one per usable core, at most
     one per sub-env) as evenly as they go, several per process; data goes
     through shared memory. With ``local_worker`` (the default when the workers fill the
-    cores), this process steps one share itself, inside ``step_wait``: a ``timeout`` then
-    counts only once that share is done.
+    cores, unless a ``timeout`` or first-ready batches are asked for), this process steps one
+    share itself, inside ``step_wait``.
 
     Args (gymnasium's): env_fns, shared_memory (arrays always go through shared memory; True
         refuses Graph, Sequence and custom spaces as gymnasium does, False lets their values
@@ -204,7 +206,8 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         runs its sub-envs one after the other, so at most this many of them run a command at
         once).
     Args (gymvec's): num_workers, local_worker (step one share of the sub-envs in this
-        process: None picks by the number of cores, False with a timeout), output ("numpy"
+        process: None picks by the number of cores, False with a timeout or first-ready
+        batches), output ("numpy"
         or "torch"), timeout (seconds any reset, step or call may take when its wait gives
         no timeout of its own; None: as long as it takes. Past it, a ``SubEnvTimeoutError``
         names the busy sub-envs and workers, the env refuses further calls, and ``close()``
@@ -219,6 +222,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
     ends the busy workers instead of waiting for them.
     """
 
+    @suggest_keywords
     def __init__(
         self,
         env_fns: Sequence[Callable[[], gym.Env]],
@@ -250,20 +254,17 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         self.observation_mode = observation_mode
         self.max_concurrency = max_concurrency
         n = len(self.env_fns)
-        num_workers = default_num_workers(n) if num_workers is None else num_workers
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-            raise ValueError(f"num_workers: expected a positive int, got {num_workers!r}")
-        if num_workers > n:
-            raise ValueError(
-                f"num_workers: expected at most one worker per sub-env ({n}), got {num_workers}"
-            )
-        self.timeout = check_timeout(timeout, local_worker)
-        if local_worker is None:
-            local_worker = timeout is None and default_local_worker(num_workers)
-        options = ProcessOptions(
-            start_method=check_start_method(context or multiprocessing.get_start_method()),
+        num_workers = check_num_workers(
+            default_num_workers(n) if num_workers is None else num_workers, n
+        )
+        options, self.timeout = process_options(
+            GYMNASIUM_FACE,
+            num_workers=num_workers,
+            start_method=context,
             daemon=daemon,
             local_worker=local_worker,
+            timeout=timeout,
+            first_ready=batch_size is not None and batch_size < n,
             max_concurrency=max_concurrency,
         )
         # one task: sub-env 0 alone is built here for the layout (the others' spaces are
@@ -323,7 +324,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
 
     def _check_running(self) -> None:
         if self.closed:
-            raise gym.error.ClosedEnvironmentError(
+            raise ClosedEnvError(
                 f"Trying to operate on `{type(self).__name__}`, after a call to `close()`."
             )
         self.engine.check_not_stuck()
@@ -418,28 +419,3 @@ def _wait_timeout(
         f"The call to `{call}_wait` has timed out after {seconds} second(s): {exc}",
         getattr(exc, "busy", []),
     )
-
-
-def default_num_workers(num_envs: int) -> int:
-    """One worker per usable core, at most one per sub-env."""
-    return min(usable_cores(), num_envs)
-
-
-def spread(num_envs: int, num_workers: int) -> list[int]:
-    """Sub-envs per worker, as even as they go; the larger shares go last, away from worker 0,
-    which the calling process steps with ``local_worker`` on top of its own work.
-
-    >>> spread(7, 2), spread(8, 3)
-    ([3, 4], [2, 3, 3])
-    """
-    size, extra = divmod(num_envs, num_workers)
-    return [size + (w >= num_workers - extra) for w in range(num_workers)]
-
-
-def default_local_worker(num_workers: int) -> bool:
-    """Whether the calling process should step a share of the sub-envs itself.
-
-    With as many worker processes as cores, a parent that only waits leaves a core idle while
-    its wake-ups cost latency (see the bench): stepping a share itself wins.
-    """
-    return num_workers >= usable_cores()

@@ -49,23 +49,11 @@ from gymvec.engine.buffers import Slot
 from gymvec.engine.commands import NOTHING, Autoreset
 from gymvec.engine.engine import Received, expand_seeds
 from gymvec.engine.protocol import Engine
+from gymvec.errors import ClosedEnvError
+from gymvec.options import parse_autoreset_mode
 
 # Observations of at least this size are partly copied while worker processes finish.
 EARLY_COPY_BYTES = 64 * 1024
-
-
-def parse_autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
-    """An ``AutoresetMode`` from a member or its value/name, e.g. ``"same_step"``."""
-    if isinstance(mode, AutoresetMode):
-        return mode
-    if isinstance(mode, str):
-        for member in AutoresetMode:
-            if mode.lower() in (member.value.lower(), member.name.lower()):
-                return member
-    raise ValueError(
-        f"autoreset_mode: expected one of {[m.value for m in AutoresetMode]} or an "
-        f"AutoresetMode, got {mode!r}"
-    )
 
 
 class ActionTarget(NamedTuple):
@@ -415,7 +403,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     def _check_first_ready(self) -> None:
         if self.closed:
-            raise gym.error.ClosedEnvironmentError(
+            raise ClosedEnvError(
                 f"Trying to operate on `{type(self).__name__}`, after a call to `close()`."
             )
         if self._first_ready_ok:
