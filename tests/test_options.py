@@ -40,9 +40,9 @@ def test_each_side_resolves_its_own_defaults(monkeypatch):
     monkeypatch.setattr(options, "usable_cores", lambda: 1)
     face, timeout = process_options(GYMNASIUM_FACE, num_workers=2)
     assert (face.daemon, face.local_worker, timeout) == (True, True, None)
-    assert face.start_method == options.multiprocessing.get_start_method()
+    assert face.start_method == options.default_start_method()
     td, _ = process_options(TENSORDICT_API, num_workers=2)
-    assert (td.daemon, td.start_method, td.local_worker) == (False, "spawn", False)
+    assert (td.daemon, td.start_method, td.local_worker) == (False, face.start_method, False)
     given, timeout = process_options(
         TENSORDICT_API, num_workers=2, start_method="fork", daemon=True, timeout=3
     )
