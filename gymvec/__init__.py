@@ -43,8 +43,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, __getattr__ i
     from gymvec.envs.gym_env import GymEnv as GymEnv
     from gymvec.envs.gym_vector_wrapper import GymVectorEnvWrapper as GymVectorEnvWrapper
     from gymvec.envs.ray_env import RayEnv as RayEnv
+    from gymvec.integrations.gymnasium_ids import register_vector_ids as register_vector_ids
     from gymvec.integrations.make_vec import make_vec as make_vec
-    from gymvec.integrations.make_vec import register_vector_ids as register_vector_ids
     from gymvec.spaces import space_from_spec as space_from_spec
     from gymvec.spaces import spec_from_space as spec_from_space
     from gymvec.specs import Binary as Binary

@@ -64,8 +64,9 @@ def check_against_sync(name: str, make: Callable[[list], gym.vector.VectorEnv]) 
     envs = make(env_fns)
     try:
         actions = np.random.default_rng(0).integers(0, 2, size=(CHECK_STEPS, CHECK_NUM_ENVS))
-        got, expected = envs.reset(seed=7), reference.reset(seed=7)
-        problem = _mismatch(f"{name} reset", (got[0], [], [], []), (expected[0], [], [], []))
+        obs, _ = envs.reset(seed=7)
+        expected_obs, _ = reference.reset(seed=7)
+        problem = _mismatch(f"{name} reset", (obs, [], [], []), (expected_obs, [], [], []))
         for t, action in enumerate(actions):
             if problem:
                 return problem

@@ -175,6 +175,8 @@ def target_verdict(results: Sequence[StartupResult]) -> str | None:
         td, face, torch_ = by_name["gymvec-td"], by_name["gymvec-parallel"], by_name["torch-import"]
     except KeyError:
         return None
+    if td.first_step_s is None or face.first_step_s is None or torch_.imported_s is None:
+        return None
     bound = 1.5 * (face.first_step_s + torch_.imported_s)
     within = "within" if td.first_step_s <= bound else "NOT within"
     return (

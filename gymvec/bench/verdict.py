@@ -89,7 +89,7 @@ def _runner_verdict(case_result: CaseResult, result: RunnerResult) -> str | None
         parts.append(f"{result.ratio_sync:.2f}x SyncVectorEnv on {case_result.case.name}")
     reference = REFERENCES.get(result.runner)
     timed_reference = _timed(case_result, reference[0]) if reference else None
-    if timed_reference is not None:
+    if reference is not None and timed_reference is not None:
         ratio = paired_ratio(result, [timed_reference])
         parts.append(f"{ratio:.2f} of {reference[1]} ({reference[0]})")
     if not parts:

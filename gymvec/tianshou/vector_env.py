@@ -61,13 +61,13 @@ class TianshouVectorEnv(BaseVectorEnv):
             raise TypeError(f"vector_env: expected a gymvec drop-in, got {vector_env!r}")
         self.vector_env: dropin.SerialVectorEnv | dropin.ParallelVectorEnv = vector_env
         self.engine: BatchEngine = engine
-        self.env_num = vector_env.num_envs
+        self.env_num: int = vector_env.num_envs
         self.wait_num = self.env_num
         self.timeout = None  # tianshou's asynchronous timeout (gymvec's is the drop-in's)
         self.is_async = False
         self.waiting_id: list[int] = []
         self.ready_id = list(range(self.env_num))
-        self.is_closed = False
+        self.is_closed: bool = False
 
     def _assert_is_not_closed(self) -> None:
         if self.is_closed:
@@ -114,7 +114,7 @@ class TianshouVectorEnv(BaseVectorEnv):
     ) -> dict[int, Any]:
         """Resets with options, which first-ready resets do not carry: the drop-in's masked
         reset of those sub-envs (with autoreset disabled, it resets into "next" too)."""
-        mask = np.zeros(self.env_num, dtype=bool)
+        mask = np.zeros(self.env_num, dtype=np.bool_)
         mask[rows] = True
         all_seeds: list[int | None] | None = None
         if seeds is not None:
