@@ -1,0 +1,131 @@
+"""Scripts that test_crash.py runs in a process of their own: ``python _crash_scripts.py
+NAME ARGS...``. Each prints one JSON line for the test to read."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _crash_envs  # noqa: E402
+
+from gymvec import ParallelEnv, ParallelVectorEnv, WorkerError  # noqa: E402
+
+
+def interrupts(start: str, rounds: int) -> None:
+    """Ctrl-C (SIGINT from a timer) at small, varying delays into steps whose replies are
+    20 MB; after each, reset() (or, where the interrupt had to stop a worker, a new env)."""
+
+    def build() -> ParallelVectorEnv:
+        fns = [lambda: _crash_envs.make(big_info=True)] * 2
+        return ParallelVectorEnv(fns, context=start, num_workers=2, timeout=5)
+
+    envs = build()
+    envs.reset(seed=0)
+    counts = {"rounds": 0, "reset": 0, "rebuilt": 0}
+    slowest = 0.0
+    actions = np.zeros(2, dtype=np.int64)
+    began = time.monotonic()
+    for _ in range(3):
+        envs.step(actions)
+    step_s = (time.monotonic() - began) / 3
+    for r in range(rounds):
+        # from 2% to 200% of a step, in a scattered order: into the wait, the reading of
+        # the replies, and what the face does with them
+        delay = step_s * (1 + r * 37 % 100) / 50
+        timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
+        try:
+            timer.start()
+            while True:
+                envs.step(actions)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            timer.join()
+        began = time.monotonic()
+        try:
+            envs.reset(seed=r)
+            counts["reset"] += 1
+        except WorkerError as exc:  # the interrupt cut a reply: that worker was stopped
+            if "was stopped" not in str(exc):
+                raise
+            envs.close()
+            envs = build()
+            envs.reset(seed=r)
+            counts["rebuilt"] += 1
+        slowest = max(slowest, time.monotonic() - began)
+        counts["rounds"] += 1
+    began = time.monotonic()
+    envs.close()
+    print(json.dumps(dict(counts, slowest_s=slowest, close_s=time.monotonic() - began)))
+
+
+def parent_dies(start: str, doing: str) -> None:
+    """Build an env, leave its workers ``doing`` something ("idle", "write": sending a 20 MB
+    reply nobody reads, "hang": in an endless step), print the pids, then wait to be
+    killed."""
+    kwargs = {"idle": {}, "write": {"big_info": True}, "hang": {"step_s": 600.0}}[doing]
+    env = ParallelEnv(
+        2, _crash_envs.make, kwargs, mp_start_method=start, memmap=True, daemon=doing == "idle"
+    )
+    env.reset()
+    if doing != "idle":
+        env.buffers.action[("action",)][:] = 0
+        env.engine.step_send()
+        time.sleep(0.5)  # the workers are in the step, or writing its reply
+    pids = [handle.process.pid for handle in env.engine.executor.handles]
+    server = None
+    if start == "forkserver":
+        server = multiprocessing.forkserver._forkserver._forkserver_pid
+    paths = [memory.path for memory in env.engine.backend.memmaps]
+    print(json.dumps({"workers": pids, "forkserver": server, "files": paths}), flush=True)
+    time.sleep(600)
+
+
+def raw_fork(start: str) -> None:
+    """A plain os.fork() child that exits normally (atexit handlers run) must leave the
+    parent's workers alone."""
+    envs = ParallelVectorEnv(
+        [_crash_envs.make] * 2, context=start, num_workers=2, daemon=True, local_worker=False
+    )
+    envs.reset(seed=0)
+    pid = os.fork()
+    if pid == 0:
+        return  # the child exits through the interpreter's normal shutdown
+    os.waitpid(pid, 0)
+    time.sleep(0.2)
+    alive = [handle.process.is_alive() for handle in envs.engine.executor.handles]
+    envs.step(np.zeros(2, dtype=np.int64))
+    envs.close()
+    print(json.dumps({"alive": alive}))
+
+
+def hanging_factory(start: str, timeout: float) -> None:
+    """A factory that hangs in its worker: the drop-in's timeout bounds construction."""
+    fns = [_crash_envs.make, lambda: _crash_envs.make(factory_s=600.0)]
+    began = time.monotonic()
+    try:
+        ParallelVectorEnv(fns, context=start, num_workers=2, timeout=timeout).reset()
+        error = None
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    print(json.dumps({"error": error, "seconds": time.monotonic() - began}))
+
+
+if __name__ == "__main__":
+    name, *args = sys.argv[1:]
+    scripts = {
+        "interrupts": lambda: interrupts(args[0], int(args[1])),
+        "parent_dies": lambda: parent_dies(args[0], args[1]),
+        "raw_fork": lambda: raw_fork(args[0]),
+        "hanging_factory": lambda: hanging_factory(args[0], float(args[1])),
+    }
+    scripts[name]()
