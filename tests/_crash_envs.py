@@ -9,11 +9,13 @@ calling process to read the spaces behaves.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 
 import gymnasium as gym
 
-BIG_INFO_BYTES = 20_000_000
+# the size of a big reply (test_crash.py runs with less: GYMVEC_CRASH_INFO_BYTES)
+BIG_INFO_BYTES = int(os.environ.get("GYMVEC_CRASH_INFO_BYTES", 20_000_000))
 
 
 def in_worker() -> bool:

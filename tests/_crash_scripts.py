@@ -20,14 +20,25 @@ import _crash_envs  # noqa: E402
 from gymvec import ParallelEnv, ParallelVectorEnv, WorkerError  # noqa: E402
 
 
-def interrupts(start: str, rounds: int) -> None:
-    """Ctrl-C (SIGINT from a timer) at small, varying delays into steps whose replies are
-    20 MB; after each, reset() (or, where the interrupt had to stop a worker, a new env)."""
+def interrupts(start: str, rounds: int, mode: str) -> None:
+    """Interrupts into steps whose replies are 20 MB; after each, reset() (or, where the
+    interrupt had to stop a worker, a new env). ``mode`` "timer": SIGINT from a timer thread
+    at small, varying delays (anywhere: the wait, the reading of the replies, the face's
+    work); "cut": a KeyboardInterrupt raised only while a reply is being read, the case that
+    used to poison the pipe."""
 
     def build() -> ParallelVectorEnv:
         fns = [lambda: _crash_envs.make(big_info=True)] * 2
         return ParallelVectorEnv(fns, context=start, num_workers=2, timeout=5)
 
+    def cut_reply(signum, frame) -> None:
+        while frame is not None:
+            if frame.f_code.co_name in ("_recv", "_recv_bytes"):
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                raise KeyboardInterrupt
+            frame = frame.f_back
+
+    signal.signal(signal.SIGALRM, cut_reply)
     envs = build()
     envs.reset(seed=0)
     counts = {"rounds": 0, "reset": 0, "rebuilt": 0}
@@ -38,18 +49,22 @@ def interrupts(start: str, rounds: int) -> None:
         envs.step(actions)
     step_s = (time.monotonic() - began) / 3
     for r in range(rounds):
-        # from 2% to 200% of a step, in a scattered order: into the wait, the reading of
-        # the replies, and what the face does with them
+        # from 2% to 200% of a step, in a scattered order
         delay = step_s * (1 + r * 37 % 100) / 50
         timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
         try:
-            timer.start()
+            if mode == "timer":
+                timer.start()
+            else:  # look every millisecond whether a reply is being read
+                signal.setitimer(signal.ITIMER_REAL, 0.001, 0.001)
             while True:
                 envs.step(actions)
         except KeyboardInterrupt:
             pass
         finally:
-            timer.join()
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            if timer.is_alive() or mode == "timer":
+                timer.join()
         began = time.monotonic()
         try:
             envs.reset(seed=r)
@@ -57,11 +72,15 @@ def interrupts(start: str, rounds: int) -> None:
         except WorkerError as exc:  # the interrupt cut a reply: that worker was stopped
             if "was stopped" not in str(exc):
                 raise
+            stopped = True
+        else:
+            stopped = False
+        slowest = max(slowest, time.monotonic() - began)  # the reset: done or refused
+        if stopped:
             envs.close()
             envs = build()
             envs.reset(seed=r)
             counts["rebuilt"] += 1
-        slowest = max(slowest, time.monotonic() - began)
         counts["rounds"] += 1
     began = time.monotonic()
     envs.close()
@@ -123,7 +142,7 @@ def hanging_factory(start: str, timeout: float) -> None:
 if __name__ == "__main__":
     name, *args = sys.argv[1:]
     scripts = {
-        "interrupts": lambda: interrupts(args[0], int(args[1])),
+        "interrupts": lambda: interrupts(args[0], int(args[1]), args[2]),
         "parent_dies": lambda: parent_dies(args[0], args[1]),
         "raw_fork": lambda: raw_fork(args[0]),
         "hanging_factory": lambda: hanging_factory(args[0], float(args[1])),

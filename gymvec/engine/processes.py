@@ -73,6 +73,7 @@ class ProcessOptions:
     daemon: bool = False
     local_worker: bool = False
     startup_timeout: float = 120.0
+    factory_timeout: float | None = None  # from a worker's first factory on (the drop-ins')
     spin: bool | None = None
     num_sub_threads: int | None = 1
     max_concurrency: int | None = None
@@ -122,7 +123,7 @@ class ProcessExecutor(Executor):
             self._start(worker_env_fns, worker_bounds, blocks, options, worker_spin_s)
             if options.local_worker:  # built while the workers build theirs
                 self.local = LocalExecutor.build([worker_env_fns[0]], [0], blocks)
-            self._wait_ready(deadline, options.startup_timeout)
+            self._wait_ready(deadline, options)
         except BaseException:
             self.close()
             raise
@@ -199,13 +200,26 @@ class ProcessExecutor(Executor):
     def local_envs(self) -> list[Any]:
         return [] if self.local is None else self.local.local_envs()
 
-    def _wait_ready(self, deadline: float, timeout: float) -> None:
-        """Wait for every worker's first message, against one deadline for all of them."""
+    def _wait_ready(self, deadline: float, options: ProcessOptions) -> None:
+        """Wait for every worker's first message: all against one deadline, and each one's
+        factories against ``factory_timeout`` from the moment the first of them begins
+        (launching the interpreter and its imports does not count there)."""
         pending = list(self.handles)
+        began: dict[WorkerHandle, float] = {}  # when each worker's first factory began
+        factory_s = options.factory_timeout
         while pending:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise startup_timeout_error(pending, timeout)
+            now = time.monotonic()
+            if now >= deadline:
+                raise startup_timeout_error(pending, options.startup_timeout)
+            left = deadline - now
+            if factory_s is not None:
+                for handle in pending:
+                    if handle not in began and handle.building() is not None:
+                        began[handle] = now
+                late = [h for h in began if h in pending and now - began[h] >= factory_s]
+                if late:
+                    raise startup_timeout_error(late, factory_s)
+                left = min(left, 0.05)  # (to see factories begin)
             waits = [h.conn for h in pending] + [h.process.sentinel for h in pending]
             ready = mp.connection.wait(waits, left)
             for handle in [h for h in pending if h.conn in ready or h.process.sentinel in ready]:

@@ -255,8 +255,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
             daemon=daemon,
             local_worker=local_worker,
             max_concurrency=max_concurrency,
-            # the timeout bounds start-up too (a factory that hangs in a worker)
-            **({} if self.timeout is None else {"startup_timeout": self.timeout}),
+            factory_timeout=self.timeout,  # the timeout bounds the factories in the workers too
         )
         # one task: sub-env 0 alone is built here for the layout (the others' spaces are
         # checked where they are built), not one per worker's factory
