@@ -139,6 +139,97 @@ def hanging_factory(start: str, timeout: float) -> None:
     print(json.dumps({"error": error, "seconds": time.monotonic() - began}))
 
 
+def _seconds(fn, *exceptions) -> float:
+    began = time.monotonic()
+    try:
+        fn()
+    except exceptions:
+        pass
+    return round(time.monotonic() - began, 2)
+
+
+def _parent_death_s(start: str, doing: str) -> float:
+    """Seconds from the parent's SIGKILL until its workers (and forkserver) are gone."""
+    import subprocess
+
+    parent = subprocess.Popen(
+        [sys.executable, __file__, "parent_dies", start, doing], stdout=subprocess.PIPE, text=True
+    )
+    started = json.loads(parent.stdout.readline())
+    pids = [pid for pid in started["workers"] + [started["forkserver"]] if pid]
+    parent.kill()
+    began = time.monotonic()
+    parent.wait()
+    parent.stdout.close()
+
+    def running(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/status") as status:
+                return "\nState:\tZ" not in status.read()
+        except FileNotFoundError:
+            return False
+
+    while any(running(pid) for pid in pids) and time.monotonic() - began < 30:
+        time.sleep(0.01)
+    for pid in [pid for pid in pids if running(pid)]:
+        os.kill(pid, signal.SIGKILL)
+    return round(time.monotonic() - began, 2)
+
+
+def bounds(start: str) -> None:
+    """The figures of docs/troubleshooting.md's table, measured (seconds)."""
+    zeros = np.zeros(2, dtype=np.int64)
+    figures: dict = {}
+
+    def vector(timeout=None, **kwargs) -> ParallelVectorEnv:
+        envs = ParallelVectorEnv(
+            [lambda: _crash_envs.make(**kwargs)] * 2,
+            context=start,
+            num_workers=2,
+            local_worker=False,
+            timeout=timeout,
+        )
+        envs.reset(seed=0)
+        return envs
+
+    # Ctrl-C while the workers step: how long until reset() has recovered
+    envs = vector(step_s=1.0)
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    figures["ctrl_c_step_raises"] = _seconds(lambda: envs.step(zeros), KeyboardInterrupt) - 0.2
+    timer.join()
+    figures["ctrl_c_then_reset"] = _seconds(lambda: envs.reset(seed=0))
+    envs.close()
+    # a worker killed while the parent waits for it
+    envs = vector(step_s=1.0)
+    pid = envs.engine.executor.handles[0].process.pid
+    threading.Timer(0.2, os.kill, (pid, signal.SIGKILL)).start()
+    figures["worker_killed_raises"] = _seconds(lambda: envs.step(zeros), WorkerError) - 0.2
+    figures["worker_killed_close"] = _seconds(envs.close)
+    # a sub-env that hangs in step, with timeout=1; then close()
+    envs = vector(timeout=1.0, step_s=600.0)
+    figures["step_hangs_raises"] = _seconds(lambda: envs.step(zeros), TimeoutError)
+    figures["step_hangs_close"] = _seconds(envs.close)
+    # a sub-env that hangs in close (every worker's), 2 workers
+    envs = vector(close_s=600.0)
+    figures["close_hangs_close"] = _seconds(envs.close)
+    # a factory that hangs in its worker: drop-in timeout=2, ParallelEnv startup_timeout=2
+    fns = [_crash_envs.make, lambda: _crash_envs.make(factory_s=600.0)]
+    figures["factory_hangs_dropin"] = _seconds(
+        lambda: ParallelVectorEnv(fns, context=start, num_workers=2, timeout=2).reset(),
+        TimeoutError,
+    )
+    figures["factory_hangs_startup_timeout"] = _seconds(
+        lambda: ParallelEnv(
+            2, _crash_envs.make, {"factory_s": 600.0}, mp_start_method=start, startup_timeout=2
+        ).reset(),
+        TimeoutError,
+    )
+    for doing in ("idle", "write", "hang"):
+        figures[f"parent_killed_{doing}"] = _parent_death_s(start, doing)
+    print(json.dumps({"start": start, **figures}))
+
+
 if __name__ == "__main__":
     name, *args = sys.argv[1:]
     scripts = {
@@ -146,5 +237,6 @@ if __name__ == "__main__":
         "parent_dies": lambda: parent_dies(args[0], args[1]),
         "raw_fork": lambda: raw_fork(args[0]),
         "hanging_factory": lambda: hanging_factory(args[0], float(args[1])),
+        "bounds": lambda: bounds(args[0]),
     }
     scripts[name]()
