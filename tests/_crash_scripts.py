@@ -17,7 +17,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _crash_envs  # noqa: E402
 
-from gymvec import ParallelEnv, ParallelVectorEnv, WorkerError  # noqa: E402
+# gymvec is imported inside each script: spawned workers import this module again, and
+# `from gymvec import ParallelEnv` would make each of them import torch (seconds).
 
 
 def interrupts(start: str, rounds: int, mode: str) -> None:
@@ -26,6 +27,7 @@ def interrupts(start: str, rounds: int, mode: str) -> None:
     at small, varying delays (anywhere: the wait, the reading of the replies, the face's
     work); "cut": a KeyboardInterrupt raised only while a reply is being read, the case that
     used to poison the pipe."""
+    from gymvec import ParallelVectorEnv, WorkerError
 
     def build() -> ParallelVectorEnv:
         fns = [lambda: _crash_envs.make(big_info=True)] * 2
@@ -91,6 +93,8 @@ def parent_dies(start: str, doing: str) -> None:
     """Build an env, leave its workers ``doing`` something ("idle", "write": sending a 20 MB
     reply nobody reads, "hang": in an endless step), print the pids, then wait to be
     killed."""
+    from gymvec import ParallelEnv
+
     kwargs = {"idle": {}, "write": {"big_info": True}, "hang": {"step_s": 600.0}}[doing]
     env = ParallelEnv(
         2, _crash_envs.make, kwargs, mp_start_method=start, memmap=True, daemon=doing == "idle"
@@ -112,6 +116,8 @@ def parent_dies(start: str, doing: str) -> None:
 def raw_fork(start: str) -> None:
     """A plain os.fork() child that exits normally (atexit handlers run) must leave the
     parent's workers alone."""
+    from gymvec import ParallelVectorEnv
+
     envs = ParallelVectorEnv(
         [_crash_envs.make] * 2, context=start, num_workers=2, daemon=True, local_worker=False
     )
@@ -129,6 +135,8 @@ def raw_fork(start: str) -> None:
 
 def hanging_factory(start: str, timeout: float) -> None:
     """A factory that hangs in its worker: the drop-in's timeout bounds construction."""
+    from gymvec import ParallelVectorEnv
+
     fns = [_crash_envs.make, lambda: _crash_envs.make(factory_s=600.0)]
     began = time.monotonic()
     try:
@@ -178,6 +186,8 @@ def _parent_death_s(start: str, doing: str) -> float:
 
 def bounds(start: str) -> None:
     """The figures of docs/troubleshooting.md's table, measured (seconds)."""
+    from gymvec import ParallelEnv, ParallelVectorEnv, WorkerError
+
     zeros = np.zeros(2, dtype=np.int64)
     figures: dict = {}
 
