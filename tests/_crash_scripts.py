@@ -147,6 +147,23 @@ def hanging_factory(start: str, timeout: float) -> None:
     print(json.dumps({"error": error, "seconds": time.monotonic() - began}))
 
 
+def stopped_forkserver() -> None:
+    """close() while the forkserver, which owes the parent its workers' exit codes, is
+    stopped (SIGSTOP): every wait of close() is bounded all the same."""
+    from gymvec import ParallelEnv
+
+    env = ParallelEnv(2, _crash_envs.make, mp_start_method="forkserver")
+    env.reset()
+    server = multiprocessing.forkserver._forkserver._forkserver_pid
+    pids = [handle.process.pid for handle in env.engine.executor.handles]
+    os.kill(server, signal.SIGSTOP)
+    try:
+        seconds = _seconds(env.close)
+    finally:
+        os.kill(server, signal.SIGCONT)
+    print(json.dumps({"seconds": seconds, "workers": pids}))
+
+
 def _seconds(fn, *exceptions) -> float:
     began = time.monotonic()
     try:
@@ -248,5 +265,6 @@ if __name__ == "__main__":
         "raw_fork": lambda: raw_fork(args[0]),
         "hanging_factory": lambda: hanging_factory(args[0], float(args[1])),
         "bounds": lambda: bounds(args[0]),
+        "stopped_forkserver": stopped_forkserver,
     }
     scripts[name]()

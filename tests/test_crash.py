@@ -123,6 +123,14 @@ def test_close_is_bounded_in_total_when_every_sub_env_hangs_in_close(no_leaks):
     assert seconds < CLOSE_GRACE_S + TERM_GRACE_S + 1.0
 
 
+def test_close_is_bounded_while_the_forkserver_is_stopped():
+    # The forkserver relays its children's exit codes: stopped, it never does. Before: the
+    # last join() of close() had no bound and waited forever.
+    result = run_script("stopped_forkserver", timeout=60)
+    assert result["seconds"] < CLOSE_BOUND_S + 1
+    assert kill_left(result["workers"]) == []
+
+
 # ---- 6: close() from another thread --------------------------------------------------------------
 @pytest.mark.parametrize("api", ["vector", "tensordict"])
 def test_close_from_another_thread_makes_the_waiting_step_raise_closed(api, no_leaks):

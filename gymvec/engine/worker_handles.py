@@ -217,24 +217,6 @@ def terminate(process) -> None:
         process.terminate()
 
 
-def stop_process(process, timeout: float) -> None:
-    """Join, then terminate, then kill, each wait bounded (``timeout``, ``TERM_GRACE_S``,
-    ``KILL_WAIT_S``)."""
-    if process._popen is None:  # never started
-        return
-    for deadline_s, escalate in ((timeout, None), (TERM_GRACE_S, terminate), (KILL_WAIT_S, kill)):
-        if process.exitcode is not None:
-            return
-        if escalate is not None:
-            escalate(process)
-        join_all([process], time.monotonic() + deadline_s)
-
-
-def kill(process) -> None:
-    if process.exitcode is None:
-        process.kill()
-
-
 def unlink_semaphore(semaphore: Any) -> None:
     """Remove the /dev/shm entry of a named multiprocessing semaphore now.
 
