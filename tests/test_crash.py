@@ -174,6 +174,13 @@ def test_startup_timeout_is_one_deadline_for_all_workers(no_leaks):
 
 
 # ---- 8: the smaller ones -------------------------------------------------------------------------
+def test_parallel_env_timeout_bounds_the_factories_too(no_leaks):
+    began = time.monotonic()
+    with pytest.raises(TimeoutError, match="sub-env 1's factory is still running"):
+        ParallelEnv(2, make, [{}, {"factory_s": 60.0}], mp_start_method="fork", timeout=1.0).reset()
+    assert time.monotonic() - began < 1 + TERM_GRACE_S + 1.5
+
+
 def test_a_worker_sub_env_whose_close_raises_is_raised(no_leaks):
     # As the sub-envs of this process: raised once every worker has stopped, not printed.
     env = ParallelEnv(2, make_bad_close, mp_start_method="fork")

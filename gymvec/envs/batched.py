@@ -736,7 +736,8 @@ class ParallelEnv(BatchedEnvBase):
         num_sub_threads: torch threads in each worker (1: no oversubscription).
         local_worker: step worker 0's sub-envs in this process while the others run.
         daemon: whether worker processes are daemonic (daemonic ones cannot start processes).
-        startup_timeout: seconds a worker may take to build its sub-envs.
+        startup_timeout: seconds the workers may take, all together, to start and build their
+            sub-envs (``timeout``, if given, also bounds each worker's factories).
         spin: whether waits spin briefly before blocking (None: when every busy process has
             a core of its own, on x86).
         timeout: seconds a reset, step or call may take (None: as long as it takes). Past
@@ -793,6 +794,7 @@ class ParallelEnv(BatchedEnvBase):
             daemon=daemon,
             local_worker=self.local_worker,
             startup_timeout=startup_timeout,
+            factory_timeout=self.timeout,  # the timeout bounds the factories in the workers too
             spin=spin,
             num_sub_threads=num_sub_threads,
         )
