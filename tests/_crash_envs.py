@@ -1,5 +1,5 @@
-"""Sub-envs for the crash tests (test_crash.py): big replies, hangs in a worker, and the
-scripts that run an env in a process of their own, to be interrupted or killed.
+"""Sub-envs for the crash tests (test_crash.py): big replies, hangs in a worker; and how a
+test tells that a process still runs.
 
 Each behaviour that would stop a test (a hang, a sleep) happens only in a worker process
 (``multiprocessing.parent_process()`` is set there): the env a vector env builds in the
@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
+from pathlib import Path
 
 import gymnasium as gym
 
@@ -63,3 +64,12 @@ class BadCloseInWorker(CrashCartPole):
 
 def make_bad_close():
     return BadCloseInWorker()
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` exists and has not exited (a zombie waits only for its reaper)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _crash_envs import make, make_bad_close
+from _crash_envs import make, make_bad_close, running
 
 from gymvec import ClosedEnvError, ParallelEnv, ParallelVectorEnv, WorkerError
 
@@ -33,15 +33,6 @@ pytestmark = pytest.mark.timeout(120)
 SCRIPT = str(Path(__file__).with_name("_crash_scripts.py"))
 START_METHODS = ["fork", "spawn", "forkserver"]
 CLOSE_BOUND_S = CLOSE_GRACE_S + TERM_GRACE_S + KILL_WAIT_S
-
-
-def running(pid: int) -> bool:
-    """Whether ``pid`` exists and has not exited (a zombie waits only for its reaper)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-    return "\nState:\tZ" not in status
 
 
 def kill_left(pids: list[int]) -> list[int]:
