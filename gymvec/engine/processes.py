@@ -117,7 +117,6 @@ class ProcessExecutor(Executor):
         # finished row posts
         self.rows_memory = None
         self.ready = None
-        self.rows: ProcessRows | None = None
         deadline = time.monotonic() + options.startup_timeout  # this process's share included
         try:
             self._start(worker_env_fns, worker_bounds, blocks, options, worker_spin_s)
@@ -132,7 +131,7 @@ class ProcessExecutor(Executor):
         # Object observations come back with each row's message; object actions would need
         # one each way, which first-ready commands do not send.
         objects = bool(blocks.layout.object_action_keys)
-        self.rows = ProcessRows(
+        self.rows: ProcessRows = ProcessRows(
             self.handles,
             self.local,
             self.rows_memory,
@@ -476,8 +475,6 @@ class ProcessExecutor(Executor):
         handles, self.handles = self.handles, []  # (a waiting thread keeps the old list)
         for handle in handles:
             handle.release()
-        if self.rows is not None:
-            self.rows.unsettled.clear()
         unlink_semaphore(self.concurrency)
         unlink_semaphore(self.ready)
         self.sync_memory = self.concurrency = self.rows_memory = self.ready = None

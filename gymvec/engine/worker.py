@@ -374,7 +374,7 @@ class ParentWatch:
         self.ppid = os.getppid()
         self.dead = False
         self.fd: int | None = None
-        pid = parent.pid if parent is not None else self.ppid
+        pid = (parent.pid if parent is not None else None) or self.ppid
         try:
             self.fd = os.pidfd_open(pid)
         except ProcessLookupError:  # gone already
