@@ -109,6 +109,12 @@ def parent_dies(start: str, doing: str) -> None:
     if start == "forkserver":
         server = multiprocessing.forkserver._forkserver._forkserver_pid
     paths = [memory.path for memory in env.engine.backend.memmaps]
+    executor = env.engine.executor
+    semaphores = [executor.ready] + [h.wake for h in executor.handles]
+    semaphores += [h.done for h in executor.handles]
+    # the /dev/shm entries of the named semaphores (spawn and forkserver name them)
+    names = [s._semlock.name for s in semaphores if s._semlock.name is not None]
+    paths += [f"/dev/shm/sem.{name.lstrip('/')}" for name in names]
     print(json.dumps({"workers": pids, "forkserver": server, "files": paths}), flush=True)
     time.sleep(600)
 
@@ -137,7 +143,7 @@ def hanging_factory(start: str, timeout: float) -> None:
     """A factory that hangs in its worker: the drop-in's timeout bounds construction."""
     from gymvec import ParallelVectorEnv
 
-    fns = [_crash_envs.make, lambda: _crash_envs.make(factory_s=600.0)]
+    fns = [_crash_envs.make, lambda: _crash_envs.make(factory_s=60.0)]
     began = time.monotonic()
     try:
         ParallelVectorEnv(fns, context=start, num_workers=2, timeout=timeout).reset()
@@ -241,7 +247,7 @@ def bounds(start: str) -> None:
     envs = vector(close_s=600.0)
     figures["close_hangs_close"] = _seconds(envs.close)
     # a factory that hangs in its worker: drop-in timeout=2, ParallelEnv startup_timeout=2
-    fns = [_crash_envs.make, lambda: _crash_envs.make(factory_s=600.0)]
+    fns = [_crash_envs.make, lambda: _crash_envs.make(factory_s=60.0)]
     figures["factory_hangs_dropin"] = _seconds(
         lambda: ParallelVectorEnv(fns, context=start, num_workers=2, timeout=2).reset(),
         TimeoutError,

@@ -78,8 +78,8 @@ def test_interrupts_during_big_replies_never_hang_the_recovery(start, mode):
 def test_workers_exit_soon_after_their_parent_is_killed(start, doing):
     # Whatever the workers do (wait for a command, write a reply nobody reads, run an
     # endless step), they exit within seconds of the parent's SIGKILL, the forkserver too,
-    # and the memmap file is gone. Before: forkserver workers and forked writers stayed
-    # forever, and the file stayed.
+    # and the memmap files and semaphores' /dev/shm entries are gone. Before: forkserver
+    # workers and forked writers stayed forever, and the memmap files stayed.
     parent = subprocess.Popen(
         [sys.executable, SCRIPT, "parent_dies", start, doing], stdout=subprocess.PIPE, text=True
     )
@@ -94,6 +94,9 @@ def test_workers_exit_soon_after_their_parent_is_killed(start, doing):
     while any(pid and running(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     left = kill_left(pids)
+    deadline = time.monotonic() + 2  # (multiprocessing's resource tracker unlinks semaphores)
+    while any(os.path.exists(p) for p in started["files"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
     files = [path for path in started["files"] if os.path.exists(path)]
     for path in files:
         os.unlink(path)
