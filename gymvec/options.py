@@ -119,6 +119,7 @@ def process_options(
         )
     method = start_method or defaults.start_method or default_start_method()
     options = ProcessOptions(
+        factory_timeout=timeout,  # the timeout bounds the factories in the workers too
         start_method=check_start_method(method),
         daemon=defaults.daemon if daemon is None else bool(daemon),
         local_worker=bool(local_worker),

@@ -12,6 +12,7 @@ import glob
 import os
 import tempfile
 import traceback
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -568,7 +569,10 @@ def test_memmap_buffers_equal_gymnasium_and_leave_no_file(no_leaks):
     pattern = os.path.join(tempfile.gettempdir(), "gymvec-*.buf")
     before = set(glob.glob(pattern))
     with ParallelEnv(2, make_gym_cartpole, memmap=True, **SPAWN) as env:
-        assert set(glob.glob(pattern)) - before  # the buffers are a file
+        # the buffers are a file, mapped here, and unlinked from the start
+        maps = Path("/proc/self/maps").read_text()
+        assert any("gymvec-" in line and "(deleted)" in line for line in maps.splitlines())
+        assert set(glob.glob(pattern)) == before
         compare_with_gymnasium(env, [make_gym_cartpole] * 2, seed=1, steps=60)
     assert set(glob.glob(pattern)) == before
 

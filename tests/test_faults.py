@@ -195,50 +195,6 @@ def test_close_stops_a_hung_worker_that_ignores_sigterm(no_leaks):
     assert_closed_cleanly(env)
 
 
-def _running(pid: int) -> bool:
-    """Whether ``pid`` exists and has not exited (a zombie waits only for its reaper)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-    return "\nState:\tZ" not in status
-
-
-PARENT_SCRIPT = """
-import sys, time
-sys.path.insert(0, sys.argv[1])
-import _envs
-from gymvec import ParallelEnv
-env = ParallelEnv(2, _envs.make_gym_cartpole, mp_start_method=sys.argv[2])
-env.reset()
-print(*(handle.process.pid for handle in env.engine.executor.handles), flush=True)
-time.sleep(600)
-"""
-
-
-@pytest.mark.parametrize("start", ["fork", "spawn"])
-def test_workers_exit_when_their_parent_is_killed(start):
-    # No close() ever runs: each worker sees its parent gone while it waits for a command.
-    tests_dir = str(Path(__file__).parent)
-    parent = subprocess.Popen(
-        [sys.executable, "-c", PARENT_SCRIPT, tests_dir, start], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        workers = [int(pid) for pid in parent.stdout.readline().split()]
-        assert len(workers) == 2 and all(_running(pid) for pid in workers)
-    finally:
-        parent.kill()
-        parent.wait()
-        parent.stdout.close()
-    deadline = time.monotonic() + 10
-    while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    left = [pid for pid in workers if _running(pid)]
-    for pid in left:  # a failed test leaves no orphan behind
-        os.kill(pid, signal.SIGKILL)
-    assert left == []
-
-
 def test_serial_env_exception_propagates_as_is():
     env = SerialEnv(2, FAILS_AT_STEP_3)
     td = actions(env)

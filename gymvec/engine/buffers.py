@@ -388,26 +388,40 @@ def shared_memory(nbytes: int) -> Any:
 
 
 class MemmapMemory:
-    """A block backed by a temporary file (``memmap=True``); picklable by path."""
+    """A block backed by a temporary file (``memmap=True``), unlinked as soon as it is made:
+    however the processes end, no file is left behind. Worker processes get the open file
+    itself (multiprocessing passes its descriptor to a spawned or forkserver worker; a forked
+    one inherits the mapping)."""
 
-    def __init__(self, nbytes: int, path: str | None = None):
-        if path is None:
-            fd, path = tempfile.mkstemp(prefix="gymvec-", suffix=".buf")
+    def __init__(self, nbytes: int, fd: Any = None):
+        self.owner = fd is None
+        if fd is None:
+            fd, self.path = tempfile.mkstemp(prefix="gymvec-", suffix=".buf")
+            os.unlink(self.path)
             os.ftruncate(fd, nbytes)
-            os.close(fd)
-            self.owner = True
+        else:  # in a worker: the descriptor multiprocessing passed (see __reduce__)
+            fd = fd.detach() if hasattr(fd, "detach") else fd
+            self.path = None
+        self.nbytes = nbytes
+        self.mmap = mmap.mmap(fd, nbytes)
+        if self.owner:
+            self.fd = fd  # kept for workers started later
         else:
-            self.owner = False
-        self.path, self.nbytes = path, nbytes
-        with open(path, "r+b") as file:
-            self.mmap = mmap.mmap(file.fileno(), nbytes)
+            os.close(fd)  # the mapping keeps the file
+            self.fd = None
 
     def __reduce__(self):
-        return MemmapMemory, (self.nbytes, self.path)
+        from multiprocessing.reduction import DupFd
+
+        if self.fd is None:
+            raise TypeError("a MemmapMemory is passed on by the process that made it")
+        return MemmapMemory, (self.nbytes, DupFd(self.fd))
 
     def release(self) -> None:
-        if self.owner and os.path.exists(self.path):
-            os.unlink(self.path)
+        """Close the file (unlinked already); the mappings stay valid until dropped."""
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 def as_buffer(memory: Any) -> Any:

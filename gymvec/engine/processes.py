@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing as mp
-import multiprocessing.util
+import multiprocessing.connection
 import os
 import platform
-import signal
-import sys
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import cloudpickle
-import numpy as np
 
 from gymvec.engine import pickling
 from gymvec.engine.commands import Extras
@@ -31,51 +29,34 @@ from gymvec.engine.executor import (
     Executor,
     LocalExecutor,
     OnLocalDone,
-    first_ready_objects_error,
     group_indices,
     request_kwargs,
-    take_finished,
 )
+from gymvec.engine.process_rows import ProcessRows
 from gymvec.engine.subenvs import SubEnvSummary
 from gymvec.engine.worker import (
-    CMD,
-    CMD_SEQ,
-    DONE_SEQ,
-    FIELDS,
-    FINISHED,
-    LIVENESS_POLL_S,
-    REPLY,
-    ROW_REPLY,
-    ROW_STATUS,
+    PARENT_ENDS,
     ROW_WORDS,
-    STATUS,
     SYNC_WORDS,
-    TICKET,
     Command,
-    PeerDied,
     Spin,
-    Status,
     WorkerArgs,
     env_specs_payload,
     sync_words,
-    wait_for,
     worker_main,
 )
-from gymvec.errors import (
-    ErrorDetail,
-    MainModuleError,
-    SpaceMismatchError,
-    SubEnvTimeoutError,
-    WorkerError,
-    sub_env_error,
+from gymvec.engine.worker_handles import (  # noqa: F401  (WorkerHandle: processes' own name)
+    CLOSE_GRACE_S,
+    WorkerHandle,
+    refuse_start_while_importing_main,
+    start_failure,
+    stop_workers,
+    unlink_semaphore,
 )
+from gymvec.errors import ClosedEnvError, SpaceMismatchError, SubEnvTimeoutError, WorkerError
 
 WORKER_SPIN_S = 200e-6  # how long an idle worker spins before it blocks
 PARENT_SPIN_S = 100e-6  # how long the parent spins on a worker's answer before it blocks
-_ERROR = int(Status.ERROR)
-# The exit code of a spawned worker that found itself importing the main module (see
-# refuse_start_while_importing_main); EX_CONFIG of sysexits.h.
-MAIN_REIMPORT_EXIT = 78
 
 
 def usable_cores() -> int:
@@ -93,6 +74,7 @@ class ProcessOptions:
     daemon: bool = False
     local_worker: bool = False
     startup_timeout: float = 120.0
+    factory_timeout: float | None = None  # from a worker's first factory on (the drop-ins')
     spin: bool | None = None
     num_sub_threads: int | None = 1
     max_concurrency: int | None = None
@@ -106,79 +88,6 @@ class ProcessOptions:
             on_x86 = platform.machine() in ("x86_64", "AMD64")
             spin = busy_processes <= usable_cores() and on_x86
         return (WORKER_SPIN_S, PARENT_SPIN_S) if spin else (0.0, 0.0)
-
-
-class WorkerHandle:
-    """The parent's end of one worker process."""
-
-    def __init__(self, index: int, start: int, stop: int, process, conn, wake, done, words):
-        self.index, self.start, self.stop = index, start, stop
-        self.process, self.conn = process, conn
-        self.wake, self.done = wake, done
-        self.words = words
-        self.seq = 0
-        self.answered = 0  # the last command whose answer was read
-        self.summaries: list[SubEnvSummary] = []  # of its sub-envs, once ready
-
-    def post(self, command: Command, payload: Any = None) -> None:
-        self.seq += 1
-        self.words[CMD] = command  # (an IntEnum: an int, as a memoryview item must be)
-        self.words[CMD_SEQ] = self.seq
-        self.wake.release()
-        if payload is not None:  # after the wake-up: the worker reads while we write
-            try:
-                self.conn.send_bytes(payload)
-            except OSError:  # its end of the pipe is gone: so is the worker
-                raise self.died() from None
-
-    def wait(self, spin: Spin, timeout: float | None) -> Any:
-        """Wait for the answer to the last command; returns the reply (None if none)."""
-        try:
-            wait_for(self.words, DONE_SEQ, self.seq, self.done, spin, self.alive, timeout)
-        except PeerDied:
-            raise self.died() from None
-        reply = None
-        if self.words[REPLY]:
-            try:
-                reply = self.conn.recv()
-            except (EOFError, OSError):
-                raise self.died() from None
-        self.answered = self.seq
-        if self.words[STATUS] == _ERROR:
-            raise self.raised(reply)
-        return reply
-
-    def raised(self, detail: ErrorDetail, what: str = "") -> WorkerError:
-        """The error for what the worker sent when it raised (see ``errors.sub_env_error``)."""
-        where = f"worker {self.index}, pid {self.process.pid}"
-        return sub_env_error(detail, worker_index=self.index, where=where, what=what)
-
-    def alive(self) -> bool:
-        return self.process.is_alive()
-
-    def busy(self) -> bool:
-        """Whether the worker has not finished the last command posted to it."""
-        return self.answered != self.seq and self.words[DONE_SEQ] < self.seq
-
-    def died(self) -> WorkerError:
-        self.process.join(0.1)
-        code = self.process.exitcode
-        how = f"exit code {code}"
-        if code is not None and code < 0:
-            how = f"signal {signal.Signals(-code).name}"
-        return WorkerError(
-            f"worker {self.index} (pid {self.process.pid}) died ({how})",
-            worker_index=self.index,
-        )
-
-    def release(self) -> None:
-        """Close the parent's end: the pipe, the process object and the semaphores, whose
-        /dev/shm entries go now (see ``unlink_semaphore``)."""
-        self.conn.close()
-        self.process.close()
-        unlink_semaphore(self.wake)
-        unlink_semaphore(self.done)
-        self.process = self.wake = self.done = None
 
 
 class ProcessExecutor(Executor):
@@ -200,46 +109,38 @@ class ProcessExecutor(Executor):
     ):
         self.handles: list[WorkerHandle] = []
         self.local: LocalExecutor | None = None
+        self.closing = False  # close() began (maybe in another thread: see closed_error)
         worker_spin_s, parent_spin_s = options.spin_seconds(len(worker_bounds))
         self.parent_spin = Spin(parent_spin_s)
         self.sync_memory = None
         self.concurrency = None  # a semaphore that max_concurrency groups share
-        # first-ready commands (see worker.py): the row words, the semaphore a finished row
-        # posts, the count of rows sent, and what was read but not yet handed out
-        num_envs = blocks.layout.num_envs
+        # first-ready commands (see process_rows.py): the row words, the semaphore a
+        # finished row posts
         self.rows_memory = None
         self.ready = None
-        self._tickets = 0
-        self._sending = 0  # the ticket count when the last send_some began
-        self._finished: dict[int, Any] = {}  # row -> its Extras, None, or its WorkerError
-        # per row: its last ticket was gathered (bytes, whose items index faster than numpy's)
-        self._gathered = bytearray(num_envs)
-        self._messages: dict[int, Any] = {}  # row -> what its worker sent, read early
-        self._lost: list[int] = []
-        self._unsettled: set[WorkerHandle] = set()  # posted RUN_SOME, not yet seen idle
-        # Object observations come back with each row's message; object actions would need
-        # one each way, which first-ready commands do not send.
-        self._objects = bool(blocks.layout.object_action_keys)
+        deadline = time.monotonic() + options.startup_timeout  # this process's share included
         try:
             self._start(worker_env_fns, worker_bounds, blocks, options, worker_spin_s)
             if options.local_worker:  # built while the workers build theirs
                 self.local = LocalExecutor.build([worker_env_fns[0]], [0], blocks, workers=[0])
-            for handle in self.handles:
-                self._wait_ready(handle, options.startup_timeout)
+            self._wait_ready(deadline, options)
         except BaseException:
             self.close()
             raise
         local = [] if self.local is None else self.local.bounds
         self.bounds = local + [(h.start, h.stop) for h in self.handles]
-        self.local_stop = local[-1][1] if local else 0  # rows [0, local_stop) run here
-        self.row_words = np.frombuffer(self.rows_memory, dtype=np.int64).reshape(
-            num_envs, ROW_WORDS
+        # Object observations come back with each row's message; object actions would need
+        # one each way, which first-ready commands do not send.
+        objects = bool(blocks.layout.object_action_keys)
+        self.rows: ProcessRows = ProcessRows(
+            self.handles,
+            self.local,
+            self.rows_memory,
+            self.ready,
+            self.concurrency,
+            self.parent_spin,
+            objects,
         )
-        # the same words as Python ints: a first-ready wait reads a few per row it checks
-        self.row_ints = memoryview(self.rows_memory).cast("B").cast("q")
-        self.handle_of_row: list[WorkerHandle | None] = [None] * num_envs
-        for handle in self.handles:
-            self.handle_of_row[handle.start : handle.stop] = [handle] * (handle.stop - handle.start)
 
     def _start(
         self,
@@ -262,6 +163,7 @@ class ProcessExecutor(Executor):
         for k, w in enumerate(range(first_process, len(worker_bounds))):
             start, stop = worker_bounds[w]
             parent_conn, child_conn = ctx.Pipe()
+            PARENT_ENDS.add(parent_conn)
             wake, done = ctx.Semaphore(0), ctx.Semaphore(0)
             args = WorkerArgs(
                 index=k,
@@ -288,6 +190,7 @@ class ProcessExecutor(Executor):
             handle = WorkerHandle(w, start, stop, process, parent_conn, wake, done, words)
             self.handles.append(handle)
             process.start()
+            _WORKERS.add(process)
             child_conn.close()
 
     def summaries(self) -> list[SubEnvSummary]:
@@ -297,33 +200,56 @@ class ProcessExecutor(Executor):
     def local_envs(self) -> list[Any]:
         return [] if self.local is None else self.local.local_envs()
 
+    def _wait_ready(self, deadline: float, options: ProcessOptions) -> None:
+        """Wait for every worker's first message: all against one deadline, and each one's
+        factories against ``factory_timeout`` from the moment the first of them begins
+        (launching the interpreter and its imports does not count there)."""
+        pending = list(self.handles)
+        began: dict[WorkerHandle, float] = {}  # when each worker's first factory began
+        factory_s = options.factory_timeout
+        while pending:
+            now = time.monotonic()
+            if now >= deadline:
+                raise startup_timeout_error(pending, options.startup_timeout)
+            left = deadline - now
+            if factory_s is not None:
+                for handle in pending:
+                    if handle not in began and handle.building() is not None:
+                        began[handle] = now
+                late = [h for h in began if h in pending and now - began[h] >= factory_s]
+                if late:
+                    raise startup_timeout_error(late, factory_s)
+                left = min(left, 0.05)  # (to see factories begin)
+            waits = [h.conn for h in pending] + [h.process.sentinel for h in pending]
+            ready = mp.connection.wait(waits, left)
+            for handle in [h for h in pending if h.conn in ready or h.process.sentinel in ready]:
+                if handle.conn not in ready:
+                    raise start_failure(handle)
+                self._read_ready(handle)
+                pending.remove(handle)
+
     @staticmethod
-    def _wait_ready(handle: WorkerHandle, timeout: float) -> None:
-        ready = mp.connection.wait([handle.conn, handle.process.sentinel], timeout)
-        if handle.conn in ready:
-            try:
-                kind, detail = cloudpickle.loads(handle.conn.recv_bytes())
-            except (EOFError, OSError):  # it died before its first message
-                raise start_failure(handle) from None
-            if kind == "mismatch":
-                message, what = detail
-                raise SpaceMismatchError(f"worker {handle.index}: {message}", kind=what)
-            if kind == "error":
-                raise handle.raised(detail, what="create_env_fn")
-            handle.summaries = detail
-            return
-        if ready:
+    def _read_ready(handle: WorkerHandle) -> None:
+        try:
+            kind, detail = cloudpickle.loads(handle.conn.recv_bytes())
+        except (EOFError, OSError):  # it died before its first message
             raise start_failure(handle) from None
-        raise WorkerError(
-            f"worker {handle.index} did not start within {timeout} s", worker_index=handle.index
-        )
+        if kind == "mismatch":
+            message, what = detail
+            raise SpaceMismatchError(f"worker {handle.index}: {message}", kind=what)
+        if kind == "error":
+            raise handle.raised(detail, what="create_env_fn")
+        handle.summaries = detail
+        handle.ready = True
 
     # ---- commands -----------------------------------------------------------------------------
     def send(self, call: Call) -> None:
         """Start the command on every worker; reset options and the object actions (each
-        worker's rows) travel with it."""
-        if self._unsettled:
-            self._settle()
+        worker's rows) travel with it. A worker known gone fails it before any is posted."""
+        for handle in self.handles:
+            handle.check()
+        if self.rows.unsettled:
+            self.rows.settle()
         options, action_objects = call.options, call.action_objects
         if options is None and not action_objects:
             for handle in self.handles:
@@ -346,6 +272,19 @@ class ProcessExecutor(Executor):
         """Collect every worker's answer. The share stepped in this process counts against
         ``timeout``, though it cannot be cut short: a wait that outlasts ``timeout`` raises
         TimeoutError after it."""
+        try:
+            extras = self._wait(call, timeout, on_local_done)
+        except Exception:
+            if self.closing:
+                raise closed_error() from None
+            raise
+        if self.closing:
+            raise closed_error()
+        return extras
+
+    def _wait(
+        self, call: Call, timeout: float | None, on_local_done: OnLocalDone | None
+    ) -> dict[int, Extras]:
         deadline = None if timeout is None else time.monotonic() + timeout
         if call.extras is None:  # the local share runs once, even if the wait is resumed
             local = self.local
@@ -388,6 +327,10 @@ class ProcessExecutor(Executor):
             error = self._collect(deadline, on_reply=_drop)
         except TimeoutError:
             raise self.busy_error(call, timeout) from None
+        except Exception:
+            if self.closing:
+                raise closed_error() from None
+            raise
         if error is not None and error.worker_traceback is None:  # died, not raised
             raise error
 
@@ -434,229 +377,13 @@ class ProcessExecutor(Executor):
                     on_reply(handle, reply)
         return error
 
-    # ---- first-ready commands -------------------------------------------------------------------
-    def send_some(self, rows: Sequence[int]) -> None:
-        """Hand each row a ticket (the order sent) and wake the workers that hold them; this
-        process's rows are queued for :meth:`wait_some`."""
-        if self._objects:
-            raise first_ready_objects_error("actions")
-        self._sending = self._tickets  # the tickets of this call are above it (resend_some)
-        self._hand_out(rows, resend=False)
-
-    def resend_some(self, rows: Sequence[int]) -> None:
-        """The rows of an interrupted :meth:`send_some`: a ticket for each row that got none
-        (tickets above ``_sending`` are this call's), the local ones queued, and a RUN_SOME
-        for every worker that holds some (one more wake-up changes nothing)."""
-        self._hand_out(rows, resend=True)
-
-    def _hand_out(self, rows: Sequence[int], resend: bool) -> None:
-        words, handle_of_row = self.row_words, self.handle_of_row
-        local, woken = [], {}
-        for row in rows:
-            handle = handle_of_row[row]
-            if handle is None:
-                local.append(row)
-                continue
-            if not resend or words[row, TICKET] <= self._sending:
-                self._tickets += 1
-                self._gathered[row] = 0
-                words[row, TICKET] = self._tickets
-            woken[handle.index] = handle
-        if local:
-            (self.local.resend_some if resend else self.local.send_some)(local)
-        for handle in woken.values():  # after every ticket: one wake-up runs them all
-            handle.post(Command.RUN_SOME)
-            self._unsettled.add(handle)
-
-    def wait_some(
-        self,
-        rows: Sequence[int],
-        min_get: int,
-        max_get: int | None = None,
-        timeout: float | None = None,
-    ) -> dict[int, Any]:
-        """Gather the rows the workers finished; run this process's queued rows one at a
-        time while too few are; otherwise block on the ``ready`` semaphore (checking that
-        the workers holding rows in flight are alive)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        finished, local, gathered = self._finished, self.local, self._gathered
-        wanted = set(rows)
-        done = [row for row in finished if row in wanted]  # finished before this wait
-        waiting = [row for row in rows if row >= self.local_stop and not gathered[row]]
-        if waiting:
-            done += self._gather(waiting)
-        self._raise_failed(done)
-        while len(done) < min_get:
-            if local is not None and local.queue:
-                if self.concurrency is None:
-                    row = local.run_next()
-                else:
-                    with self.concurrency:
-                        row = local.run_next()
-                finished[row] = local.finished.pop(row)
-                if row in wanted:
-                    done.append(row)
-                    self._raise_failed([row])
-                continue
-            waiting = [row for row in waiting if not gathered[row]]
-            if not waiting:  # the engine's books say otherwise: never wait for nothing
-                raise RuntimeError(f"first-ready wait: none of sub-envs {list(rows)} is running")
-            new: list[int] = []
-            while not new:  # a wake-up can come from a row gathered already
-                self._block(waiting, deadline, min_get)
-                new = self._gather(waiting)
-            done += new
-            self._raise_failed(new)
-        return take_finished(finished, rows, max_get)
-
-    def _raise_failed(self, rows: list[int]) -> None:
-        """The error of the first of ``rows`` (finished) that failed: that row is over, the
-        others stay for a later wait."""
-        finished = self._finished
-        failed = next((row for row in rows if isinstance(finished[row], WorkerError)), None)
-        if failed is not None:
-            self._lost.append(failed)
-            raise finished.pop(failed)
-
-    def _gather(self, rows: list[int]) -> list[int]:
-        """The rows of ``rows`` that their workers finished since the last look, in the order
-        sent; each goes into ``_finished`` with its extras (or its error)."""
-        ints, gathered = self.row_ints, self._gathered
-        new = [
-            row
-            for row in rows
-            if not gathered[row]
-            and ints[row * ROW_WORDS + FINISHED] >= ints[row * ROW_WORDS + TICKET]
-        ]
-        if len(new) > 1:
-            new.sort(key=lambda row: ints[row * ROW_WORDS + TICKET])
-        finished = self._finished
-        for row in new:
-            gathered[row] = 1
-            handle = self.handle_of_row[row]
-            base = row * ROW_WORDS
-            payload = self._message(handle, row) if ints[base + ROW_REPLY] else None
-            if ints[base + ROW_STATUS] == _ERROR:
-                finished[row] = handle.raised(payload)
-            else:
-                finished[row] = payload
-        return new
-
-    def _message(self, handle: WorkerHandle, row: int) -> Any:
-        """What ``handle``'s worker sent for ``row``: messages of its other rows read on the
-        way are kept for their turn."""
-        messages = self._messages
-        while row not in messages:
-            try:
-                sender, payload = handle.conn.recv()
-            except (EOFError, OSError):
-                self._lose_worker(handle)
-                raise handle.died() from None
-            except BaseException:
-                # Interrupted mid-read (Ctrl-C): the rest of that message cannot be told from
-                # the next one, so the pipe is of no more use. The worker goes, and its rows
-                # with it: its next command raises WorkerError instead of reading garbage.
-                self._lost.append(row)
-                terminate(handle.process)
-                self._lose_worker(handle)
-                raise
-            messages[sender] = payload
-        return messages.pop(row)
-
-    def _block(self, rows: list[int], deadline: float | None, min_get: int) -> None:
-        """Wait for some worker to finish a row (a post of ``ready``): spin briefly where
-        spinning pays (see ``ProcessOptions.spin_seconds``), then block. Returns after a post
-        or a liveness poll, for the caller to gather; raises past ``deadline``
-        (TimeoutError) or when a worker holding one of ``rows`` is dead (WorkerError)."""
-        ready, spin = self.ready, self.parent_spin
-        spin_s = spin.budget()
-        if spin_s > 0:
-            end = time.perf_counter() + spin_s
-            while time.perf_counter() < end:
-                if ready.acquire(False):
-                    spin.record(True)
-                    return
-            spin.record(False)
-        poll = LIVENESS_POLL_S
-        if deadline is not None:
-            poll = min(poll, max(deadline - time.monotonic(), 0.0))
-        if ready.acquire(True, poll):
-            return
-        busy = [row for row in rows if not self._gathered[row]]
-        for handle in dict.fromkeys(self.handle_of_row[row] for row in busy):
-            if not handle.process.is_alive():
-                self._gather(rows)  # what it finished before it died still counts
-                self._lose_worker(handle)
-                raise handle.died()
-        if deadline is not None and time.monotonic() >= deadline:
-            self._gather(rows)  # one last look: a row may have finished just now
-            busy = [row for row in rows if not self._gathered[row]]
-            handles = dict.fromkeys(self.handle_of_row[row] for row in busy)
-            workers = sorted(handle.index for handle in handles)
-            raise SubEnvTimeoutError(
-                f"first-ready wait: fewer than {min_get} sub-envs finished in time; "
-                f"sub-envs {busy} (workers {workers}) are still running",
-                [
-                    (h.index, h.process.pid, [row for row in busy if self.handle_of_row[row] is h])
-                    for h in handles
-                ],
-            )
-
-    def _lose_worker(self, handle: WorkerHandle) -> None:
-        """``handle``'s worker is gone: its rows in flight are lost."""
-        words = self.row_words[handle.start : handle.stop]
-        for k in np.flatnonzero(words[:, TICKET] > words[:, FINISHED]).tolist():
-            words[k, FINISHED] = words[k, TICKET]  # nothing will finish it now
-            self._gathered[handle.start + k] = 1  # nor gather it
-            self._lost.append(handle.start + k)
-        handle.answered = handle.seq
-        self._unsettled.discard(handle)
-
-    def take_lost(self) -> list[int]:
-        lost, self._lost = self._lost, []
-        if self.local is not None:
-            lost += self.local.take_lost()
-        return lost
-
-    def add_info_fields_in_flight(self, places: dict) -> bool:
-        """This process's groups adopt ``places`` now; each worker finds them on its pipe
-        (the ``FIELDS`` word counts the messages) before it runs its next row, or once woken
-        by a RUN_SOME that has no row for it."""
-        if self.local is not None:
-            self.local.add_info_fields_in_flight(places)
-        payload = cloudpickle.dumps(places)
-        for handle in self.handles:
-            if not handle.process.is_alive():
-                continue  # its rows are lost already, or will be at the next wait
-            try:
-                handle.conn.send_bytes(payload)  # before the word: read once the worker sees it
-            except OSError:  # it died just now: the next wait finds out
-                continue
-            handle.words[FIELDS] += 1
-            handle.post(Command.RUN_SOME)
-            self._unsettled.add(handle)
-        return True
-
-    def _settle(self) -> None:
-        """Before a whole-batch command or a request: wait until each worker sent first-ready
-        rows has found none left (it then reads the next command word, not a stale one), and
-        drop the wake-ups posted meanwhile."""
-        for handle in self._unsettled:
-            if handle.process.is_alive():
-                handle.wait(self.parent_spin, None)
-            while handle.done.acquire(False):
-                pass
-        self._unsettled.clear()
-        while self.ready.acquire(False):
-            pass
-
     # ---- requests -----------------------------------------------------------------------------
 
     def request_send(self, call: Call) -> None:
         """Post the request to the workers that hold some of ``call.indices``. Every worker's
         request is pickled before any is posted: a failure leaves no worker a step ahead."""
-        if self._unsettled:
-            self._settle()
+        if self.rows.unsettled:
+            self.rows.settle()
         offset = 0 if self.local is None else 1
         local, asked = None, []
         for group, positions in group_indices(call.indices, self.bounds):
@@ -701,78 +428,101 @@ class ProcessExecutor(Executor):
             died = self._collect(deadline, on_reply, [handle for handle, _ in asked])
         except TimeoutError:
             raise self.busy_error(call, timeout) from None
+        except Exception:
+            if self.closing:
+                raise closed_error() from None
+            raise
         error = next((e for e in errors if e is not None), died)
         if error is not None:
             raise error
         return call.results
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Stop every worker: an idle one closes its sub-envs and exits (``timeout`` s at
-        most); one still busy with a command (it timed out, or the wait was given up) could
-        not read the close before that command ends, if ever: it is terminated at once."""
-        busy = [handle.busy() for handle in self.handles]
-        for handle, is_busy in zip(self.handles, busy):
-            if is_busy:
-                terminate(handle.process)
-            elif handle.process.is_alive():
-                try:
-                    handle.post(Command.CLOSE)
-                except (OSError, ValueError):
-                    pass
-        for handle, is_busy in zip(self.handles, busy):
-            stop_process(handle.process, 0.0 if is_busy else timeout)
+    # ---- first-ready commands (see process_rows.py) ---------------------------------------------
+    def send_some(self, rows: Sequence[int]) -> None:
+        self.rows.send_some(rows)
+
+    def resend_some(self, rows: Sequence[int]) -> None:
+        self.rows.resend_some(rows)
+
+    def wait_some(
+        self,
+        rows: Sequence[int],
+        min_get: int,
+        max_get: int | None = None,
+        timeout: float | None = None,
+    ) -> dict[int, Any]:
+        try:
+            return self.rows.wait_some(rows, min_get, max_get, timeout)
+        except Exception:
+            if self.closing:
+                raise closed_error() from None
+            raise
+
+    def take_lost(self) -> list[int]:
+        return self.rows.take_lost()
+
+    def add_info_fields_in_flight(self, places: dict) -> bool:
+        return self.rows.add_info_fields_in_flight(places)
+
+    # ---- lifetime -----------------------------------------------------------------------------
+    def close(self, timeout: float = CLOSE_GRACE_S) -> None:
+        """Stop every worker at once (see ``stop_workers``: ``timeout`` + 2 s at most, however
+        many there are), then close this process's share. A sub-env's close error is raised
+        once everything is done (this process's share's first). Another thread's call that
+        waits meanwhile raises ClosedEnvError."""
+        self.closing = True
+        error = stop_workers(self.handles, timeout)
+        handles, self.handles = self.handles, []  # (a waiting thread keeps the old list)
+        for handle in handles:
             handle.release()
-        self.handles = []
-        self._unsettled.clear()
         unlink_semaphore(self.concurrency)
         unlink_semaphore(self.ready)
         self.sync_memory = self.concurrency = self.rows_memory = self.ready = None
         local, self.local = self.local, None
         if local is not None:
             local.close()  # last: a sub-env's close may raise
+        if error is not None:
+            raise error
 
 
-def unlink_semaphore(semaphore: Any) -> None:
-    """Remove the /dev/shm entry of a named multiprocessing semaphore now.
+# The workers of this process (see _forget_workers_in_child).
+_WORKERS: weakref.WeakSet = weakref.WeakSet()
 
-    Under spawn and forkserver, multiprocessing names each semaphore in /dev/shm and removes
-    the name only when the semaphore is garbage-collected, which any reference left behind
-    puts off (a kept WorkerError holds the frame of the wait on ``done``). Running that
-    finalizer here removes the name once (the processes that opened the semaphore keep it);
-    the later collection then does nothing. A semaphore without a name (fork unlinks at
-    once) or without a finalizer to find is left to the collector, as before.
-    """
-    if getattr(getattr(semaphore, "_semlock", None), "name", None) is None:
-        return
-    registry = getattr(multiprocessing.util, "_finalizer_registry", {})
-    for finalizer in list(registry.values()):
-        ref = getattr(finalizer, "_weakref", None)
-        if ref is not None and ref() is semaphore:
-            finalizer()
-            return
+
+def _forget_workers_in_child() -> None:
+    """After a plain ``os.fork()``: the child inherits multiprocessing's list of this
+    process's children, and at exit would SIGTERM the daemon ones among them (our workers,
+    which are not its own) and try to join the others. They are the parent's: drop them."""
+    children = getattr(mp.process, "_children", None)
+    if children is not None:
+        children.difference_update(list(_WORKERS))
+
+
+os.register_at_fork(after_in_child=_forget_workers_in_child)
+
+
+def closed_error() -> ClosedEnvError:
+    return ClosedEnvError(
+        "the env was closed (from another thread) while this call waited: create a new one to go on"
+    )
+
+
+def startup_timeout_error(pending: list[WorkerHandle], timeout: float) -> SubEnvTimeoutError:
+    """The error for workers not ready in time: it names the sub-env whose factory each one
+    still runs."""
+    parts = []
+    for handle in pending:
+        row = handle.building()
+        what = f"sub-env {row}'s factory is still running" if row is not None else "starting"
+        parts.append(f"{what} (worker {handle.index}, pid {handle.process.pid})")
+    return SubEnvTimeoutError(
+        f"start-up did not finish within {timeout} s: " + "; ".join(parts),
+        [(h.index, h.process.pid, list(range(h.start, h.stop))) for h in pending],
+    )
 
 
 def _drop(handle: WorkerHandle, reply: Any) -> None:
     """What a drained call does with an answer (a command's extras or a request's results)."""
-
-
-def terminate(process) -> None:
-    if process._popen is not None and process.exitcode is None:
-        process.terminate()
-
-
-def stop_process(process, timeout: float) -> None:
-    """Join, then terminate, then kill: never wait unbounded."""
-    if process._popen is None:  # never started
-        return
-    if timeout > 0:
-        process.join(timeout)
-    if process.exitcode is None:
-        process.terminate()
-        process.join(1.0)
-    if process.exitcode is None:
-        process.kill()
-        process.join()
 
 
 def _rows(rows: list[int]) -> str:
@@ -795,37 +545,6 @@ def check_timeout(timeout: float | None, local_worker: bool | None) -> float | N
             "cannot cut them short; leave local_worker unset (or False) with a timeout"
         )
     return float(timeout)
-
-
-def refuse_start_while_importing_main() -> None:
-    """In a spawned worker that is still importing the main module (a script that builds
-    an env at import time, without ``if __name__ == "__main__":``), exit at once with
-    ``MAIN_REIMPORT_EXIT``: the parent tells its user why (``ProcessExecutor._wait_ready``),
-    instead of one multiprocessing traceback per worker."""
-    if getattr(mp.current_process(), "_inheriting", False):
-        sys.stderr.flush()
-        os._exit(MAIN_REIMPORT_EXIT)
-
-
-def start_failure(handle: WorkerHandle) -> WorkerError:
-    """The error for a worker that died before it was ready: a MainModuleError when it
-    found itself importing the main module (see refuse_start_while_importing_main)."""
-    handle.process.join(1.0)
-    if handle.process.exitcode == MAIN_REIMPORT_EXIT:
-        return main_reimport_error(handle)
-    return handle.died()
-
-
-def main_reimport_error(handle: WorkerHandle) -> MainModuleError:
-    main = sys.modules.get("__main__")
-    script = getattr(main, "__file__", None) or "the main module"
-    return MainModuleError(
-        f"worker {handle.index} could not start: {script} builds this env when it is "
-        "imported, and spawned worker processes import it again. Put the code that builds "
-        'and runs the env under `if __name__ == "__main__":` (or in a function called from '
-        "there).",
-        worker_index=handle.index,
-    )
 
 
 def default_start_method() -> str:

@@ -30,12 +30,16 @@ from __future__ import annotations
 import dataclasses
 import enum
 import gc
+import multiprocessing as mp
 import os
 import re
+import select
 import signal
 import sys
+import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
@@ -48,12 +52,19 @@ from gymvec.engine.subenvs import SubEnvGroup, SubEnvSummary, run_request
 from gymvec.errors import SpaceMismatchError, error_detail
 
 SYNC_WORDS = 8  # int64 words per worker: one 64-byte cache line
-CMD_SEQ, CMD, DONE_SEQ, STATUS, REPLY, FIELDS = range(6)
+# BUILDING: 1 + the sub-env whose factory runs during start-up (0: none), for the start-up error
+CMD_SEQ, CMD, DONE_SEQ, STATUS, REPLY, FIELDS, BUILDING = range(7)
 ROW_WORDS = 8  # int64 words per sub-env (first-ready commands): one cache line
 TICKET, FINISHED, ROW_STATUS, ROW_REPLY = range(4)
 
 # How long a blocked waiter sleeps before it checks that the other side is still alive.
 LIVENESS_POLL_S = 0.05
+# A worker whose parent is gone: how often its watch looks (where no pidfd tells it at once),
+# and how long the command loop then has to end by itself (closing its sub-envs) before the
+# watch ends the process, whatever its main thread is doing (see ParentWatch).
+PARENT_POLL_S = 0.25
+PARENT_GONE_GRACE_S = 1.0
+PARENT_GONE_EXIT = 70  # EX_SOFTWARE of sysexits.h
 
 
 def sync_words(sync_memory: Any, k: int) -> memoryview:
@@ -172,6 +183,7 @@ class Worker:
         concurrency: Any = None,
         row_words: memoryview | None = None,
         ready: Any = None,
+        parent: ParentWatch | None = None,
     ):
         self.group = group
         self.row_words = row_words  # its sub-envs' ROW_WORDS each (first-ready commands)
@@ -181,7 +193,7 @@ class Worker:
         self.conn = conn
         self.wake, self.done = wake, done
         self.spin = Spin(spin_s)
-        self.parent_pid = os.getppid()
+        self.parent = parent if parent is not None else ParentWatch()
         self.handlers = {
             Command.RUN: self.run,
             Command.RUN_WITH_PAYLOAD: self.run_with_payload,
@@ -193,7 +205,7 @@ class Worker:
         self.fields_read = 0  # info-field messages adopted (see run_some)
 
     def parent_alive(self) -> bool:
-        return os.getppid() == self.parent_pid
+        return not self.parent.gone()
 
     def loop(self) -> None:
         seq = 0
@@ -219,7 +231,7 @@ class Worker:
             # After the done post: a large reply can then fill the pipe while the parent reads.
             if payload is not None:
                 self.conn.send_bytes(payload)
-        self.group.close()
+        self.group.close()  # (after CLOSE, closed already: the parent is gone)
 
     def run(self, options: dict | None = None, only: int | None = None) -> dict | None:
         if self.concurrency is None:
@@ -282,8 +294,10 @@ class Worker:
             return ("raise", error_detail(exc))
 
     def close(self) -> None:
+        """Close the sub-envs; what one raises is this command's error, which the parent
+        raises once every worker has stopped (as it does for its own share's)."""
         self.open = False
-        return None
+        self.group.close()
 
 
 def env_specs_payload() -> bytes:
@@ -335,6 +349,82 @@ def ready_message(summaries: list[SubEnvSummary]) -> bytes:
         return cloudpickle.dumps(("ready", summaries))
 
 
+class ParentWatch:
+    """Tells a worker that the process that started it is gone, under every start method.
+
+    ``os.getppid()`` alone cannot: a forkserver worker's parent is the forkserver, which its
+    workers keep alive. The watch holds a pidfd of the real parent (readable once it exits),
+    or else multiprocessing's parent sentinel (readable once every copy of its write end is
+    closed), and also notes a change of ``getppid()`` (fork and spawn: re-parented).
+    """
+
+    def __init__(self) -> None:
+        parent = mp.parent_process()
+        self.ppid = os.getppid()
+        self.dead = False
+        self.fd: int | None = None
+        pid = (parent.pid if parent is not None else None) or self.ppid
+        try:
+            self.fd = os.pidfd_open(pid)
+        except ProcessLookupError:  # gone already
+            self.dead = True
+        except (AttributeError, OSError):  # no pidfd here (not Linux 5.3+)
+            self.fd = parent.sentinel if parent is not None else None
+
+    def gone(self, wait_s: float = 0.0) -> bool:
+        """Whether the parent is gone; waits up to ``wait_s`` for it to go."""
+        if self.dead or os.getppid() != self.ppid:
+            return True
+        if self.fd is None:
+            time.sleep(wait_s)
+            return os.getppid() != self.ppid
+        return bool(select.select([self.fd], [], [], wait_s)[0])
+
+    def start_guard(self) -> None:
+        """End this process soon after the parent's death, whatever its main thread does (a
+        sub-env's endless step, a write to a pipe nobody reads): a daemon thread waits for
+        the death, gives the command loop ``PARENT_GONE_GRACE_S`` to end by itself, then
+        exits. (No shared file is left to remove: memmap blocks are unlinked files.)"""
+
+        def guard() -> None:
+            while not self.gone(PARENT_POLL_S):
+                pass
+            time.sleep(PARENT_GONE_GRACE_S)
+            os._exit(PARENT_GONE_EXIT)
+
+        threading.Thread(target=guard, name="gymvec-parent-guard", daemon=True).start()
+
+
+def announcing(fns: list[Callable[[], Any]], start: int, words: Any) -> list[Callable[[], Any]]:
+    """``fns``, each setting ``words[BUILDING]`` to 1 + its sub-env's index while it runs: the
+    parent names the factory still running when start-up outlasts its timeout."""
+
+    def announce(row: int, fn: Callable[[], Any]) -> Callable[[], Any]:
+        def build() -> Any:
+            words[BUILDING] = row + 1
+            env = fn()
+            words[BUILDING] = 0
+            return env
+
+        return build
+
+    return [announce(start + k, fn) for k, fn in enumerate(fns)]
+
+
+# The parent's ends of the worker pipes of this process (ProcessExecutor adds each one): a
+# forked worker inherits them, and closes them (see close_inherited).
+PARENT_ENDS: weakref.WeakSet = weakref.WeakSet()
+
+
+def close_inherited() -> None:
+    """In a forked worker: close the parent's ends of the worker pipes it inherited (its
+    own and other workers'), so that a write to the parent fails once the parent is gone
+    instead of blocking on an end this process holds itself. (Spawned and forkserver workers
+    start with none.)"""
+    for conn in list(PARENT_ENDS):
+        conn.close()
+
+
 @dataclasses.dataclass
 class WorkerArgs:
     """What a worker process starts from (besides its pipe and semaphores).
@@ -364,13 +454,16 @@ def worker_main(args: WorkerArgs, conn, wake, done) -> None:
     # A Ctrl-C in a terminal reaches every process of its group: it is the caller's to handle
     # (see BatchEngine.recv), and close() or the parent's death ends this process.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    close_inherited()
+    parent = ParentWatch()
+    parent.start_guard()
     if args.num_threads is not None:
         # Before anything imports torch (or numpy's BLAS): they read these when they load.
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             os.environ[var] = str(args.num_threads)
     words = sync_words(args.sync_memory, args.index)
     try:
-        env_fns = cloudpickle.loads(args.env_fns_payload)
+        env_fns = announcing(cloudpickle.loads(args.env_fns_payload), args.start, words)
         if args.env_specs_payload is not None:
             add_missing_env_specs(cloudpickle.loads(args.env_specs_payload))
         control = Control(args.layout.num_envs, args.control_memory)
@@ -399,7 +492,16 @@ def worker_main(args: WorkerArgs, conn, wake, done) -> None:
         row_words = memoryview(args.rows_memory).cast("B").cast("q")
         row_words = row_words[group.start * ROW_WORDS : group.stop * ROW_WORDS]
         worker = Worker(
-            group, words, conn, wake, done, args.spin_s, args.concurrency, row_words, args.ready
+            group,
+            words,
+            conn,
+            wake,
+            done,
+            args.spin_s,
+            args.concurrency,
+            row_words,
+            args.ready,
+            parent,
         )
         worker.loop()
     except (EOFError, BrokenPipeError):

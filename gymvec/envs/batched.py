@@ -731,7 +731,8 @@ class ParallelEnv(BatchedEnvBase):
         envs_per_worker: sub-envs stepped by each worker, or a list of ``num_workers`` counts
             (``[3, 4]``: 7 sub-envs, rows 0-2 in worker 0). The batch size is their total.
         shared_memory: must be True: buffers live in shared memory (kept for torchrl users).
-        memmap: back the buffers with a temporary file instead of anonymous shared memory.
+        memmap: back the buffers with a temporary file instead of anonymous shared memory (the
+            file is unlinked once made: none is left however the processes end).
         mp_start_method: "spawn", "fork" or "forkserver" (None: multiprocessing's default, as
             the drop-ins and gymnasium's ``AsyncVectorEnv``: "fork" on Linux up to Python
             3.13, where workers start without importing torch again).
@@ -741,7 +742,8 @@ class ParallelEnv(BatchedEnvBase):
             False, see docs/options.md).
         daemon: whether worker processes are daemonic (daemonic ones cannot start processes;
             None: False).
-        startup_timeout: seconds a worker may take to build its sub-envs.
+        startup_timeout: seconds the workers may take, all together, to start and build their
+            sub-envs (``timeout``, if given, also bounds each worker's factories).
         spin: whether waits spin briefly before blocking (None: when every busy process has
             a core of its own, on x86).
         timeout: seconds a reset, step or call may take (None: as long as it takes). Past

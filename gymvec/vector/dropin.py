@@ -15,6 +15,7 @@ arguments and offer the same methods as gymnasium's classes, and run on gymvec's
 from __future__ import annotations
 
 import enum
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -222,6 +223,8 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
     ends the busy workers instead of waiting for them.
     """
 
+    _waiter: int | None = None  # the thread waiting for the call in flight (see close_extras)
+
     @suggest_keywords
     def __init__(
         self,
@@ -315,12 +318,15 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         return self._receive(call, timeout)
 
     def _receive(self, call: str, timeout: float | None) -> Received:
+        self._waiter = threading.get_ident()
         try:
             return self.engine.recv(timeout, on_local_done=self._early_copy)
         except TimeoutError as exc:
             # Still in flight: a later wait resumes it (gymnasium gives the call up instead),
             # but for the constructor's timeout, after which the env refuses further calls.
             raise _wait_timeout(call, timeout, self.timeout, exc) from None
+        finally:
+            self._waiter = None
 
     def _check_running(self) -> None:
         if self.closed:
@@ -398,8 +404,9 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
                 f"Calling `close` while waiting for a pending call to `{self._state.value}` to "
                 "complete."
             )
-            if not terminate and not self.engine.timed_out:
-                # (after a timeout, it may never finish: close() ends its workers instead)
+            # (after a timeout, it may never finish; and another thread waiting for it gets
+            # ClosedEnvError: close() ends the workers instead of reading its answers too)
+            if not terminate and not self.engine.timed_out and self._waiter is None:
                 try:  # let the call in flight finish, as AsyncVectorEnv does
                     if self.engine.in_flight == "request":
                         self.engine.request_recv(timeout)

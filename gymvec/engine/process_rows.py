@@ -1,0 +1,292 @@
+"""First-ready commands over worker processes: single sub-envs ("rows") sent and gathered
+one at a time (see ``worker.py`` for the row words and ``Executor`` for the contract).
+
+:class:`ProcessRows` is the part of ``ProcessExecutor`` that hands rows tickets, wakes their
+workers, gathers the rows they finished and reads the messages that come with them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from gymvec.engine.executor import LocalExecutor, first_ready_objects_error, take_finished
+from gymvec.engine.worker import (
+    FIELDS,
+    FINISHED,
+    LIVENESS_POLL_S,
+    ROW_REPLY,
+    ROW_STATUS,
+    ROW_WORDS,
+    TICKET,
+    Command,
+    Spin,
+    Status,
+)
+from gymvec.engine.worker_handles import WorkerHandle
+from gymvec.errors import SubEnvTimeoutError, WorkerError
+
+_ERROR = int(Status.ERROR)
+
+
+class ProcessRows:
+    """The first-ready rows of a batch whose workers are ``handles`` (and ``local``'s share,
+    rows ``[0, local_stop)``, run in this process).
+
+    Args:
+        handles: the worker processes.
+        local: the executor of this process's share, if any.
+        rows_memory: the row words of every sub-env.
+        ready: the semaphore a worker posts when it finished a row.
+        concurrency: the semaphore of ``max_concurrency`` (None: no limit).
+        spin: how the parent spins before it blocks.
+        objects: whether the sub-envs take object actions (which these commands cannot send).
+    """
+
+    def __init__(
+        self,
+        handles: list[WorkerHandle],
+        local: LocalExecutor | None,
+        rows_memory: Any,
+        ready: Any,
+        concurrency: Any,
+        spin: Spin,
+        objects: bool,
+    ):
+        self.handles, self.local = handles, local
+        self.ready, self.concurrency, self.parent_spin = ready, concurrency, spin
+        self._objects = objects
+        num_envs = len(rows_memory) // (ROW_WORDS * 8)
+        self.local_stop = local.bounds[-1][1] if local is not None else 0
+        self.row_words = np.frombuffer(rows_memory, dtype=np.int64).reshape(num_envs, ROW_WORDS)
+        # the same words as Python ints: a first-ready wait reads a few per row it checks
+        self.row_ints = memoryview(rows_memory).cast("B").cast("q")
+        self.handle_of_row: list[WorkerHandle | None] = [None] * num_envs
+        for handle in handles:
+            self.handle_of_row[handle.start : handle.stop] = [handle] * (handle.stop - handle.start)
+        self._tickets = 0
+        self._sending = 0  # the ticket count when the last send_some began
+        self._finished: dict[int, Any] = {}  # row -> its Extras, None, or its WorkerError
+        # per row: its last ticket was gathered (bytes, whose items index faster than numpy's)
+        self._gathered = bytearray(num_envs)
+        self._messages: dict[int, Any] = {}  # row -> what its worker sent, read early
+        self._lost: list[int] = []
+        self.unsettled: set[WorkerHandle] = set()  # posted RUN_SOME, not yet seen idle
+
+    def send_some(self, rows: Sequence[int]) -> None:
+        """Hand each row a ticket (the order sent) and wake the workers that hold them; this
+        process's rows are queued for :meth:`wait_some`."""
+        if self._objects:
+            raise first_ready_objects_error("actions")
+        self._sending = self._tickets  # the tickets of this call are above it (resend_some)
+        self._hand_out(rows, resend=False)
+
+    def resend_some(self, rows: Sequence[int]) -> None:
+        """The rows of an interrupted :meth:`send_some`: a ticket for each row that got none
+        (tickets above ``_sending`` are this call's), the local ones queued, and a RUN_SOME
+        for every worker that holds some (one more wake-up changes nothing)."""
+        self._hand_out(rows, resend=True)
+
+    def _hand_out(self, rows: Sequence[int], resend: bool) -> None:
+        words, handle_of_row = self.row_words, self.handle_of_row
+        local, woken = [], {}
+        for row in rows:
+            handle = handle_of_row[row]
+            if handle is None:
+                local.append(row)
+                continue
+            if not resend or words[row, TICKET] <= self._sending:
+                self._tickets += 1
+                self._gathered[row] = 0
+                words[row, TICKET] = self._tickets
+            woken[handle.index] = handle
+        if local:
+            (self.local.resend_some if resend else self.local.send_some)(local)
+        for handle in woken.values():  # after every ticket: one wake-up runs them all
+            handle.post(Command.RUN_SOME)
+            self.unsettled.add(handle)
+
+    def wait_some(
+        self,
+        rows: Sequence[int],
+        min_get: int,
+        max_get: int | None = None,
+        timeout: float | None = None,
+    ) -> dict[int, Any]:
+        """Gather the rows the workers finished; run this process's queued rows one at a
+        time while too few are; otherwise block on the ``ready`` semaphore (checking that
+        the workers holding rows in flight are alive)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        finished, local, gathered = self._finished, self.local, self._gathered
+        wanted = set(rows)
+        done = [row for row in finished if row in wanted]  # finished before this wait
+        waiting = [row for row in rows if row >= self.local_stop and not gathered[row]]
+        if waiting:
+            done += self._gather(waiting)
+        self._raise_failed(done)
+        while len(done) < min_get:
+            if local is not None and local.queue:
+                if self.concurrency is None:
+                    row = local.run_next()
+                else:
+                    with self.concurrency:
+                        row = local.run_next()
+                finished[row] = local.finished.pop(row)
+                if row in wanted:
+                    done.append(row)
+                    self._raise_failed([row])
+                continue
+            waiting = [row for row in waiting if not gathered[row]]
+            if not waiting:  # the engine's books say otherwise: never wait for nothing
+                raise RuntimeError(f"first-ready wait: none of sub-envs {list(rows)} is running")
+            new: list[int] = []
+            while not new:  # a wake-up can come from a row gathered already
+                self._block(waiting, deadline, min_get)
+                new = self._gather(waiting)
+            done += new
+            self._raise_failed(new)
+        return take_finished(finished, rows, max_get)
+
+    def _raise_failed(self, rows: list[int]) -> None:
+        """The error of the first of ``rows`` (finished) that failed: that row is over, the
+        others stay for a later wait."""
+        finished = self._finished
+        failed = next((row for row in rows if isinstance(finished[row], WorkerError)), None)
+        if failed is not None:
+            self._lost.append(failed)
+            raise finished.pop(failed)
+
+    def _gather(self, rows: list[int]) -> list[int]:
+        """The rows of ``rows`` that their workers finished since the last look, in the order
+        sent; each goes into ``_finished`` with its extras (or its error)."""
+        ints, gathered = self.row_ints, self._gathered
+        new = [
+            row
+            for row in rows
+            if not gathered[row]
+            and ints[row * ROW_WORDS + FINISHED] >= ints[row * ROW_WORDS + TICKET]
+        ]
+        if len(new) > 1:
+            new.sort(key=lambda row: ints[row * ROW_WORDS + TICKET])
+        finished = self._finished
+        for row in new:
+            gathered[row] = 1
+            handle = self.handle_of_row[row]
+            base = row * ROW_WORDS
+            payload = self._message(handle, row) if ints[base + ROW_REPLY] else None
+            if ints[base + ROW_STATUS] == _ERROR:
+                finished[row] = handle.raised(payload)
+            else:
+                finished[row] = payload
+        return new
+
+    def _message(self, handle: WorkerHandle, row: int) -> Any:
+        """What ``handle``'s worker sent for ``row``: messages of its other rows read on the
+        way are kept for their turn."""
+        messages = self._messages
+        while row not in messages:
+            try:
+                sender, payload = handle.conn.recv()
+                messages[sender] = payload
+            except (EOFError, OSError):
+                self._lose_worker(handle)
+                raise handle.died() from None
+            except BaseException:
+                # Interrupted mid-read (Ctrl-C): the worker is stopped (see WorkerHandle.cut),
+                # and its rows go with it.
+                self._lost.append(row)
+                handle.cut("its reply")
+                self._lose_worker(handle)
+                raise
+        return messages.pop(row)
+
+    def _block(self, rows: list[int], deadline: float | None, min_get: int) -> None:
+        """Wait for some worker to finish a row (a post of ``ready``): spin briefly where
+        spinning pays (see ``ProcessOptions.spin_seconds``), then block. Returns after a post
+        or a liveness poll, for the caller to gather; raises past ``deadline``
+        (TimeoutError) or when a worker holding one of ``rows`` is dead (WorkerError)."""
+        ready, spin = self.ready, self.parent_spin
+        spin_s = spin.budget()
+        if spin_s > 0:
+            end = time.perf_counter() + spin_s
+            while time.perf_counter() < end:
+                if ready.acquire(False):
+                    spin.record(True)
+                    return
+            spin.record(False)
+        poll = LIVENESS_POLL_S
+        if deadline is not None:
+            poll = min(poll, max(deadline - time.monotonic(), 0.0))
+        if ready.acquire(True, poll):
+            return
+        busy = [row for row in rows if not self._gathered[row]]
+        for handle in dict.fromkeys(self.handle_of_row[row] for row in busy):
+            if not handle.process.is_alive():
+                self._gather(rows)  # what it finished before it died still counts
+                self._lose_worker(handle)
+                raise handle.died()
+        if deadline is not None and time.monotonic() >= deadline:
+            self._gather(rows)  # one last look: a row may have finished just now
+            busy = [row for row in rows if not self._gathered[row]]
+            handles = dict.fromkeys(self.handle_of_row[row] for row in busy)
+            workers = sorted(handle.index for handle in handles)
+            raise SubEnvTimeoutError(
+                f"first-ready wait: fewer than {min_get} sub-envs finished in time; "
+                f"sub-envs {busy} (workers {workers}) are still running",
+                [
+                    (h.index, h.process.pid, [row for row in busy if self.handle_of_row[row] is h])
+                    for h in handles
+                ],
+            )
+
+    def _lose_worker(self, handle: WorkerHandle) -> None:
+        """``handle``'s worker is gone: its rows in flight are lost."""
+        words = self.row_words[handle.start : handle.stop]
+        for k in np.flatnonzero(words[:, TICKET] > words[:, FINISHED]).tolist():
+            words[k, FINISHED] = words[k, TICKET]  # nothing will finish it now
+            self._gathered[handle.start + k] = 1  # nor gather it
+            self._lost.append(handle.start + k)
+        handle.answered = handle.seq
+        self.unsettled.discard(handle)
+
+    def take_lost(self) -> list[int]:
+        lost, self._lost = self._lost, []
+        if self.local is not None:
+            lost += self.local.take_lost()
+        return lost
+
+    def add_info_fields_in_flight(self, places: dict) -> bool:
+        """This process's groups adopt ``places`` now; each worker finds them on its pipe
+        (the ``FIELDS`` word counts the messages) before it runs its next row, or once woken
+        by a RUN_SOME that has no row for it."""
+        if self.local is not None:
+            self.local.add_info_fields_in_flight(places)
+        payload = cloudpickle.dumps(places)
+        for handle in self.handles:
+            if not handle.process.is_alive():
+                continue  # its rows are lost already, or will be at the next wait
+            try:
+                handle.send(payload)  # before the word: read once the worker sees it
+            except WorkerError:  # it died just now: the next wait finds out
+                continue
+            handle.words[FIELDS] += 1
+            handle.post(Command.RUN_SOME)
+            self.unsettled.add(handle)
+        return True
+
+    def settle(self) -> None:
+        """Before a whole-batch command or a request: wait until each worker sent first-ready
+        rows has found none left (it then reads the next command word, not a stale one), and
+        drop the wake-ups posted meanwhile."""
+        for handle in self.unsettled:
+            if handle.process.is_alive():
+                handle.wait(self.parent_spin, None)
+            while handle.done.acquire(False):
+                pass
+        self.unsettled.clear()
+        while self.ready.acquire(False):
+            pass

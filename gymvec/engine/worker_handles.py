@@ -1,0 +1,265 @@
+"""The parent's end of the worker processes: one :class:`WorkerHandle` each, and how they stop.
+
+Guarantees kept here (docs/troubleshooting.md gives the figures):
+
+* an interrupt (Ctrl-C) that cuts a message to or from a worker short poisons nothing: the
+  pipe cannot be resynchronised, so that worker is stopped at once and every later command
+  raises a ``WorkerError`` that says so, instead of reading the rest of the message as the
+  next one;
+* :func:`stop_workers` ends every worker within ``CLOSE_GRACE_S + TERM_GRACE_S + KILL_WAIT_S``
+  in total, however many there are: all are asked (or terminated) at once, then waited for
+  against one deadline.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import multiprocessing.connection
+import multiprocessing.util
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from gymvec.engine.subenvs import SubEnvSummary
+from gymvec.engine.worker import (
+    BUILDING,
+    CMD,
+    CMD_SEQ,
+    DONE_SEQ,
+    REPLY,
+    STATUS,
+    Command,
+    PeerDied,
+    Spin,
+    Status,
+    wait_for,
+)
+from gymvec.errors import ErrorDetail, MainModuleError, WorkerError, sub_env_error
+
+_ERROR = int(Status.ERROR)
+# close(): how long the workers have to close their sub-envs once asked, then how long they
+# have to exit after SIGTERM, then how long SIGKILL is waited for (all workers together).
+CLOSE_GRACE_S = 5.0
+TERM_GRACE_S = 1.0
+KILL_WAIT_S = 1.0
+# The exit code of a spawned worker that found itself importing the main module (see
+# refuse_start_while_importing_main); EX_CONFIG of sysexits.h.
+MAIN_REIMPORT_EXIT = 78
+
+
+class WorkerHandle:
+    """The parent's end of one worker process."""
+
+    def __init__(self, index: int, start: int, stop: int, process, conn, wake, done, words):
+        self.index, self.start, self.stop = index, start, stop
+        self.process, self.conn = process, conn
+        self.wake, self.done = wake, done
+        self.words = words
+        self.seq = 0
+        self.answered = 0  # the last command whose answer was read
+        self.summaries: list[SubEnvSummary] = []  # of its sub-envs, once ready
+        self.ready = False  # it built its sub-envs and reads commands
+        self.failure: str | None = None  # why it is known gone (every later command raises)
+
+    def post(self, command: Command, payload: Any = None) -> None:
+        self.seq += 1
+        self.words[CMD] = command  # (an IntEnum: an int, as a memoryview item must be)
+        self.words[CMD_SEQ] = self.seq
+        self.wake.release()
+        if payload is not None:  # after the wake-up: the worker reads while we write
+            self.send(payload)
+
+    def send(self, payload: bytes) -> None:
+        """Write one message to the worker; cut short, the worker is stopped (see cut)."""
+        try:
+            self.conn.send_bytes(payload)
+        except OSError:  # its end of the pipe is gone: so is the worker
+            raise self.died() from None
+        except BaseException:
+            self.cut("a message to it")
+            raise
+
+    def wait(self, spin: Spin, timeout: float | None) -> Any:
+        """Wait for the answer to the last command; returns the reply (None if none)."""
+        try:
+            wait_for(self.words, DONE_SEQ, self.seq, self.done, spin, self.alive, timeout)
+        except PeerDied:
+            raise self.died() from None
+        reply = None
+        try:
+            # Answered from here on: an interrupt below either cuts the reply (the worker is
+            # stopped) or comes after it was read whole; never is a reply read twice.
+            self.answered = self.seq
+            if self.words[REPLY]:
+                reply = self.conn.recv()
+        except (EOFError, OSError):
+            raise self.died() from None
+        except BaseException:
+            self.cut("its reply")
+            raise
+        if self.words[STATUS] == _ERROR:
+            raise self.raised(reply)
+        return reply
+
+    def cut(self, what: str) -> None:
+        """An interrupt cut ``what`` short mid-message: the rest of it cannot be told from the
+        next message, so the pipe is of no more use. The worker is stopped now; every later
+        command raises WorkerError (see ``check``)."""
+        self.failure = (
+            f"worker {self.index} (pid {self.process.pid}) was stopped: an interrupt cut "
+            f"{what} short, so its pipe could not be read on; close this env and make a new one"
+        )
+        self.answered = self.seq
+        terminate(self.process)
+
+    def check(self) -> None:
+        """Raise the WorkerError of a worker known gone, before any command is posted: the
+        other workers' sub-envs then stay as they were, instead of stepping for nothing."""
+        if self.failure is not None:
+            raise WorkerError(self.failure, worker_index=self.index)
+
+    def raised(self, detail: ErrorDetail, what: str = "") -> WorkerError:
+        """The error for what the worker sent when it raised (see ``errors.sub_env_error``)."""
+        where = f"worker {self.index}, pid {self.process.pid}"
+        return sub_env_error(detail, worker_index=self.index, where=where, what=what)
+
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    def busy(self) -> bool:
+        """Whether the worker has not finished the last command posted to it."""
+        return self.answered != self.seq and self.words[DONE_SEQ] < self.seq
+
+    def building(self) -> int | None:
+        """The sub-env whose factory runs in the worker now (start-up), if any."""
+        row = self.words[BUILDING]
+        return row - 1 if row else None
+
+    def died(self) -> WorkerError:
+        self.process.join(0.1)
+        code = self.process.exitcode
+        how = f"exit code {code}"
+        if code is not None and code < 0:
+            how = f"signal {signal.Signals(-code).name}"
+        message = f"worker {self.index} (pid {self.process.pid}) died ({how})"
+        self.failure = self.failure or message
+        return WorkerError(message, worker_index=self.index)
+
+    def release(self) -> None:
+        """Close the parent's end: the pipe, the process object and the semaphores, whose
+        /dev/shm entries go now (see ``unlink_semaphore``)."""
+        self.conn.close()
+        if self.process.exitcode is not None:  # (one that outlived SIGKILL is left as is)
+            self.process.close()
+        unlink_semaphore(self.wake)
+        unlink_semaphore(self.done)
+        self.process = self.wake = self.done = None
+
+
+def stop_workers(handles: list[WorkerHandle], grace_s: float = CLOSE_GRACE_S) -> Exception | None:
+    """Stop every worker, all at once: each idle one is asked to close its sub-envs and exit,
+    and has ``grace_s`` for it (one deadline for all); one that is busy, not started, known
+    gone or past the deadline gets SIGTERM, then ``TERM_GRACE_S`` later SIGKILL, waited for
+    ``KILL_WAIT_S``. Returns the first error a sub-env's ``close()`` raised in a worker."""
+    asked = []
+    for handle in handles:
+        if handle.ready and handle.failure is None and not handle.busy() and handle.alive():
+            try:
+                handle.post(Command.CLOSE)
+                asked.append(handle)
+                continue
+            except (OSError, ValueError, WorkerError):
+                pass
+        terminate(handle.process)
+    deadline = time.monotonic() + grace_s
+    error = None
+    no_spin = Spin(0.0)
+    for handle in asked:  # their answers: a sub-env's close error comes back as any error
+        try:
+            handle.wait(no_spin, max(deadline - time.monotonic(), 0.0))
+        except TimeoutError:
+            pass
+        except WorkerError as exc:
+            if exc.worker_traceback is not None:  # raised, not died
+                error = error or exc
+    processes = [handle.process for handle in handles if handle.process._popen is not None]
+    left = join_all(processes, deadline)
+    for process in left:
+        terminate(process)
+    left = join_all(left, time.monotonic() + TERM_GRACE_S)
+    for process in left:
+        process.kill()
+    join_all(left, time.monotonic() + KILL_WAIT_S)
+    return error
+
+
+def join_all(processes: list, deadline: float) -> list:
+    """Wait until every process of ``processes`` has exited, or ``deadline``; returns those
+    still running (each sentinel read at most until then: a stopped forkserver, which owes
+    the exit codes of its children, cannot make this wait longer)."""
+    left = list(processes)
+    while left:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        mp.connection.wait([process.sentinel for process in left], remaining)
+        left = [process for process in left if process.exitcode is None]
+    return [process for process in left if process.exitcode is None]
+
+
+def terminate(process) -> None:
+    if process._popen is not None and process.exitcode is None:
+        process.terminate()
+
+
+def unlink_semaphore(semaphore: Any) -> None:
+    """Remove the /dev/shm entry of a named multiprocessing semaphore now.
+
+    Under spawn and forkserver, multiprocessing names each semaphore in /dev/shm and removes
+    the name only when the semaphore is garbage-collected, which any reference left behind
+    puts off (a kept WorkerError holds the frame of the wait on ``done``). Running that
+    finalizer here removes the name once (the processes that opened the semaphore keep it);
+    the later collection then does nothing. A semaphore without a name (fork unlinks at
+    once) or without a finalizer to find is left to the collector, as before.
+    """
+    if getattr(getattr(semaphore, "_semlock", None), "name", None) is None:
+        return
+    registry = getattr(multiprocessing.util, "_finalizer_registry", {})
+    for finalizer in list(registry.values()):
+        ref = getattr(finalizer, "_weakref", None)
+        if ref is not None and ref() is semaphore:
+            finalizer()
+            return
+
+
+def refuse_start_while_importing_main() -> None:
+    """In a spawned worker that is still importing the main module (a script that builds
+    an env at import time, without ``if __name__ == "__main__":``), exit at once with
+    ``MAIN_REIMPORT_EXIT``: the parent tells its user why (``start_failure``), instead of one
+    multiprocessing traceback per worker."""
+    if getattr(mp.current_process(), "_inheriting", False):
+        sys.stderr.flush()
+        os._exit(MAIN_REIMPORT_EXIT)
+
+
+def start_failure(handle: WorkerHandle) -> WorkerError:
+    """The error for a worker that died before it was ready: a MainModuleError when it
+    found itself importing the main module (see refuse_start_while_importing_main)."""
+    handle.process.join(1.0)
+    if handle.process.exitcode == MAIN_REIMPORT_EXIT:
+        return main_reimport_error(handle)
+    return handle.died()
+
+
+def main_reimport_error(handle: WorkerHandle) -> MainModuleError:
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__file__", None) or "the main module"
+    return MainModuleError(
+        f"worker {handle.index} could not start: {script} builds this env when it is "
+        "imported, and spawned worker processes import it again. Put the code that builds "
+        'and runs the env under `if __name__ == "__main__":` (or in a function called from '
+        "there).",
+        worker_index=handle.index,
+    )
