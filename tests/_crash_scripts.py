@@ -97,7 +97,12 @@ def parent_dies(start: str, doing: str) -> None:
 
     kwargs = {"idle": {}, "write": {"big_info": True}, "hang": {"step_s": 600.0}}[doing]
     env = ParallelEnv(
-        2, _crash_envs.make, kwargs, mp_start_method=start, memmap=True, daemon=doing == "idle"
+        2,
+        _crash_envs.make,
+        create_env_kwargs=kwargs,
+        mp_start_method=start,
+        memmap=True,
+        daemon=doing == "idle",
     )
     env.reset()
     if doing != "idle":
@@ -254,7 +259,11 @@ def bounds(start: str) -> None:
     )
     figures["factory_hangs_startup_timeout"] = _seconds(
         lambda: ParallelEnv(
-            2, _crash_envs.make, {"factory_s": 600.0}, mp_start_method=start, startup_timeout=2
+            2,
+            _crash_envs.make,
+            create_env_kwargs={"factory_s": 600.0},
+            mp_start_method=start,
+            startup_timeout=2,
         ).reset(),
         TimeoutError,
     )

@@ -107,7 +107,7 @@ def test_workers_exit_soon_after_their_parent_is_killed(start, doing):
 def test_close_is_bounded_in_total_when_every_sub_env_hangs_in_close(no_leaks):
     # Three workers whose sub-envs take 60 s to close: close() asks them all at once, and
     # SIGTERMs them all at the same deadline. Before: 6 s per worker, one after another.
-    env = ParallelEnv(3, make, {"close_s": 60.0}, mp_start_method="fork")
+    env = ParallelEnv(3, make, create_env_kwargs={"close_s": 60.0}, mp_start_method="fork")
     env.reset()
     pids = [handle.process.pid for handle in env.engine.executor.handles]
     began = time.monotonic()
@@ -134,7 +134,7 @@ def test_close_from_another_thread_makes_the_waiting_step_raise_closed(api, no_l
         env.reset(seed=0)
         step = functools.partial(env.step, np.zeros(2, dtype=np.int64))
     else:
-        env = ParallelEnv(2, make, {"step_s": 2.0}, mp_start_method="fork")
+        env = ParallelEnv(2, make, create_env_kwargs={"step_s": 2.0}, mp_start_method="fork")
         step = functools.partial(env.step, env.rand_action(env.reset()))
     closer = threading.Timer(0.3, env.close)
     closer.start()
@@ -162,7 +162,11 @@ def test_startup_timeout_is_one_deadline_for_all_workers(no_leaks):
     began = time.monotonic()
     with pytest.raises(TimeoutError, match=r"sub-env 0's factory .* sub-env 1's factory"):
         ParallelEnv(
-            2, make, {"factory_s": 60.0}, mp_start_method="fork", startup_timeout=1.0
+            2,
+            make,
+            create_env_kwargs={"factory_s": 60.0},
+            mp_start_method="fork",
+            startup_timeout=1.0,
         ).reset()
     assert time.monotonic() - began < 1 + TERM_GRACE_S + 1.5
 
@@ -171,7 +175,13 @@ def test_startup_timeout_is_one_deadline_for_all_workers(no_leaks):
 def test_parallel_env_timeout_bounds_the_factories_too(no_leaks):
     began = time.monotonic()
     with pytest.raises(TimeoutError, match="sub-env 1's factory is still running"):
-        ParallelEnv(2, make, [{}, {"factory_s": 60.0}], mp_start_method="fork", timeout=1.0).reset()
+        ParallelEnv(
+            2,
+            make,
+            create_env_kwargs=[{}, {"factory_s": 60.0}],
+            mp_start_method="fork",
+            timeout=1.0,
+        ).reset()
     assert time.monotonic() - began < 1 + TERM_GRACE_S + 1.5
 
 
