@@ -4,6 +4,8 @@ Importing this package registers the bench envs (``GymvecBench/BusyStep-v0``,
 ``GymvecBench/ImageObs-v0``) with gymnasium.
 """
 
+# The Ray runners register themselves (Ray itself is imported only when one is built).
+from gymvec.bench import ray_runners  # noqa: E402, F401, I001
 from gymvec.bench.cases import CASES, DEFAULT_CASES, Case
 from gymvec.bench.envs import BusyStepEnv, ImageObsEnv, register_bench_envs
 from gymvec.bench.harness import CaseResult, RunnerResult, Settings, run_case, run_cases

@@ -425,7 +425,3 @@ def _gymvec_parallel_env(env_id: str, num_envs: int, options: RunnerOptions) -> 
         envs_per_worker=envs_per_worker,
         local_worker=default_local_worker(num_workers),
     )
-
-
-# The Ray runners register themselves (Ray itself is imported only when one is built).
-from gymvec.bench import ray_runners  # noqa: E402, F401

@@ -47,7 +47,8 @@ from gymvec.engine.commands import (
     SYNC_ROOT,
     Extras,
 )
-from gymvec.errors import SpaceMismatchError, UnsupportedSpaceError
+from gymvec.engine.sub_env_kinds import gym_env_of, kind_of
+from gymvec.errors import SpaceMismatchError
 
 # Worker processes import this module: torch and tensordict are imported only when a sub-env
 # needs them (a gymvec EnvBase sub-env has already imported them by being built).
@@ -207,73 +208,6 @@ class GymDriver:
             self.extras.next = entries
         else:
             self.extras.root = entries
-
-
-class TensorDictDriver:
-    """Runs any EnvBase sub-env (batch size ``()``) through its tensordict API.
-
-    Slower than :class:`GymDriver` (a TensorDict per call), but works for every EnvBase.
-    """
-
-    def __init__(self, env: Any, index: int, buffers: Buffers):
-        if tuple(env.batch_size) != ():
-            raise ValueError(f"sub-envs must have batch_size (), got {tuple(env.batch_size)}")
-        layout = buffers.layout
-        if layout.object_obs_keys or layout.object_action_keys:
-            raise UnsupportedSpaceError(
-                f"sub-env {index}: keys {layout.object_obs_keys + layout.object_action_keys} "
-                "hold Python objects (NonTensor specs), which batches carry for gymnasium "
-                "sub-envs and GymEnv only"
-            )
-        self.env = env
-        self.index = index
-        self.root, self.next = buffers.root, buffers.next
-        self.td = buffers.tensordict()[index]
-        self.action_keys = [("action", *key[1:]) for key in buffers.layout.action_keys]
-        # float64 actions from the gymnasium face, cast into the leaf's own buffer before use
-        self.wide_actions = [
-            (buffers.action[key], *wide) for key, wide in buffers.wide_action.items()
-        ]
-        self.fields = buffers.layout.info_fields
-        self.extras: Extras | None = None
-        self.next_value: Any = NOTHING  # its observations are in the buffers only
-        self.step_value: Any = NOTHING
-        self._pending_seed: int | None = None
-
-    def fields_changed(self) -> None:
-        """Info fields were learnt: an EnvBase sub-env's infos are its own keys, unchanged."""
-
-    def step(self) -> bool:
-        from tensordict import TensorDict
-
-        i = self.index
-        for narrow, wide, is_wide in self.wide_actions:
-            if is_wide[i]:
-                narrow[i] = wide[i]
-        action = TensorDict({key: self.td.get(key).clone() for key in self.action_keys})
-        next_td = self.env.step(action).get("next")
-        self._write(self.td.get("next"), next_td, with_reward=True)
-        return bool(next_td.get("done").item())
-
-    def reset(self, slot: Slot, seed: int | None, options: dict | None = None) -> None:
-        if seed is not None:
-            self.env.set_seed(seed)
-        out = self.env.reset()
-        target = self.td.get("next") if slot is self.next else self.td
-        self._write(target, out, with_reward=False)
-        if slot.reward is not None:
-            slot.reward[self.index] = 0.0
-        slot.terminated[self.index] = slot.truncated[self.index] = slot.done[self.index] = False
-
-    def _write(self, target: Any, source: Any, with_reward: bool) -> None:
-        for key in target.keys(include_nested=True, leaves_only=True):
-            if key == "reward" and not with_reward:
-                continue
-            key_tuple = key if isinstance(key, tuple) else (key,)
-            if key_tuple[0] == "action" or key_tuple[0] == "next":
-                continue
-            if key in source.keys(include_nested=True):
-                target.get(key).copy_(source.get(key).reshape(target.get(key).shape))
 
 
 class CommandRunner:
@@ -575,13 +509,13 @@ def take_extras(drivers: Sequence[Any]) -> dict[int, Extras]:
     return extras
 
 
-def make_driver(env: Any, index: int, buffers: Buffers) -> GymDriver | TensorDictDriver:
-    from gymvec.engine.subenvs import gym_env_of
-
+def make_driver(env: Any, index: int, buffers: Buffers) -> Any:
+    """A :class:`GymDriver` for a gymnasium env (also inside a GymEnv), else the driver its
+    registered kind makes (an EnvBase's: ``envs.sub_env_kind.TensorDictDriver``)."""
     gym_env = gym_env_of(env)
     if gym_env is not None:
         return GymDriver(gym_env, index, buffers)
-    return TensorDictDriver(env, index, buffers)
+    return kind_of(env).make_driver(env, index, buffers)
 
 
 def command_runner(drivers: list[Any], buffers: Buffers, start: int) -> CommandRunner:

@@ -16,10 +16,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
 from gymvec.engine.buffers import BufferLayout, Buffers
-from gymvec.engine.commands import Autoreset, Control, Extras
+from gymvec.engine.calls import Call, Command, Request
+from gymvec.engine.commands import Control, Extras
 from gymvec.engine.subenvs import SubEnvGroup, SubEnvSummary, close_each, run_request
 from gymvec.errors import UnsupportedSpaceError
 
@@ -36,69 +35,6 @@ class Blocks:
     control_memory: Any
     buffers: Buffers
     control: Control
-
-
-class Call:
-    """The command or request in flight, as the engine and its executor share it.
-
-    The engine fills in what was asked; the executor records how far its wait got, so that a
-    wait cut short by a ``TimeoutError`` resumes where it stopped, and an interrupted one is
-    drained before the next call. (A plain class with slots: one is made every step.)
-    """
-
-    __slots__ = (
-        "kind",
-        "autoreset",
-        "current_root",
-        "into",
-        "options",
-        "mask",
-        "action_objects",
-        "lane",
-        "name",
-        "indices",
-        "kwargs",
-        "values",
-        "interrupted",
-        "extras",
-        "local_error",
-        "results",
-        "plan",
-    )
-
-    def __init__(
-        self,
-        kind: str,
-        autoreset: Autoreset = Autoreset.NONE,
-        current_root: bool = False,
-        *,
-        into: str = "root",
-        options: dict | None = None,
-        mask: np.ndarray | None = None,
-        name: str = "",
-        indices: list[int] | None = None,
-        kwargs: dict | None = None,
-        values: Sequence | None = None,
-    ):
-        self.kind = kind  # "step", "reset" or "request"
-        self.autoreset = autoreset  # a step's policy for finished sub-envs
-        self.current_root = current_root  # a step also brings every root up to date
-        self.into = into  # where a reset writes: "root" or "next"
-        self.options = options  # the reset options of a command
-        self.mask = mask  # the sub-envs a reset resets (None: all of them)
-        self.action_objects: dict[tuple, list] | None = None  # all sub-envs' (see Buffers)
-        self.lane = 0  # the observation lane "next"'s observations go to (0: none)
-        # a request: its name, the sub-envs it goes to, keyword arguments, per-index values
-        self.name = name
-        self.indices = indices or []
-        self.kwargs = kwargs or {}
-        self.values = values
-        # progress of the executor's wait
-        self.interrupted = False  # a wait was interrupted: its answers are to be dropped
-        self.extras: dict[int, Extras] | None = None  # answers so far (None: local share due)
-        self.local_error: Exception | None = None  # what this process's share raised
-        self.results: list | None = None  # a request's results so far
-        self.plan: Any = None  # the executor's own record of where a request went
 
 
 class Executor(ABC):
@@ -141,7 +77,7 @@ class Executor(ABC):
         return []
 
     @abstractmethod
-    def send(self, call: Call) -> None:
+    def send(self, call: Command) -> None:
         """Start the command of ``call`` on every group; returns at once where it can."""
 
     @abstractmethod
@@ -200,11 +136,11 @@ class Executor(ABC):
         return False
 
     @abstractmethod
-    def request_send(self, call: Call) -> None:
+    def request_send(self, call: Request) -> None:
         """Start request ``call.name`` on the sub-envs at ``call.indices``."""
 
     @abstractmethod
-    def request_wait(self, call: Call, timeout: float | None = None) -> list:
+    def request_wait(self, call: Request, timeout: float | None = None) -> list:
         """The request's results, one per index; raises the first error once every group
         has answered."""
 

@@ -680,8 +680,8 @@ class ProcessExecutor(Executor):
 
         deadline = None if timeout is None else time.monotonic() + timeout
         local, asked = call.plan
-        if local is not None and call.extras is None:  # while the workers run theirs
-            call.extras = {}
+        if local is not None and not call.local_done:  # while the workers run theirs
+            call.local_done = True
             positions, sub_indices, kwargs = local
             try:
                 answers = run_request(self.local.groups[0], call.name, sub_indices, kwargs)

@@ -571,11 +571,9 @@ class RayExecutor(Executor):
 
 def ray_backend(options: RayOptions) -> Any:
     """Sub-envs on Ray actors (see :class:`RayExecutor`); buffers in this process's memory."""
-    from gymvec.engine.engine import Backend
+    from gymvec.engine.backends import Backend, ExecutorStart
 
-    def start(engine: Any) -> Executor:
-        factories = engine.factories
-        worker_env_fns = [factories.worker_env_fns(w) for w in range(factories.num_workers)]
-        return RayExecutor(worker_env_fns, factories.worker_bounds, engine.blocks, options)
+    def start(plan: ExecutorStart) -> Executor:
+        return RayExecutor(plan.worker_env_fns, plan.bounds, plan.blocks, options)
 
     return Backend("ray", private_memory, start, collect_on_exit=True)

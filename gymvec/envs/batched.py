@@ -29,6 +29,7 @@ from gymvec.engine.processes import ProcessOptions, check_start_method, check_ti
 from gymvec.engine.subenvs import SubEnvSummary
 from gymvec.envs.base import DONE_KEYS, EnvBase, make_done_spec, make_reward_spec, set_next
 from gymvec.envs.gym_env import observation_spec_from_space
+from gymvec.envs.sub_env_kind import buffer_tensordict
 from gymvec.errors import SpaceMismatchError
 from gymvec.spaces import spec_from_space
 from gymvec.specs import (
@@ -172,7 +173,7 @@ class BatchedEnvBase(EnvBase):
     def _make_views(self) -> None:
         """Torch and numpy views of the engine's buffers, split once: each step copies them."""
         buffers = self.buffers
-        shared = buffers.tensordict()
+        shared = buffer_tensordict(buffers)
         self._root_view = shared.exclude("next", "action")
         self._next_view = shared.get("next").exclude("reward")
         self._reward_view = shared.get(("next", "reward"))

@@ -20,6 +20,7 @@ from gymvec.common.structure import (
     observation_leaves,
     space_leaves,
 )
+from gymvec.engine.sub_env_kinds import register_gym_wrapper
 from gymvec.engine.subenvs import probe_info_fields
 from gymvec.envs.base import DONE_KEYS, EnvBase
 from gymvec.spaces import spec_from_space
@@ -196,3 +197,11 @@ def observation_spec_from_space(space: spaces.Space) -> Composite:
     if isinstance(space, spaces.Dict):
         return spec
     return Composite({"observation": spec})
+
+
+def _gym_env(env: GymEnv) -> gym.Env:
+    return env.env
+
+
+# The engine drives the gymnasium env inside a GymEnv directly (see engine.sub_env_kinds).
+register_gym_wrapper(GymEnv, _gym_env)

@@ -305,11 +305,14 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
 
     def _receive(self, call: str, timeout: float | None) -> Received:
         try:
-            return self.engine.recv(timeout, on_local_done=self._early_copy)
+            received = self.engine.recv(timeout, on_local_done=self._early_copy)
         except TimeoutError as exc:
             # Still in flight: a later wait resumes it (gymnasium gives the call up instead),
             # but for the constructor's timeout, after which the env refuses further calls.
             raise _wait_timeout(call, timeout, self.timeout, exc) from None
+        if received.info_places:  # info fields learnt from these results
+            self.engine.adopt_info_fields(received.info_places)
+        return received
 
     def _check_running(self) -> None:
         if self.closed:

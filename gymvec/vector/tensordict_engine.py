@@ -23,10 +23,12 @@ import torch
 from tensordict import TensorDict
 
 from gymvec.engine.buffers import BufferLayout, Buffers, Slot, private_memory
+from gymvec.engine.calls import Received
 from gymvec.engine.commands import Autoreset, Extras
-from gymvec.engine.engine import Received, masked_seeds
 from gymvec.engine.executor import OnLocalDone
+from gymvec.engine.layout_probe import masked_seeds
 from gymvec.envs.base import EnvBase, copy_shared_rows
+from gymvec.envs.sub_env_kind import buffer_tensordict
 from gymvec.spaces import spaces_of_specs
 from gymvec.specs import info_fields_of, non_tensor, non_tensor_values, spec_leaves
 
@@ -54,7 +56,7 @@ class TensorDictEngine:
             fields,
         )
         self.buffers = Buffers(self.layout, private_memory(self.layout.nbytes))
-        self._views = self.buffers.tensordict()
+        self._views = buffer_tensordict(self.buffers)
         self._action_keys = [("action", *key[1:]) for key in self.layout.action_keys]
         self._all = np.ones(self.num_envs, dtype=bool)
         self.finished = np.zeros(self.num_envs, dtype=bool)
@@ -130,6 +132,15 @@ class TensorDictEngine:
 
     def learn_info_fields(self) -> None:
         """Nothing to learn: the env's ``info_spec`` fixes its info fields."""
+
+    def adopt_info_fields(self, places: dict) -> None:
+        """Never called: nothing is learnt (see :meth:`learn_info_fields`)."""
+
+    stuck: TimeoutError | None = None  # the wrapped env's calls have no timeout of their own
+    timed_out = False
+
+    def check_not_stuck(self) -> None:
+        """Never stuck (see ``stuck``)."""
 
     def write_action(self, key: tuple, values: np.ndarray) -> None:
         self.buffers.write_action(key, values)

@@ -46,9 +46,10 @@ from gymnasium.vector.utils import batch_differing_spaces, batch_space
 from gymvec.common.arrays import any_set, below_check
 from gymvec.common.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.engine.buffers import Slot
-from gymvec.engine.commands import NOTHING, Autoreset
-from gymvec.engine.engine import Received, expand_seeds
-from gymvec.engine.protocol import Engine
+from gymvec.engine.calls import Received
+from gymvec.engine.commands import NOTHING, Autoreset, ignored_actions
+from gymvec.engine.layout_probe import expand_seeds
+from gymvec.engine.protocol import Engine, FirstReadyEngine
 
 # Observations of at least this size are partly copied while worker processes finish.
 EARLY_COPY_BYTES = 64 * 1024
@@ -216,7 +217,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 f"batch_size={batch_size} < num_envs={n} (first-ready batches) needs "
                 f"autoreset_mode NEXT_STEP, got {self.autoreset_mode.value}"
             )
-        if batch_size < n and not hasattr(self.engine, "async_recv"):
+        if batch_size < n and not isinstance(self.engine, FirstReadyEngine):
             raise ValueError(
                 f"batch_size={batch_size} < num_envs={n}: {type(self.engine).__name__} has no "
                 "first-ready commands (gymvec's SerialEnv and ParallelEnv have)"
@@ -352,7 +353,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     def receive(self, timeout: float | None = None) -> Received:
         """Wait for the whole-batch call in flight (see ``BatchEngine.recv``)."""
-        return self.engine.recv(timeout, on_local_done=self._early_copy)
+        received = self.engine.recv(timeout, on_local_done=self._early_copy)
+        if received.info_places:  # info fields learnt from these results
+            self.engine.adopt_info_fields(received.info_places)
+        return received
 
     # ---- first-ready batches (EnvPool's conventions) ------------------------------------------
     def async_reset(
@@ -425,7 +429,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 "first-ready batches (async_reset, send, recv) take autoreset_mode NEXT_STEP, "
                 f"this env has {self.autoreset_mode.value}"
             )
-        if not hasattr(self.engine, "async_recv"):
+        if not isinstance(self.engine, FirstReadyEngine):
             raise RuntimeError(
                 f"{type(self.engine).__name__} has no first-ready commands (gymvec's "
                 "SerialEnv and ParallelEnv have)"
@@ -501,8 +505,8 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             self._write_action_leaves(actions)
         # NEXT_STEP ignores the actions of the sub-envs it resets, whatever their values
         engine = self.engine
-        resetting = engine.finished if engine.any_finished and not self._same_step else None
-        _check_discrete(self._discrete_bounds, resetting)
+        ignored = ignored_actions(self._autoreset, engine.finished, engine.any_finished)
+        _check_discrete(self._discrete_bounds, ignored)
 
     def _write_action_leaves(self, actions: Any) -> None:
         for leaf, target, has_twin, kinds in self._action_targets:
