@@ -12,6 +12,8 @@ from typing import Any
 
 from gymvec.engine.buffers import MemmapMemory, private_memory
 from gymvec.engine.executor import Blocks, Executor, LocalExecutor
+from gymvec.engine.factories import SubEnvFactories
+from gymvec.engine.layout_probe import KeptEnv
 
 EnvFn = Callable[[], Any]
 
@@ -25,6 +27,14 @@ class ExecutorStart:
     worker_env_fns: list[list[EnvFn]]
     bounds: list[tuple[int, int]]
     blocks: Blocks
+
+    @classmethod
+    def of(cls, factories: SubEnvFactories, blocks: Blocks, kept: KeptEnv) -> ExecutorStart:
+        """Each worker's factories, sub-env 0's handing over ``kept`` where it holds an env."""
+        fns = [factories.worker_env_fns(w) for w in range(factories.num_workers)]
+        if kept.env is not None:
+            fns[0] = [kept.first_of(fns[0][0]), *fns[0][1:]]
+        return cls(fns, factories.worker_bounds, blocks)
 
 
 @dataclasses.dataclass

@@ -61,9 +61,16 @@ from gymvec.engine.executor import Blocks, Executor, OnLocalDone
 from gymvec.engine.factories import SubEnvFactories
 from gymvec.engine.first_ready import FirstReady
 from gymvec.engine.info_learning import InfoLearner
-from gymvec.engine.layout_probe import expand_seeds, heterogeneous, layout_of, masked_seeds, probe
+from gymvec.engine.layout_probe import (
+    KeptEnv,
+    expand_seeds,
+    heterogeneous,
+    layout_of,
+    masked_seeds,
+    probe,
+)
 from gymvec.engine.requests import Requests
-from gymvec.engine.sub_env_kinds import SubEnvSummary, spaces_of_summary
+from gymvec.engine.sub_env_kinds import SubEnvSummary, spaces_of_summaries
 from gymvec.errors import ClosedEnvError
 
 __all__ = [
@@ -125,14 +132,15 @@ class BatchEngine:
         self.closed = False
         self.multi_task = factories.one_per_worker()
         # the env built for sub-env 0's layout, until it becomes sub-env 0
-        probed, self._kept = probe(factories, self.multi_task, backend.first_here)
+        probed, kept = probe(factories, self.multi_task, backend.first_here)
+        self._kept = KeptEnv(kept)
         try:
             self.info_fields: dict[str, InfoField]
             self.info_fields, self.layout = layout_of(probed, self.num_envs, obs_lanes)
             memory = backend.new_memory(self.layout.nbytes)
             control_memory = backend.new_memory(Control.nbytes(self.num_envs))
         except BaseException:
-            self._drop_kept()
+            self._kept.close()
             raise
         self.buffers = Buffers(self.layout, memory)
         self.control = Control(self.num_envs, control_memory)
@@ -179,7 +187,9 @@ class BatchEngine:
         if self.closed:
             raise ClosedEnvError("the env is closed: create a new one to go on")
         if self._executor is None:
-            self._executor = self.backend.start(self._executor_start())
+            self._executor = self.backend.start(
+                ExecutorStart.of(self.factories, self.blocks, self._kept)
+            )
             if self.backend.collect_on_exit:
                 # Stop the workers (and free a memmap file) even if the user never closes
                 # (before multiprocessing's own exit handler would wait for them forever).
@@ -187,21 +197,6 @@ class BatchEngine:
                     self, _shutdown, self._executor, self.backend.release, os.getpid()
                 )
         return self._executor
-
-    def _executor_start(self) -> ExecutorStart:
-        """What the backend builds; sub-env 0 is the env kept from probing, if one was (taken
-        once, when the executor builds sub-env 0)."""
-        factories = self.factories
-        fns = [factories.worker_env_fns(w) for w in range(self.num_workers)]
-        if self._kept is not None:
-            build_first = fns[0][0]
-
-            def first() -> Any:
-                kept, self._kept = self._kept, None
-                return build_first() if kept is None else kept
-
-            fns[0] = [first, *fns[0][1:]]
-        return ExecutorStart(fns, self.worker_bounds, self.blocks)
 
     @property
     def stuck(self) -> TimeoutError | None:
@@ -248,12 +243,7 @@ class BatchEngine:
 
     def sub_env_spaces(self) -> tuple[list[Any], list[Any]]:
         """The gymnasium observation and action space of each sub-env."""
-        spaces_of: dict[int, tuple] = {}  # per distinct summary
-        for summary in self.summaries:
-            if id(summary) not in spaces_of:
-                spaces_of[id(summary)] = spaces_of_summary(summary)
-        pairs = [spaces_of[id(summary)] for summary in self.summaries]
-        return [obs for obs, _ in pairs], [action for _, action in pairs]
+        return spaces_of_summaries(self.summaries)
 
     def learn_info_fields(self) -> None:
         """Learn buffer fields for the numeric info entries of the sub-envs' first results,
@@ -467,15 +457,9 @@ class BatchEngine:
         self.first_ready.clear()
         if self._finalizer is not None:
             self._finalizer.detach()
-        self._drop_kept()  # built with the kwargs of before
+        self._kept.close()  # built with the kwargs of before
         if executor is not None:
             executor.close()
-
-    def _drop_kept(self) -> None:
-        """Close the env kept from probing for sub-env 0 if it was not taken."""
-        kept, self._kept = self._kept, None
-        if kept is not None:
-            kept.close()
 
     def close(self) -> None:
         """Close every sub-env, stop the workers and free the buffers. Closing twice is
@@ -487,7 +471,7 @@ class BatchEngine:
         if self._finalizer is not None:
             self._finalizer.detach()
         try:
-            self._drop_kept()
+            self._kept.close()
             if executor is not None:
                 executor.close()  # a sub-env's close may raise: the memory goes all the same
         finally:

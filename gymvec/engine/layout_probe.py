@@ -4,7 +4,7 @@ stepped; and gymnasium's seed conventions."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,6 +44,30 @@ def probe(
             kept.close()
         raise
     return [probed[first] for first in firsts], kept
+
+
+class KeptEnv:
+    """The env built here to learn sub-env 0's layout, kept to become sub-env 0 (see
+    :func:`probe`): taken once, when the executor builds sub-env 0, or closed."""
+
+    def __init__(self, env: Any):
+        self.env = env
+
+    def first_of(self, build: Callable[[], Any]) -> Callable[[], Any]:
+        """A factory of sub-env 0 that hands the kept env over (``build``: sub-env 0's own
+        factory, for when it was taken or closed already)."""
+
+        def first() -> Any:
+            env, self.env = self.env, None
+            return build() if env is None else env
+
+        return first
+
+    def close(self) -> None:
+        """Close the env if it was not taken."""
+        env, self.env = self.env, None
+        if env is not None:
+            env.close()
 
 
 def layout_of(

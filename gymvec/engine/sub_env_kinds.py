@@ -137,6 +137,18 @@ def spaces_of_summary(summary: SubEnvSummary) -> tuple[spaces.Space, spaces.Spac
     return _KINDS[0].spaces(summary)
 
 
+def spaces_of_summaries(
+    summaries: list[SubEnvSummary],
+) -> tuple[list[spaces.Space], list[spaces.Space]]:
+    """:func:`spaces_of_summary` of each summary (once per distinct summary)."""
+    spaces_of: dict[int, tuple] = {}
+    for summary in summaries:
+        if id(summary) not in spaces_of:
+            spaces_of[id(summary)] = spaces_of_summary(summary)
+    pairs = [spaces_of[id(summary)] for summary in summaries]
+    return [obs for obs, _ in pairs], [action for _, action in pairs]
+
+
 def _kind(env: Any) -> SubEnvKind:
     kind = kind_of(env)
     if kind is None:
