@@ -222,6 +222,15 @@ class CommandRunner:
         self.drivers = drivers
         self.start = start
         self.root, self.next = buffers.root, buffers.next
+        # The observation lane (see BufferLayout) "next"'s observations go to, as the control
+        # block's lane word says: the drivers write lane 0, and run() hands the rows over.
+        self.lane = 0
+        self.obs_lanes = buffers.obs_lanes
+        self.rows = slice(start, start + len(drivers))
+
+    def use_lane(self, lane: int) -> None:
+        """Write "next"'s observations into observation lane ``lane`` from now on."""
+        self.lane = lane
 
     def fields_changed(self) -> None:
         """Info fields were learnt (see ``Buffers.add_info_fields``)."""
@@ -239,6 +248,15 @@ class CommandRunner:
 
     def run(self, modes: bytes, seeds: np.ndarray, options: dict | None) -> dict[int, Extras]:
         """Carry out ``modes`` (one byte per row); returns the extras by sub-env index."""
+        extras = self.run_phases(modes, seeds, options)
+        if self.lane:  # the drivers wrote lane 0: hand their rows over
+            self.obs_lanes[self.lane][self.rows] = self.obs_lanes[0][self.rows]
+        return extras
+
+    def run_phases(
+        self, modes: bytes, seeds: np.ndarray, options: dict | None
+    ) -> dict[int, Extras]:
+        """Carry out ``modes`` phase by phase: steps, autoresets, resets, root syncs."""
         n = len(modes)
         drivers, root, next_ = self.drivers, self.root, self.next
         uniform = modes[0] if modes.count(modes[0]) == n else None
@@ -341,13 +359,17 @@ class BatchStep(CommandRunner):
         self.with_fields = bool(self.layout.info_fields)
 
     def use_lane(self, lane: int) -> None:
-        """Write the observations of "next" into observation lane ``lane`` from now on; back
-        to lane 0, first write it the observations of the last command."""
+        """Write the observations of "next" into observation lane ``lane`` from now on (the
+        vectorised writes, and the drivers' resets into "next"); back to lane 0, first write
+        it the observations of the last command."""
         if lane == 0:
             obs = self.lanes[0][0]
             for k, value in enumerate(self.last_obs):
                 obs[k] = value
+        self.lane = lane
         self.obs, self.concat_out = self.lanes[lane]
+        for driver in self.drivers:
+            driver.next_obs = [self.obs_lanes[lane]]
 
     def _actions(self) -> np.ndarray:
         if self.wide_actions is not None and self.wide_actions[1][0]:
@@ -380,7 +402,7 @@ class BatchStep(CommandRunner):
             results = [call(action) for call, action in zip(calls, self._actions())]
             self._write(results, range(len(modes)))
             return take_extras(self.drivers) if self.wrote_extras else {}
-        return super().run(modes, seeds, options)
+        return self.run_phases(modes, seeds, options)  # (its drivers write the lane itself)
 
     def step_rows(self, stepping: Sequence[int]) -> list[int]:
         steps = self.steps

@@ -16,7 +16,7 @@ import gymnasium as gym
 from gymvec.common.infos import InfoField, infer_info_fields
 from gymvec.engine.buffers import Buffers
 from gymvec.engine.commands import Control, Extras
-from gymvec.engine.drivers import BatchStep, command_runner, make_driver
+from gymvec.engine.drivers import command_runner, make_driver
 from gymvec.engine.sub_env_kinds import (  # noqa: F401 (re-exported)
     SubEnvSummary,
     check_sub_env,
@@ -57,7 +57,6 @@ class SubEnvGroup:
         self.lane_word = control.lane
         self.obs_lanes = buffers.obs_lanes
         self.action_objects = buffers.action_objects
-        self.lane = 0  # where "next"'s observations go now
         self.envs: list[Any] = []
         try:
             built: dict[int, int] = {}  # id of each env -> its sub-env index
@@ -94,13 +93,10 @@ class SubEnvGroup:
         if only is not None:  # a zero byte does nothing: the other rows are left alone
             k = only - self.start
             modes = bytes(k) + modes[k : k + 1] + bytes(len(modes) - k - 1)
-        if self.obs_lanes and self.lane != self.lane_word[0]:
-            self._use_lane(int(self.lane_word[0]))
-        extras = self.runner.run(modes, self.seeds, options)
-        if self.lane and not isinstance(self.runner, BatchStep):
-            # these drivers wrote lane 0: hand their rows over
-            rows = slice(self.start, self.stop)
-            self.obs_lanes[self.lane][rows] = self.obs_lanes[0][rows]
+        runner = self.runner
+        if self.obs_lanes and runner.lane != self.lane_word[0]:
+            runner.use_lane(int(self.lane_word[0]))  # the lane this command writes
+        extras = runner.run(modes, self.seeds, options)
         if self.shipped_objects is not None:
             root, next_ = self.shipped_objects
             for k, mode in enumerate(modes):
@@ -119,13 +115,6 @@ class SubEnvGroup:
         """Store the object actions of this group's rows (``values[key]``: one per row)."""
         for key, objects in values.items():
             self.action_objects[key][self.start : self.stop] = objects
-
-    def _use_lane(self, lane: int) -> None:
-        self.lane = lane
-        if isinstance(self.runner, BatchStep):
-            self.runner.use_lane(lane)
-            for driver in self.drivers:  # their resets into "next" (the general path)
-                driver.next_obs = [self.obs_lanes[lane]]
 
     def targets(self, indices: Sequence[int], gym_env: bool = False) -> list[Any]:
         """The sub-envs at ``indices`` (global); with ``gym_env``, the gymnasium env inside
