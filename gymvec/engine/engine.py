@@ -57,7 +57,7 @@ from gymvec.engine.commands import (
     lane_modes,
     step_modes,
 )
-from gymvec.engine.executor import Blocks, Executor, OnLocalDone
+from gymvec.engine.executor import Blocks, Executor
 from gymvec.engine.factories import SubEnvFactories
 from gymvec.engine.first_ready import FirstReady
 from gymvec.engine.info_learning import InfoLearner
@@ -333,28 +333,36 @@ class BatchEngine:
         command = Command("reset", into=into, options=options, mask=mask)
         self._send(command, modes, seeds, handout)
 
-    def recv(
-        self, timeout: float | None = None, on_local_done: OnLocalDone | None = None
-    ) -> Received:
-        """Wait for the command sent last.
+    def recv_local(self, timeout: float | None = None) -> int | None:
+        """Run this process's share of the command in flight while worker processes run
+        theirs, ahead of :meth:`recv`; returns ``k``: rows ``[0, k)`` are done, so the caller
+        may copy them out before it calls ``recv``. None: nothing runs here ahead of ``recv``
+        (no worker processes, or a command into an observation lane)."""
+        life = self.life
+        call = life.call
+        if call is None or call.kind == "request" or call.interrupted or life.stuck:
+            life.refuse_recv(self._executor, "command", timeout)
+        if call.lane:  # the observations go to a lane: nothing is left to copy early
+            return None
+        try:
+            return self._executor.run_local(call, life.timeout if timeout is None else timeout)
+        except BaseException as exc:
+            life.wait_failed(call, exc, timeout)
+            raise
+
+    def recv(self, timeout: float | None = None) -> Received:
+        """Wait for the command sent last (see :meth:`recv_local`).
 
         ``timeout``: raise ``TimeoutError`` past it; the command stays in flight and a later
-        ``recv`` resumes the wait. ``on_local_done(k)``: called as soon as the sub-envs this
-        process steps itself (rows ``[0, k)``) are done, while worker processes still run, so
-        that the caller can start copying their rows (not for a command into a lane).
+        ``recv`` resumes the wait.
         """
         life = self.life
         call = life.call
         if call is None or call.kind == "request" or call.interrupted or life.stuck:
             life.refuse_recv(self._executor, "command", timeout)
-        lane = call.lane
-        if lane:  # the observations go to a lane: nothing is left to copy early
-            on_local_done = None
         # (life.wait_timeout and life.ended, inline: this runs every step)
         try:
-            extras = self._executor.wait(
-                call, life.timeout if timeout is None else timeout, on_local_done
-            )
+            extras = self._executor.wait(call, life.timeout if timeout is None else timeout)
         except BaseException as exc:
             life.wait_failed(call, exc, timeout)
             raise  # after a timeout still in flight: a later recv() resumes the wait
@@ -366,6 +374,7 @@ class BatchEngine:
         places = None
         if self.learner.active:
             places = self.learner.learn(extras, slice(None) if call.kind == "step" else [])
+        lane = call.lane
         observations = self.lanes.handed_out(lane) if lane else None
         return Received(call.kind, call.mask, extras, observations, places)
 

@@ -13,7 +13,7 @@ import dataclasses
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from gymvec.engine.buffers import BufferLayout, Buffers
@@ -21,8 +21,6 @@ from gymvec.engine.calls import Call, Command, Request
 from gymvec.engine.commands import Control, Extras
 from gymvec.engine.subenvs import SubEnvGroup, SubEnvSummary, close_each, run_request
 from gymvec.errors import UnsupportedSpaceError
-
-OnLocalDone = Callable[[int], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,16 +78,19 @@ class Executor(ABC):
     def send(self, call: Command) -> None:
         """Start the command of ``call`` on every group; returns at once where it can."""
 
+    def run_local(self, call: Command, timeout: float | None = None) -> int | None:
+        """Run the share of the command sent last that this process runs while other groups
+        run theirs, ahead of :meth:`wait` (once; its error is raised by ``wait``); returns
+        ``k``, the rows ``[0, k)`` it holds, which are then done. None (the default): nothing
+        runs here ahead of ``wait``."""
+        return None
+
     @abstractmethod
-    def wait(
-        self, call: Call, timeout: float | None = None, on_local_done: OnLocalDone | None = None
-    ) -> dict[int, Extras]:
+    def wait(self, call: Command, timeout: float | None = None) -> dict[int, Extras]:
         """Wait for the command sent last; returns the extras by sub-env index.
 
         Raises ``TimeoutError`` past ``timeout`` (calling again resumes the wait), and the
         first error of a sub-env once every group has answered or is gone.
-        ``on_local_done(k)``: called once the rows ``[0, k)`` that this process steps are done,
-        while other groups still run.
         """
 
     @abstractmethod
@@ -230,11 +231,9 @@ class LocalExecutor(Executor):
     def send(self, call: Call) -> None:
         pass  # everything runs in wait(); object actions are already in this process's lists
 
-    def wait(
-        self, call: Call, timeout: float | None = None, on_local_done: OnLocalDone | None = None
-    ) -> dict[int, Extras]:
-        # Nothing runs elsewhere, so ``on_local_done`` has nothing to overlap with, and
-        # nothing could cut a sub-env short at ``timeout``.
+    def wait(self, call: Command, timeout: float | None = None) -> dict[int, Extras]:
+        # Nothing runs elsewhere, so nothing overlaps with this process's share (no
+        # run_local), and nothing could cut a sub-env short at ``timeout``.
         if len(self.groups) == 1:  # (each run returns a dict of its own)
             return self.groups[0].run(call.options)
         extras: dict[int, Extras] = {}

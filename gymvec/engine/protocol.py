@@ -19,7 +19,6 @@ from gymnasium import spaces
 from gymvec.engine.buffers import BufferLayout, Buffers
 from gymvec.engine.calls import InfoPlaces, Into, Ready, Received
 from gymvec.engine.commands import Autoreset
-from gymvec.engine.executor import OnLocalDone
 
 
 @runtime_checkable
@@ -66,9 +65,11 @@ class Engine(Protocol):
         handout: bool = False,
     ) -> None: ...
 
-    def recv(
-        self, timeout: float | None = None, on_local_done: OnLocalDone | None = None
-    ) -> Received: ...
+    def recv_local(self, timeout: float | None = None) -> int | None:
+        """Run this process's share of the command ahead of ``recv``: rows ``[0, k)`` are
+        done once it returns ``k`` (None: nothing runs ahead)."""
+
+    def recv(self, timeout: float | None = None) -> Received: ...
 
     def write_action(self, key: tuple, values: np.ndarray) -> None: ...
 

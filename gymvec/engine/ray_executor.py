@@ -31,7 +31,6 @@ from gymvec.engine.executor import (
     Blocks,
     Call,
     Executor,
-    OnLocalDone,
     first_ready_objects_error,
     group_indices,
     request_kwargs,
@@ -361,11 +360,8 @@ class RayExecutor(Executor):
         for handle, payload in zip(self.handles, payloads):
             handle.ref = handle.post(payload, ship_next)
 
-    def wait(
-        self, call: Call, timeout: float | None = None, on_local_done: OnLocalDone | None = None
-    ) -> dict[int, Extras]:
-        """Collect every actor's answer into the buffers (nothing runs in this process, so
-        ``on_local_done`` has nothing to overlap with)."""
+    def wait(self, call: Call, timeout: float | None = None) -> dict[int, Extras]:
+        """Collect every actor's answer into the buffers (nothing runs in this process)."""
         handles = [handle for handle in self.handles if handle.ref is not None]
         replies = self._gather(handles, timeout, call.kind)
         extras: dict[int, Extras] = {}

@@ -320,7 +320,10 @@ class BatchedEnvBase(EnvBase):
         self._prepared = None
         # While worker processes finish their rows, this process makes the outputs to copy
         # them into: that work leaves the critical path whenever the workers are the slower.
-        received = self.engine.recv(on_local_done=self._prepare_outputs if flat else None)
+        engine = self.engine
+        if flat and engine.recv_local() is not None:
+            self._prepare_outputs()
+        received = engine.recv()
         self.last_extras = received.extras
         lane = received.observations
         done = self.buffers.next.done
@@ -363,8 +366,8 @@ class BatchedEnvBase(EnvBase):
         self._flat_plan_made = plan
         return plan
 
-    def _prepare_outputs(self, _local_rows: int = 0) -> None:
-        """Make the :class:`FlatOutputs` of the step in flight (``recv``'s ``on_local_done``)."""
+    def _prepare_outputs(self) -> None:
+        """Make the :class:`FlatOutputs` of the step in flight."""
         plan = self._flat_plan()
         empty, zeros, from_numpy = np.empty, np.zeros, torch.from_numpy
         next_arrays = [empty(shape, dtype) for shape, dtype in plan.next_made]

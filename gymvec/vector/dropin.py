@@ -305,13 +305,16 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
 
     def _receive(self, call: str, timeout: float | None) -> Received:
         try:
-            received = self.engine.recv(timeout, on_local_done=self._early_copy)
+            engine = self.engine
+            if self._early_copy:  # this process's rows, copied while the workers finish
+                self._copy_local_rows(engine.recv_local(timeout))
+            received = engine.recv(timeout)
         except TimeoutError as exc:
             # Still in flight: a later wait resumes it (gymnasium gives the call up instead),
             # but for the constructor's timeout, after which the env refuses further calls.
             raise _wait_timeout(call, timeout, self.timeout, exc) from None
         if received.info_places:  # info fields learnt from these results
-            self.engine.adopt_info_fields(received.info_places)
+            engine.adopt_info_fields(received.info_places)
         return received
 
     def _check_running(self) -> None:

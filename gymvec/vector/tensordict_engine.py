@@ -25,7 +25,6 @@ from tensordict import TensorDict
 from gymvec.engine.buffers import BufferLayout, Buffers, Slot, private_memory
 from gymvec.engine.calls import Received
 from gymvec.engine.commands import Autoreset, Extras
-from gymvec.engine.executor import OnLocalDone
 from gymvec.engine.layout_probe import masked_seeds
 from gymvec.envs.base import EnvBase, copy_shared_rows
 from gymvec.envs.sub_env_kind import buffer_tensordict
@@ -98,11 +97,12 @@ class TensorDictEngine:
         mask = self._all if mask is None else np.asarray(mask, dtype=bool).reshape(-1)
         self._command = ("reset", (mask, seeds, options, into == "next"))
 
-    def recv(
-        self, timeout: float | None = None, on_local_done: OnLocalDone | None = None
-    ) -> Received:
-        """Carry the command out (the wrapped env does it all here: ``on_local_done`` has
-        nothing to overlap with)."""
+    def recv_local(self, timeout: float | None = None) -> int | None:
+        """Nothing runs ahead of ``recv``: the wrapped env does it all there."""
+        return None
+
+    def recv(self, timeout: float | None = None) -> Received:
+        """Carry the command out (the wrapped env does it all here)."""
         if self._command is None:
             raise RuntimeError("no command in flight: call step_send() or reset_send() first")
         (kind, arguments), self._command = self._command, None

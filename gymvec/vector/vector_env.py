@@ -202,7 +202,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self._early_obs: tuple[np.ndarray, int] | None = None
         self._first_ready_ok = False  # see _check_first_ready
         early = self._plain_obs is not None and copy and self._plain_obs.nbytes >= EARLY_COPY_BYTES
-        self._early_copy = self._copy_local_rows if early else None
+        self._early_copy = bool(early)
 
     def _check_batch_size(self, batch_size: int | None) -> int:
         n = self.num_envs
@@ -353,7 +353,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     def receive(self, timeout: float | None = None) -> Received:
         """Wait for the whole-batch call in flight (see ``BatchEngine.recv``)."""
-        received = self.engine.recv(timeout, on_local_done=self._early_copy)
+        engine = self.engine
+        if self._early_copy:  # this process's rows, copied while the workers finish theirs
+            self._copy_local_rows(engine.recv_local(timeout))
+        received = engine.recv(timeout)
         if received.info_places:  # info fields learnt from these results
             self.engine.adopt_info_fields(received.info_places)
         return received
@@ -480,9 +483,11 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 arrays[k] = tuple(objects[i] for i in rows.tolist())
         return build_value(self.single_observation_space, self._obs_leaves, arrays)
 
-    def _copy_local_rows(self, stop: int) -> None:
+    def _copy_local_rows(self, stop: int | None) -> None:
         # Large observations: the rows stepped in this process are copied while the worker
         # processes finish theirs, which takes that copy off the critical path.
+        if stop is None:  # nothing ran ahead
+            return
         out = np.empty_like(self._plain_obs)
         out[:stop] = self._plain_obs[:stop]
         self._early_obs = (out, stop)
