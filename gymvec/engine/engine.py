@@ -208,10 +208,6 @@ class BatchEngine:
         """The last wait outlasted its timeout (the call is still in flight)."""
         return self.life.timed_out
 
-    @property
-    def timeout(self) -> float | None:
-        return self.life.timeout
-
     def check_not_stuck(self) -> None:
         """A RuntimeError once a call outlasted the engine's own timeout."""
         self.life.check_not_stuck()
