@@ -310,10 +310,12 @@ class BatchStep(CommandRunner):
 
     Same results as :class:`CommandRunner` over their drivers, but the steps go in one pass
     and their results land with one vectorised write per field (a few numpy item writes per
-    sub-env otherwise cost more than a cheap env's own step). Two commands skip the phases:
-    every sub-env steps (and, SAME_STEP autoreset, those that finished reset into the root),
-    or (NEXT_STEP autoreset) some step and the others reset into "next", their reset counting
-    as a transition with reward 0 and flags False.
+    sub-env otherwise cost more than a cheap env's own step). The commands of each autoreset
+    policy (``commands.step_modes``) skip the phases: every sub-env steps (and, SAME_STEP,
+    those that finished reset into the root, with or without the root kept current and the
+    final observations kept), or (NEXT_STEP) some step and the others reset into "next", their
+    reset counting as a transition with reward 0 and flags False. ``tests/test_runners_agree``
+    checks them against the phases on generated commands.
     """
 
     def __init__(self, drivers: list[GymDriver], buffers: Buffers, start: int, stop: int):
@@ -336,6 +338,9 @@ class BatchStep(CommandRunner):
         self.wrote_extras = False  # whether the last _write left extras on a driver
         self.all_step = bytes([STEP]) * (stop - start)  # the mode bytes of a plain step
         self.all_step_autoreset = bytes([STEP | AUTORESET]) * (stop - start)  # SAME_STEP's
+        # SAME_STEP with the root kept current and the final observations kept (the face's)
+        face_same_step = STEP | AUTORESET | KEEP_FINAL_OBS | SYNC_ROOT
+        self.all_step_autoreset_synced = bytes([face_same_step]) * (stop - start)
         self.step_or_next_reset = bytes([STEP, RESET_NEXT])
         # Observations of one or more dims land with one np.concatenate into the rows seen as
         # [n * d0, d1, ...]: a C loop, quicker than assigning the tuple or np.stack (whose
@@ -402,6 +407,18 @@ class BatchStep(CommandRunner):
             results = [call(action) for call, action in zip(calls, self._actions())]
             self._write(results, range(len(modes)))
             return take_extras(self.drivers) if self.wrote_extras else {}
+        if modes == self.all_step_autoreset_synced:  # the face's SAME_STEP
+            actions, drivers, root = self._actions(), self.drivers, self.root
+            results = [step(action) for step, action in zip(self.steps, actions)]
+            done_rows = self._write(results, range(len(modes)))
+            root.copy_rows(self.next, self.rows)  # then the resets overwrite their rows
+            for k in done_rows:
+                driver = drivers[k]
+                if driver.extras is None:
+                    driver.extras = Extras()
+                driver.extras.final_obs = self.last_obs[k]
+                driver.reset(root, None, None)
+            return take_extras(drivers) if done_rows or self.wrote_extras else {}
         return self.run_phases(modes, seeds, options)  # (its drivers write the lane itself)
 
     def step_rows(self, stepping: Sequence[int]) -> list[int]:
