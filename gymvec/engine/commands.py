@@ -99,14 +99,11 @@ def step_modes(
     return modes
 
 
-def ignored_actions(
-    autoreset: Autoreset, finished: np.ndarray, any_finished: bool
-) -> np.ndarray | None:
-    """The sub-envs whose actions a step under ``autoreset`` leaves unused (None: none):
-    the finished ones, which NEXT_STEP resets instead and NONE refuses to step."""
-    if any_finished and autoreset is not Autoreset.SAME_STEP:
-        return finished
-    return None
+def ignores_finished_actions(autoreset: Autoreset) -> bool:
+    """Whether a step under ``autoreset`` leaves the actions of the finished sub-envs
+    unused (NEXT_STEP resets them instead, NONE refuses to step them; SAME_STEP steps them).
+    Front ends ask once and skip those actions' checks."""
+    return autoreset is not Autoreset.SAME_STEP
 
 
 class Control:

@@ -382,13 +382,15 @@ class BatchStep(CommandRunner):
         return self.narrow_actions
 
     def run(self, modes: bytes, seeds: np.ndarray, options: dict | None) -> dict[int, Extras]:
+        wide = self.wide_actions  # (_actions, inline in the hot branches)
         if modes == self.all_step:  # the hottest case: nothing but steps
-            actions = self._actions()
+            actions = wide[0] if wide is not None and wide[1][0] else self.narrow_actions
             results = [step(action) for step, action in zip(self.steps, actions)]
             self._write(results, range(len(modes)))
             return take_extras(self.drivers) if self.wrote_extras else {}
         if modes == self.all_step_autoreset:  # SAME_STEP: the finished reset into the root
-            actions, drivers, root = self._actions(), self.drivers, self.root
+            actions = wide[0] if wide is not None and wide[1][0] else self.narrow_actions
+            drivers, root = self.drivers, self.root
             results = [step(action) for step, action in zip(self.steps, actions)]
             done_rows = self._write(results, range(len(modes)))
             for k in done_rows:

@@ -219,6 +219,12 @@ class BatchEngine:
         return None if call is None else call.kind
 
     @property
+    def idle(self) -> bool:
+        """No call in flight and not stuck: a new call may start (one test per step)."""
+        life = self.life
+        return life.call is None and life.stuck is None
+
+    @property
     def interrupted(self) -> bool:
         """Whether the call in flight was interrupted (the next call ends it)."""
         return self.life.call is not None and self.life.call.interrupted

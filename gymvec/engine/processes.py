@@ -374,7 +374,8 @@ class ProcessExecutor(Executor):
         ``timeout``, though it cannot be cut short: a wait that outlasts ``timeout`` raises
         TimeoutError after it."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        self.run_local(call, timeout)
+        if call.extras is None:  # not run yet
+            self.run_local(call, timeout)
         try:
             error = self._collect(deadline, into=call.extras)
         except TimeoutError:

@@ -94,6 +94,10 @@ class Engine(Protocol):
     def in_flight(self) -> str | None: ...
 
     @property
+    def idle(self) -> bool:
+        """No call in flight and not stuck (``in_flight`` None and ``stuck`` None)."""
+
+    @property
     def interrupted(self) -> bool: ...
 
     @property

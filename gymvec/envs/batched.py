@@ -314,14 +314,17 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         self._check_action(td)  # and writes the actions
         # No current root: the root output is built here from "next" and the reset rows,
         # which spares the sub-envs a copy of every observation into the root buffer.
-        self.engine.step_send(Autoreset.SAME_STEP, handout=self._handout())
+        engine = self.engine
+        handout = self._handout()
+        engine.step_send(Autoreset.SAME_STEP, handout=handout)
         on_cpu = self.device.type == "cpu"
         flat = on_cpu and self._flat_entries is not None
         self._prepared = None
-        # While worker processes finish their rows, this process makes the outputs to copy
-        # them into: that work leaves the critical path whenever the workers are the slower.
-        engine = self.engine
-        if flat and engine.recv_local() is not None:
+        # While worker processes run their rows, this process makes the outputs to copy them
+        # into (before or after its own rows: either way off the critical path whenever the
+        # workers are the slower); a command into an observation lane needs none, which only
+        # recv_local tells (it runs this process's rows first).
+        if flat and (not handout or engine.recv_local() is not None):
             self._prepare_outputs()
         received = engine.recv()
         self.last_extras = received.extras

@@ -12,7 +12,7 @@ from gymnasium import spaces
 
 from gymvec.common.arrays import below_check
 from gymvec.common.structure import Leaf, get_leaf
-from gymvec.engine.commands import Autoreset, ignored_actions
+from gymvec.engine.commands import Autoreset, ignores_finished_actions
 from gymvec.engine.protocol import Engine
 
 
@@ -39,7 +39,7 @@ class DiscreteBound(NamedTuple):
 class ActionWriter:
     """Writes a step's actions into an engine's buffers, checked: shape, dtype kind, and the
     range of Discrete/MultiDiscrete leaves (the actions of sub-envs the step ignores, see
-    ``commands.ignored_actions``, may be anything). What each leaf needs is looked up once
+    ``commands.ignores_finished_actions``, may be anything). What each leaf needs is looked up once
     here: every step writes them."""
 
     def __init__(
@@ -54,7 +54,8 @@ class ActionWriter:
         self.single_space = single_space
         self.action_space = space
         self.num_envs = engine.num_envs
-        self.autoreset = autoreset
+        # the planner's rule, asked once (the actions it leaves unused go unchecked)
+        self.ignores_finished = ignores_finished_actions(autoreset)
         buffers = engine.buffers
         actions = buffers.action
         self.discrete_bounds = discrete_bounds(single_space, leaves, actions)
@@ -94,7 +95,7 @@ class ActionWriter:
             self._write_leaves(actions)
         # NEXT_STEP ignores the actions of the sub-envs it resets, whatever their values
         engine = self.engine
-        ignored = ignored_actions(self.autoreset, engine.finished, engine.any_finished)
+        ignored = engine.finished if self.ignores_finished and engine.any_finished else None
         _check_discrete(self.discrete_bounds, ignored)
 
     def _write_leaves(self, actions: Any) -> None:

@@ -350,7 +350,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         engine = self.engine
         # step_async's checks, in one test for the usual case (nothing in flight): this runs
         # every step, and the state machine's layers cost more than a cheap sub-env's step
-        if self.closed or engine.in_flight is not None or engine.stuck is not None:
+        if self.closed or not engine.idle:
             self._begin("step_async")
         self.step_send(actions)
         return self._step_result(self._receive("step", None))  # (sent just now: not checked)

@@ -152,6 +152,10 @@ class TensorDictEngine:
         return "request" if self._request is not None else None
 
     @property
+    def idle(self) -> bool:
+        return self.in_flight is None
+
+    @property
     def interrupted(self) -> bool:
         return False  # everything runs within the calls: nothing is left half done
 
