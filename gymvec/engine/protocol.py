@@ -32,6 +32,10 @@ class Engine(Protocol):
     step), ``any_finished`` whether there is one. Requests go to the sub-envs by name (see
     ``engine.subenvs.REQUESTS``). ``stuck``: the timeout that ended the engine's use (then
     ``check_not_stuck`` raises); ``timed_out``: the last wait outlasted its timeout.
+
+    Of ``buffers`` (a ``Buffers``), front ends use: ``action`` and ``action_objects`` (where
+    actions go), ``wide_action`` (the float64 twins, written through ``write_action``),
+    ``root``/``next`` (the slots) and ``obs_lanes`` (whether observation lanes exist).
     """
 
     num_envs: int
