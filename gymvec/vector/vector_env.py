@@ -153,7 +153,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         # torch.from_numpy too); with none free, the call copies as before.
         on_cpu = self._torch_device is None or self._torch_device.type == "cpu"
         cpu_output = output == "numpy" or on_cpu
-        self._lanes = bool(
+        self._handout = bool(  # (a policy: which lane is in use, the engine decides)
             one_array and cpu_output and copy and not self._same_step and self.buffers.obs_lanes
         )
         # Large observations that no lane takes (none is free, or the mode takes none): the
@@ -219,7 +219,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         if seed is not None:
             super().reset(seed=seed if isinstance(seed, int) else None)
         # Only a reset of every sub-env into "next" fills a whole lane.
-        handout = self._lanes and mask is None
+        handout = self._handout and mask is None
         self.engine.reset_send(
             mask, seeds=seeds, options=options, into=self._reset_into, handout=handout
         )
@@ -256,7 +256,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             self._autoreset,
             keep_final_obs=self._same_step,
             current_root=self._same_step,
-            handout=self._lanes,
+            handout=self._handout,
         )
 
     def _step_result(self, received: Received) -> tuple[Any, Any, Any, Any, dict]:
