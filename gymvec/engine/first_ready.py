@@ -10,6 +10,7 @@ rows to ``Executor.send_some``/``wait_some``.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +39,9 @@ class FirstReady:
     """The first-ready half of a :class:`~gymvec.engine.BatchEngine` (see the module)."""
 
     def __init__(self, engine: BatchEngine):
-        self.engine = engine
+        # A proxy: the engine holds this part (and its verbs), so a plain reference back
+        # would make a cycle that keeps the engine's memory until the garbage collector runs.
+        self.engine = weakref.proxy(engine)
         n = engine.num_envs
         self.flight = np.zeros(n, dtype=np.int8)  # IDLE, STEP, ... per sub-env
         self.flying = 0  # how many are in flight

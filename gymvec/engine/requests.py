@@ -7,6 +7,7 @@ time, its life in ``CallLife``), but carries no mode bytes and touches no buffer
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,9 @@ class Requests:
     """The requests of a :class:`~gymvec.engine.BatchEngine` (see the module)."""
 
     def __init__(self, engine: BatchEngine):
-        self.engine = engine
+        # A proxy: the engine holds this part (and its verbs), so a plain reference back
+        # would make a cycle that keeps the engine's memory until the garbage collector runs.
+        self.engine = weakref.proxy(engine)
 
     def request(
         self, name: str, indices: Sequence[int] | None = None, /, *, timeout=None, **kwargs: Any
