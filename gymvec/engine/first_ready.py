@@ -42,7 +42,12 @@ class FirstReady:
         # A proxy: the engine holds this part (and its verbs), so a plain reference back
         # would make a cycle that keeps the engine's memory until the garbage collector runs.
         self.engine = weakref.proxy(engine)
-        n = engine.num_envs
+        # the parts of the engine that stay the same objects, held directly
+        self.life, self.buffers, self.control = engine.life, engine.buffers, engine.control
+        self.lanes, self.learner = engine.lanes, engine.learner
+        self.finished, self.root_stale = engine.finished, engine.root_stale  # (written in place)
+        self.object_obs = engine.object_obs
+        n = self.num_envs = engine.num_envs
         self.flight = np.zeros(n, dtype=np.int8)  # IDLE, STEP, ... per sub-env
         self.flying = 0  # how many are in flight
         self.needs_reset = np.zeros(n, dtype=bool)  # states an error or interrupt left unknown
@@ -89,7 +94,7 @@ class FirstReady:
                 "states are unknown: reset them before stepping them"
             )
         engine = self.engine
-        modes = step_modes(autoreset, engine.finished[rows], engine.any_finished)
+        modes = step_modes(autoreset, self.finished[rows], engine.any_finished)
         if type(modes) is bytes:
             modes = np.frombuffer(modes, dtype=np.uint8)
         self._send(rows, modes, None, STEP)
@@ -132,7 +137,7 @@ class FirstReady:
         are out of flight and need a reset, the others stay in flight.
         """
         engine = self.engine
-        life = engine.life
+        life = self.life
         life.check_not_stuck()
         executor = engine.executor
         if kind not in _RECV_KINDS:
@@ -159,18 +164,18 @@ class FirstReady:
             self._lose(executor.take_lost())
             raise
         indices = np.fromiter(finished, dtype=np.int64, count=len(finished))
-        learner = engine.learner
+        learner = self.learner
         stepped = indices[self.flight[indices] == STEP] if learner.active else None
         self._book_rows(indices)
         extras = {row: e for row, e in finished.items() if e is not None}
-        if engine.object_obs:
-            engine.buffers.store_objects(extras)
+        if self.object_obs:
+            self.buffers.store_objects(extras)
         places = learner.learn(extras, stepped) if learner.active else None
         if places and not executor.add_info_fields_in_flight(places):
             learner.active = False  # this executor cannot: the entries stay extras
             places = None
         if places:
-            engine.buffers.add_info_fields(places)  # (done already where groups share them)
+            self.buffers.add_info_fields(places)  # (done already where groups share them)
         return Ready(indices, extras)
 
     # ---- rows and books -----------------------------------------------------------------------
@@ -178,13 +183,13 @@ class FirstReady:
         """The sub-envs ``indices`` names (all if None) as an int64 array, checked: in range,
         each once, none in flight, and no whole-batch call in flight."""
         engine = self.engine
-        life = engine.life
+        life = self.life
         life.clear(engine.executor)  # (raises once closed; builds the sub-envs on first use)
         if life.reset_required:  # an interrupted whole-batch command: every row is unknown
             self.needs_reset[:] = True
             life.reset_required = False
             self.dirty = True
-        rows = checked_rows(indices, engine.num_envs)
+        rows = checked_rows(indices, self.num_envs)
         if self.flying:
             busy = rows[self.flight[rows] != IDLE]
             if busy.size:
@@ -198,8 +203,8 @@ class FirstReady:
         self, rows: np.ndarray, modes: Any, seeds: Sequence[int | None] | None, kind: int
     ) -> None:
         engine = self.engine
-        engine.life.check_not_stuck()
-        control = engine.control
+        self.life.check_not_stuck()
+        control = self.control
         control.mode[rows] = modes
         engine.mode_written(None)
         if seeds is not None:
@@ -210,7 +215,7 @@ class FirstReady:
                     raise ValueError(f"seed for sub-env {row}: expected an int64, got {seed}")
                 control.seed[row] = seed
                 control.mode[row] |= SEED
-        engine.lanes.choose(False)  # first-ready results land in "next" itself
+        self.lanes.choose(False)  # first-ready results land in "next" itself
         listed = rows.tolist()
         executor = engine.executor
         try:
@@ -240,14 +245,14 @@ class FirstReady:
         kinds = self.flight[rows]
         steps = rows[kinds == STEP]
         if steps.size:
-            engine.finished[steps] = engine.buffers.next.done[steps]
-            engine.root_stale[steps] = True
+            self.finished[steps] = self.buffers.next.done[steps]
+            self.root_stale[steps] = True
         resets = rows[kinds != STEP]
         if resets.size:
-            engine.finished[resets] = False
-            engine.root_stale[resets] = kinds[kinds != STEP] == RESET_INTO_NEXT
+            self.finished[resets] = False
+            self.root_stale[resets] = kinds[kinds != STEP] == RESET_INTO_NEXT
             self.needs_reset[resets] = False
-        engine.any_finished = any_set(engine.finished)
+        engine.any_finished = any_set(self.finished)
         self.flight[rows] = IDLE
         self.flying -= len(rows)
         self.dirty = bool(self.flying) or any_set(self.needs_reset)
