@@ -178,6 +178,11 @@ class CallLife:
         self.call = None
         self.timed_out = False
 
+    def give_up(self) -> None:
+        """Give the call in flight up: its answers are read and dropped by the next call."""
+        if self.call is not None:
+            self.call.interrupted = True
+
     def check_not_stuck(self) -> None:
         """A RuntimeError once a call outlasted the engine's own timeout."""
         if self.stuck is not None:

@@ -7,10 +7,15 @@ process; ``processes.py``: in worker processes). It speaks in verbs:
 * ``step_send(autoreset=..., keep_final_obs=...)`` / ``recv()``: step every sub-env with the
   actions in ``buffers.action``, handling finished sub-envs by an :class:`Autoreset` policy;
 * ``reset_send(mask, seeds=..., options=..., into="root" | "next")`` / ``recv()``;
-* ``request(name, indices, **kwargs)``: attribute access and method calls on sub-envs;
-* first-ready commands, to some sub-envs, taken back as they finish:
-  ``async_step_send(indices, autoreset)`` / ``async_reset_send(indices, seeds=..., into=...)``
-  / ``async_recv(kind, min_get, max_get, timeout)``.
+* ``recv_local()``: this process's share of the command, run ahead of ``recv``;
+* ``request(name, indices, **kwargs)``: attribute access and method calls on sub-envs
+  (``requests.py``);
+* first-ready commands, to some sub-envs, taken back as they finish
+  (``first_ready.py``): ``async_step_send(indices, autoreset)`` /
+  ``async_reset_send(indices, seeds=..., into=...)`` / ``async_recv(kind, min_get, ...)``.
+
+The whole-batch verbs live here; the call in flight in ``calls.CallLife``, the modes of each
+autoreset policy in ``commands.step_modes``, learnt info fields in ``info_learning``.
 
 Results land in the buffers (numpy views, no copy): ``buffers.next`` holds each step's
 transition, ``buffers.root`` each sub-env's current observation once a reset into the root or
@@ -126,7 +131,8 @@ class BatchEngine:
         self.num_envs = factories.num_envs
         self.num_workers = factories.num_workers
         self.worker_bounds = factories.worker_bounds
-        self.life = CallLife(timeout)
+        self.life = life = CallLife(timeout)
+        self.check_not_stuck, self.abandon = life.check_not_stuck, life.give_up  # (bound here)
         self._executor: Executor | None = None
         self._finalizer: Any = None
         self.closed = False
@@ -208,10 +214,6 @@ class BatchEngine:
         """The last wait outlasted its timeout (the call is still in flight)."""
         return self.life.timed_out
 
-    def check_not_stuck(self) -> None:
-        """A RuntimeError once a call outlasted the engine's own timeout."""
-        self.life.check_not_stuck()
-
     @property
     def in_flight(self) -> str | None:
         """The kind of call in flight ("step", "reset", "request"), or None."""
@@ -233,11 +235,6 @@ class BatchEngine:
     def flying(self) -> np.ndarray:
         """The sub-envs with a first-ready command in flight (int64)."""
         return self.first_ready.flying_rows
-
-    def abandon(self) -> None:
-        """Give the call in flight up: its answers are read and dropped by the next call."""
-        if self.life.call is not None:
-            self.life.call.interrupted = True
 
     def local_envs(self) -> list[Any]:
         """The sub-envs that live in this process (all of them for the serial backend)."""
