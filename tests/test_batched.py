@@ -696,15 +696,15 @@ def test_outputs_stay_as_handed_out(local_worker, no_leaks):
 
 
 @pytest.mark.parametrize("local_worker, rows", [(True, 2), (False, 0)])
-def test_on_local_done_runs_once_with_the_rows_stepped_here(local_worker, rows, no_leaks):
-    # The hook that lets the calling process work while the workers finish (the face's early
-    # copy of large observations): once per command, with the rows it stepped itself.
+def test_recv_local_runs_once_with_the_rows_stepped_here(local_worker, rows, no_leaks):
+    # What lets the calling process work while the workers finish (the face's early copy of
+    # large observations): this process's share runs once per command, ahead of recv.
     with ParallelEnv(2, make_cartpole, envs_per_worker=2, local_worker=local_worker, **FORK) as env:
         env.reset()
-        calls = []
         env.engine.step_send()
-        env.engine.recv(on_local_done=calls.append)
-        assert calls == [rows]
+        assert env.engine.recv_local() == rows
+        assert env.engine.recv_local() is None  # ran already
+        assert env.engine.recv().kind == "step"
 
 
 @pytest.mark.parametrize("kind", ["serial", "fork"])

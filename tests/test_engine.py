@@ -158,3 +158,37 @@ def test_a_kept_env_never_used_is_closed_and_restart_builds_afresh(no_leaks):
     env.reset()
     assert len(CountedEnv.built) == 3 and CountedEnv.closed == CountedEnv.built[:1]
     env.close()
+
+
+def test_engines_satisfy_their_protocols_and_the_face_checks_them():
+    # The front ends test engines with isinstance against engine.protocol, never by probing
+    # attributes: the engine has first-ready commands, a tensordict env behind the face none.
+    from gymvec import GymEnv
+    from gymvec.engine.protocol import Engine, FirstReadyEngine
+    from gymvec.vector.tensordict_engine import TensorDictEngine
+
+    with SerialEnv(2, lambda: GymEnv("CartPole-v1")) as env:
+        assert isinstance(env.engine, FirstReadyEngine) and isinstance(env.engine, Engine)
+        other = TensorDictEngine(env)
+        assert isinstance(other, Engine) and not isinstance(other, FirstReadyEngine)
+    assert not isinstance(object(), Engine)
+
+
+def test_a_backend_starts_from_what_it_needs_not_from_the_engine():
+    # ExecutorStart holds each worker's factories (sub-env 0's hands over the env kept from
+    # learning the layout), the rows and the memory blocks: nothing of the engine itself.
+    from gymvec.engine import BatchEngine, ExecutorStart, SubEnvFactories, serial_backend
+
+    seen = []
+    backend = serial_backend()
+    start = backend.start
+    backend.start = lambda plan: seen.append(plan) or start(plan)
+    engine = BatchEngine(SubEnvFactories(2, lambda: gym.make("CartPole-v1"), None, 2), backend)
+    try:
+        engine.reset()
+        (plan,) = seen
+        assert type(plan) is ExecutorStart and plan.bounds == [(0, 2), (2, 4)]
+        assert [len(fns) for fns in plan.worker_env_fns] == [2, 2]
+        assert plan.blocks.buffers is engine.buffers
+    finally:
+        engine.close()

@@ -424,8 +424,3 @@ def _gymvec_parallel_env(env_id: str, num_envs: int, options: RunnerOptions) -> 
         envs_per_worker=envs_per_worker,
         local_worker=default_local_worker(num_workers),
     )
-
-
-# The Ray and tianshou runners register themselves (each framework is imported only when one
-# of its runners is built).
-from gymvec.bench import ray_runners, tianshou_runners  # noqa: E402, F401

@@ -19,16 +19,13 @@ import os
 import tempfile
 from dataclasses import dataclass
 from multiprocessing.sharedctypes import RawArray
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from gymvec.common.fastpath import reference_count
 from gymvec.common.infos import InfoField
 from gymvec.common.structure import OBJECT, LeafSpec
-
-if TYPE_CHECKING:  # torch-free at run time: worker processes import this module
-    from tensordict import TensorDict
 
 # This module is imported by worker processes: no torch at import time (it takes seconds to
 # import, and a worker stepping gymnasium envs never needs it).
@@ -282,6 +279,19 @@ class Buffers:
             self.next.add_info(name, field, offset)
         return new
 
+    def store_objects(self, extras: dict[int, Any]) -> None:
+        """Object observations that worker processes sent back (``Extras.objects``), into
+        this process's lists; extras left empty are dropped."""
+        root, next_ = self.root.objects, self.next.objects
+        keys = self.layout.object_obs_keys
+        for i in [i for i, e in extras.items() if e.objects is not None]:
+            root_values, next_values = extras[i].objects
+            extras[i].objects = None
+            for key, root_value, next_value in zip(keys, root_values, next_values):
+                root[key][i], next_[key][i] = root_value, next_value
+            if extras[i].is_empty():
+                del extras[i]
+
     def write_action(self, key: tuple, values: np.ndarray) -> None:
         """Write the actions of every sub-env for action leaf ``key``.
 
@@ -344,34 +354,6 @@ class Buffers:
     def _lane_refs(self) -> list[int]:
         return [reference_count(array) for array in self._handed_out]
 
-    def tensordict(self) -> TensorDict:
-        """Torch views of the buffers as a TensorDict (root, ``"next"`` and ``"action"``).
-
-        Flags and reward get their trailing dim of 1. Writing into it writes the buffers.
-        """
-        import torch
-        from tensordict import TensorDict
-
-        n = self.layout.num_envs
-
-        def slot_td(slot: Slot, with_reward: bool) -> TensorDict:
-            td = TensorDict(batch_size=(n,), device="cpu")
-            for key, array in slot.obs.items():
-                td.set(key, torch.from_numpy(array))
-            for name, array in slot.info.items():
-                td.set(("info", name), torch.from_numpy(array))
-            for name in ("done", "terminated", "truncated"):
-                td.set(name, torch.from_numpy(getattr(slot, name)).unsqueeze(-1))
-            if with_reward:
-                td.set("reward", torch.from_numpy(slot.reward).unsqueeze(-1))
-            return td
-
-        td = slot_td(self.root, with_reward=False)
-        for key, array in self.action.items():
-            td.set(key, torch.from_numpy(array))
-        td.set("next", slot_td(self.next, with_reward=True))
-        return td
-
 
 # ---- where the block lives -------------------------------------------------------------------
 def private_memory(nbytes: int) -> Any:
@@ -427,3 +409,28 @@ class MemmapMemory:
 def as_buffer(memory: Any) -> Any:
     """An object numpy's frombuffer accepts, for any of the memories above."""
     return memory.mmap if isinstance(memory, MemmapMemory) else memory
+
+
+class LaneChoice:
+    """Which observation lane (see ``BufferLayout``) "next"'s observations go to now, on the
+    engine's side: the one place that picks a lane and writes the control block's lane word
+    (``lane_word``), which the sub-env groups follow."""
+
+    def __init__(self, buffers: Buffers, lane_word: np.ndarray):
+        self.buffers = buffers
+        self.lane_word = lane_word
+        self.current = 0  # lane 0: "next"'s own observations
+
+    def choose(self, into_lane: bool) -> int:
+        """The lane of the next command: a free one where ``into_lane``, else lane 0."""
+        lane = self.buffers.free_lane() if into_lane else 0
+        if lane or self.current:
+            # Back to lane 0, the sub-envs first give it the observations they returned last
+            # (not a copy of the lane: its array is the caller's, who may have written in it).
+            self.lane_word[0] = lane
+            self.current = lane
+        return lane
+
+    def handed_out(self, lane: int) -> np.ndarray:
+        """The array callers are handed for ``lane`` (1, 2, ...)."""
+        return self.buffers.handed_out_lanes()[lane - 1]

@@ -9,8 +9,9 @@ writes them.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 
@@ -35,6 +36,7 @@ STEP, RESET, AUTORESET = int(Mode.STEP), int(Mode.RESET), int(Mode.AUTORESET)
 SYNC_ROOT, RESET_INTO_NEXT, SEED = int(Mode.SYNC_ROOT), int(Mode.RESET_INTO_NEXT), int(Mode.SEED)
 KEEP_FINAL_OBS = int(Mode.KEEP_FINAL_OBS)
 RESET_NEXT = RESET | RESET_INTO_NEXT
+_INT64 = np.iinfo(np.int64)
 
 # The modes of a command whose observations go to an observation lane: each writes its
 # sub-env's "next" observation (so the lane holds the whole batch after it), and nothing
@@ -63,6 +65,47 @@ class Autoreset(enum.Enum):
     SAME_STEP = "same_step"
 
 
+# The modes of a command, as the engine writes them into the control block: one mode for
+# every sub-env (int), one byte per sub-env (bytes), or one per row (a uint8 array).
+Modes = Union[int, bytes, np.ndarray]  # noqa: UP007
+
+
+def step_modes(
+    autoreset: Autoreset,
+    finished: np.ndarray,
+    any_finished: bool,
+    *,
+    keep_final_obs: bool = False,
+    current_root: bool = False,
+) -> Modes:
+    """The autoreset planner: the modes of a step of the sub-envs whose ``finished`` flags
+    are given (every sub-env, or the rows of a first-ready step), under ``autoreset``.
+
+    NEXT_STEP resets the finished sub-envs into "next" instead of stepping them; SAME_STEP
+    has every sub-env reset itself into the root when it finishes (``keep_final_obs``: its
+    last observation comes back in its extras); ``current_root`` also brings every root up
+    to date. Every path that steps sub-envs asks this, so a policy means the same bytes
+    everywhere.
+    """
+    if autoreset is Autoreset.SAME_STEP:
+        modes: Modes = STEP | AUTORESET | (KEEP_FINAL_OBS if keep_final_obs else 0)
+    elif autoreset is Autoreset.NEXT_STEP and any_finished:
+        # the finished sub-envs reset, the others step: a byte translation of the flags
+        modes = finished.tobytes().translate(STEP_OR_RESET_NEXT)
+    else:
+        modes = STEP
+    if current_root:
+        modes = modes | SYNC_ROOT if type(modes) is int else modes.translate(WITH_SYNC_ROOT)
+    return modes
+
+
+def ignores_finished_actions(autoreset: Autoreset) -> bool:
+    """Whether a step under ``autoreset`` leaves the actions of the finished sub-envs
+    unused (NEXT_STEP resets them instead, NONE refuses to step them; SAME_STEP steps them).
+    Front ends ask once and skip those actions' checks."""
+    return autoreset is not Autoreset.SAME_STEP
+
+
 class Control:
     """A command's arguments in shared memory: per sub-env a ``mode`` (uint8) and a ``seed``
     (int64), and the observation ``lane`` (int64, see ``BufferLayout``) that "next"'s
@@ -77,6 +120,27 @@ class Control:
     @staticmethod
     def nbytes(num_envs: int) -> int:
         return 8 + 9 * num_envs
+
+    def write_seeds(self, seeds: Sequence[int | None]) -> bool:
+        """Seed the resets of sub-env ``i`` with ``seeds[i]`` (None: unseeded); returns
+        whether any seed was written (the mode bytes then differ)."""
+        written = False
+        for i, seed in enumerate(seeds):
+            if seed is not None:
+                if not _INT64.min <= seed <= _INT64.max:
+                    raise ValueError(f"seed[{i}]: expected an int64, got {seed}")
+                self.seed[i] = seed
+                self.mode[i] |= SEED
+                written = True
+        return written
+
+
+def lane_modes(control: Control, uniform: int | None) -> bool:
+    """Whether the command in the control block (whose modes are all ``uniform``, where not
+    None) can write "next"'s observations into an observation lane (see ``LANE_MODES``)."""
+    if uniform is not None:
+        return uniform in LANE_MODES
+    return set(control.mode.tobytes()) <= LANE_MODES
 
 
 class _Nothing:

@@ -47,7 +47,8 @@ from gymvec.engine.commands import (
     SYNC_ROOT,
     Extras,
 )
-from gymvec.errors import SpaceMismatchError, UnsupportedSpaceError
+from gymvec.engine.sub_env_kinds import gym_env_of, kind_of
+from gymvec.errors import SpaceMismatchError
 
 # Worker processes import this module: torch and tensordict are imported only when a sub-env
 # needs them (a gymvec EnvBase sub-env has already imported them by being built).
@@ -209,73 +210,6 @@ class GymDriver:
             self.extras.root = entries
 
 
-class TensorDictDriver:
-    """Runs any EnvBase sub-env (batch size ``()``) through its tensordict API.
-
-    Slower than :class:`GymDriver` (a TensorDict per call), but works for every EnvBase.
-    """
-
-    def __init__(self, env: Any, index: int, buffers: Buffers):
-        if tuple(env.batch_size) != ():
-            raise ValueError(f"sub-envs must have batch_size (), got {tuple(env.batch_size)}")
-        layout = buffers.layout
-        if layout.object_obs_keys or layout.object_action_keys:
-            raise UnsupportedSpaceError(
-                f"sub-env {index}: keys {layout.object_obs_keys + layout.object_action_keys} "
-                "hold Python objects (NonTensor specs), which batches carry for gymnasium "
-                "sub-envs and GymEnv only"
-            )
-        self.env = env
-        self.index = index
-        self.root, self.next = buffers.root, buffers.next
-        self.td = buffers.tensordict()[index]
-        self.action_keys = [("action", *key[1:]) for key in buffers.layout.action_keys]
-        # float64 actions from the gymnasium face, cast into the leaf's own buffer before use
-        self.wide_actions = [
-            (buffers.action[key], *wide) for key, wide in buffers.wide_action.items()
-        ]
-        self.fields = buffers.layout.info_fields
-        self.extras: Extras | None = None
-        self.next_value: Any = NOTHING  # its observations are in the buffers only
-        self.step_value: Any = NOTHING
-        self._pending_seed: int | None = None
-
-    def fields_changed(self) -> None:
-        """Info fields were learnt: an EnvBase sub-env's infos are its own keys, unchanged."""
-
-    def step(self) -> bool:
-        from tensordict import TensorDict
-
-        i = self.index
-        for narrow, wide, is_wide in self.wide_actions:
-            if is_wide[i]:
-                narrow[i] = wide[i]
-        action = TensorDict({key: self.td.get(key).clone() for key in self.action_keys})
-        next_td = self.env.step(action).get("next")
-        self._write(self.td.get("next"), next_td, with_reward=True)
-        return bool(next_td.get("done").item())
-
-    def reset(self, slot: Slot, seed: int | None, options: dict | None = None) -> None:
-        if seed is not None:
-            self.env.set_seed(seed)
-        out = self.env.reset()
-        target = self.td.get("next") if slot is self.next else self.td
-        self._write(target, out, with_reward=False)
-        if slot.reward is not None:
-            slot.reward[self.index] = 0.0
-        slot.terminated[self.index] = slot.truncated[self.index] = slot.done[self.index] = False
-
-    def _write(self, target: Any, source: Any, with_reward: bool) -> None:
-        for key in target.keys(include_nested=True, leaves_only=True):
-            if key == "reward" and not with_reward:
-                continue
-            key_tuple = key if isinstance(key, tuple) else (key,)
-            if key_tuple[0] == "action" or key_tuple[0] == "next":
-                continue
-            if key in source.keys(include_nested=True):
-                target.get(key).copy_(source.get(key).reshape(target.get(key).shape))
-
-
 class CommandRunner:
     """Carries out the mode bytes of one group of drivers (rows ``[start, start + n)``).
 
@@ -288,6 +222,15 @@ class CommandRunner:
         self.drivers = drivers
         self.start = start
         self.root, self.next = buffers.root, buffers.next
+        # The observation lane (see BufferLayout) "next"'s observations go to, as the control
+        # block's lane word says: the drivers write lane 0, and run() hands the rows over.
+        self.lane = 0
+        self.obs_lanes = buffers.obs_lanes
+        self.rows = slice(start, start + len(drivers))
+
+    def use_lane(self, lane: int) -> None:
+        """Write "next"'s observations into observation lane ``lane`` from now on."""
+        self.lane = lane
 
     def fields_changed(self) -> None:
         """Info fields were learnt (see ``Buffers.add_info_fields``)."""
@@ -305,6 +248,15 @@ class CommandRunner:
 
     def run(self, modes: bytes, seeds: np.ndarray, options: dict | None) -> dict[int, Extras]:
         """Carry out ``modes`` (one byte per row); returns the extras by sub-env index."""
+        extras = self.run_phases(modes, seeds, options)
+        if self.lane:  # the drivers wrote lane 0: hand their rows over
+            self.obs_lanes[self.lane][self.rows] = self.obs_lanes[0][self.rows]
+        return extras
+
+    def run_phases(
+        self, modes: bytes, seeds: np.ndarray, options: dict | None
+    ) -> dict[int, Extras]:
+        """Carry out ``modes`` phase by phase: steps, autoresets, resets, root syncs."""
         n = len(modes)
         drivers, root, next_ = self.drivers, self.root, self.next
         uniform = modes[0] if modes.count(modes[0]) == n else None
@@ -358,10 +310,12 @@ class BatchStep(CommandRunner):
 
     Same results as :class:`CommandRunner` over their drivers, but the steps go in one pass
     and their results land with one vectorised write per field (a few numpy item writes per
-    sub-env otherwise cost more than a cheap env's own step). Two commands skip the phases:
-    every sub-env steps (and, SAME_STEP autoreset, those that finished reset into the root),
-    or (NEXT_STEP autoreset) some step and the others reset into "next", their reset counting
-    as a transition with reward 0 and flags False.
+    sub-env otherwise cost more than a cheap env's own step). The commands of each autoreset
+    policy (``commands.step_modes``) skip the phases: every sub-env steps (and, SAME_STEP,
+    those that finished reset into the root, with or without the root kept current and the
+    final observations kept), or (NEXT_STEP) some step and the others reset into "next", their
+    reset counting as a transition with reward 0 and flags False. ``tests/test_runners_agree``
+    checks them against the phases on generated commands.
     """
 
     def __init__(self, drivers: list[GymDriver], buffers: Buffers, start: int, stop: int):
@@ -384,6 +338,9 @@ class BatchStep(CommandRunner):
         self.wrote_extras = False  # whether the last _write left extras on a driver
         self.all_step = bytes([STEP]) * (stop - start)  # the mode bytes of a plain step
         self.all_step_autoreset = bytes([STEP | AUTORESET]) * (stop - start)  # SAME_STEP's
+        # SAME_STEP with the root kept current and the final observations kept (the face's)
+        face_same_step = STEP | AUTORESET | KEEP_FINAL_OBS | SYNC_ROOT
+        self.all_step_autoreset_synced = bytes([face_same_step]) * (stop - start)
         self.step_or_next_reset = bytes([STEP, RESET_NEXT])
         # Observations of one or more dims land with one np.concatenate into the rows seen as
         # [n * d0, d1, ...]: a C loop, quicker than assigning the tuple or np.stack (whose
@@ -407,13 +364,17 @@ class BatchStep(CommandRunner):
         self.with_fields = bool(self.layout.info_fields)
 
     def use_lane(self, lane: int) -> None:
-        """Write the observations of "next" into observation lane ``lane`` from now on; back
-        to lane 0, first write it the observations of the last command."""
+        """Write the observations of "next" into observation lane ``lane`` from now on (the
+        vectorised writes, and the drivers' resets into "next"); back to lane 0, first write
+        it the observations of the last command."""
         if lane == 0:
             obs = self.lanes[0][0]
             for k, value in enumerate(self.last_obs):
                 obs[k] = value
+        self.lane = lane
         self.obs, self.concat_out = self.lanes[lane]
+        for driver in self.drivers:
+            driver.next_obs = [self.obs_lanes[lane]]
 
     def _actions(self) -> np.ndarray:
         if self.wide_actions is not None and self.wide_actions[1][0]:
@@ -421,13 +382,15 @@ class BatchStep(CommandRunner):
         return self.narrow_actions
 
     def run(self, modes: bytes, seeds: np.ndarray, options: dict | None) -> dict[int, Extras]:
+        wide = self.wide_actions  # (_actions, inline in the hot branches)
         if modes == self.all_step:  # the hottest case: nothing but steps
-            actions = self._actions()
+            actions = wide[0] if wide is not None and wide[1][0] else self.narrow_actions
             results = [step(action) for step, action in zip(self.steps, actions)]
             self._write(results, range(len(modes)))
             return take_extras(self.drivers) if self.wrote_extras else {}
         if modes == self.all_step_autoreset:  # SAME_STEP: the finished reset into the root
-            actions, drivers, root = self._actions(), self.drivers, self.root
+            actions = wide[0] if wide is not None and wide[1][0] else self.narrow_actions
+            drivers, root = self.drivers, self.root
             results = [step(action) for step, action in zip(self.steps, actions)]
             done_rows = self._write(results, range(len(modes)))
             for k in done_rows:
@@ -446,7 +409,19 @@ class BatchStep(CommandRunner):
             results = [call(action) for call, action in zip(calls, self._actions())]
             self._write(results, range(len(modes)))
             return take_extras(self.drivers) if self.wrote_extras else {}
-        return super().run(modes, seeds, options)
+        if modes == self.all_step_autoreset_synced:  # the face's SAME_STEP
+            actions, drivers, root = self._actions(), self.drivers, self.root
+            results = [step(action) for step, action in zip(self.steps, actions)]
+            done_rows = self._write(results, range(len(modes)))
+            root.copy_rows(self.next, self.rows)  # then the resets overwrite their rows
+            for k in done_rows:
+                driver = drivers[k]
+                if driver.extras is None:
+                    driver.extras = Extras()
+                driver.extras.final_obs = self.last_obs[k]
+                driver.reset(root, None, None)
+            return take_extras(drivers) if done_rows or self.wrote_extras else {}
+        return self.run_phases(modes, seeds, options)  # (its drivers write the lane itself)
 
     def step_rows(self, stepping: Sequence[int]) -> list[int]:
         steps = self.steps
@@ -575,13 +550,13 @@ def take_extras(drivers: Sequence[Any]) -> dict[int, Extras]:
     return extras
 
 
-def make_driver(env: Any, index: int, buffers: Buffers) -> GymDriver | TensorDictDriver:
-    from gymvec.engine.subenvs import gym_env_of
-
+def make_driver(env: Any, index: int, buffers: Buffers) -> Any:
+    """A :class:`GymDriver` for a gymnasium env (also inside a GymEnv), else the driver its
+    registered kind makes (an EnvBase's: ``envs.sub_env_kind.TensorDictDriver``)."""
     gym_env = gym_env_of(env)
     if gym_env is not None:
         return GymDriver(gym_env, index, buffers)
-    return TensorDictDriver(env, index, buffers)
+    return kind_of(env).make_driver(env, index, buffers)
 
 
 def command_runner(drivers: list[Any], buffers: Buffers, start: int) -> CommandRunner:

@@ -13,17 +13,14 @@ import dataclasses
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from gymvec.engine.buffers import BufferLayout, Buffers
-from gymvec.engine.commands import Autoreset, Control, Extras
+from gymvec.engine.calls import Call, Command, Request
+from gymvec.engine.commands import Control, Extras
 from gymvec.engine.subenvs import SubEnvGroup, SubEnvSummary, close_each, run_request
 from gymvec.errors import UnsupportedSpaceError
-
-OnLocalDone = Callable[[int], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,69 +33,6 @@ class Blocks:
     control_memory: Any
     buffers: Buffers
     control: Control
-
-
-class Call:
-    """The command or request in flight, as the engine and its executor share it.
-
-    The engine fills in what was asked; the executor records how far its wait got, so that a
-    wait cut short by a ``TimeoutError`` resumes where it stopped, and an interrupted one is
-    drained before the next call. (A plain class with slots: one is made every step.)
-    """
-
-    __slots__ = (
-        "kind",
-        "autoreset",
-        "current_root",
-        "into",
-        "options",
-        "mask",
-        "action_objects",
-        "lane",
-        "name",
-        "indices",
-        "kwargs",
-        "values",
-        "interrupted",
-        "extras",
-        "local_error",
-        "results",
-        "plan",
-    )
-
-    def __init__(
-        self,
-        kind: str,
-        autoreset: Autoreset = Autoreset.NONE,
-        current_root: bool = False,
-        *,
-        into: str = "root",
-        options: dict | None = None,
-        mask: np.ndarray | None = None,
-        name: str = "",
-        indices: list[int] | None = None,
-        kwargs: dict | None = None,
-        values: Sequence | None = None,
-    ):
-        self.kind = kind  # "step", "reset" or "request"
-        self.autoreset = autoreset  # a step's policy for finished sub-envs
-        self.current_root = current_root  # a step also brings every root up to date
-        self.into = into  # where a reset writes: "root" or "next"
-        self.options = options  # the reset options of a command
-        self.mask = mask  # the sub-envs a reset resets (None: all of them)
-        self.action_objects: dict[tuple, list] | None = None  # all sub-envs' (see Buffers)
-        self.lane = 0  # the observation lane "next"'s observations go to (0: none)
-        # a request: its name, the sub-envs it goes to, keyword arguments, per-index values
-        self.name = name
-        self.indices = indices or []
-        self.kwargs = kwargs or {}
-        self.values = values
-        # progress of the executor's wait
-        self.interrupted = False  # a wait was interrupted: its answers are to be dropped
-        self.extras: dict[int, Extras] | None = None  # answers so far (None: local share due)
-        self.local_error: Exception | None = None  # what this process's share raised
-        self.results: list | None = None  # a request's results so far
-        self.plan: Any = None  # the executor's own record of where a request went
 
 
 class Executor(ABC):
@@ -141,19 +75,22 @@ class Executor(ABC):
         return []
 
     @abstractmethod
-    def send(self, call: Call) -> None:
+    def send(self, call: Command) -> None:
         """Start the command of ``call`` on every group; returns at once where it can."""
 
+    def run_local(self, call: Command, timeout: float | None = None) -> int | None:
+        """Run the share of the command sent last that this process runs while other groups
+        run theirs, ahead of :meth:`wait` (once; its error is raised by ``wait``); returns
+        ``k``, the rows ``[0, k)`` it holds, which are then done. None (the default): nothing
+        runs here ahead of ``wait``."""
+        return None
+
     @abstractmethod
-    def wait(
-        self, call: Call, timeout: float | None = None, on_local_done: OnLocalDone | None = None
-    ) -> dict[int, Extras]:
+    def wait(self, call: Command, timeout: float | None = None) -> dict[int, Extras]:
         """Wait for the command sent last; returns the extras by sub-env index.
 
         Raises ``TimeoutError`` past ``timeout`` (calling again resumes the wait), and the
         first error of a sub-env once every group has answered or is gone.
-        ``on_local_done(k)``: called once the rows ``[0, k)`` that this process steps are done,
-        while other groups still run.
         """
 
     @abstractmethod
@@ -200,11 +137,11 @@ class Executor(ABC):
         return False
 
     @abstractmethod
-    def request_send(self, call: Call) -> None:
+    def request_send(self, call: Request) -> None:
         """Start request ``call.name`` on the sub-envs at ``call.indices``."""
 
     @abstractmethod
-    def request_wait(self, call: Call, timeout: float | None = None) -> list:
+    def request_wait(self, call: Request, timeout: float | None = None) -> list:
         """The request's results, one per index; raises the first error once every group
         has answered."""
 
@@ -310,11 +247,9 @@ class LocalExecutor(Executor):
     def send(self, call: Call) -> None:
         pass  # everything runs in wait(); object actions are already in this process's lists
 
-    def wait(
-        self, call: Call, timeout: float | None = None, on_local_done: OnLocalDone | None = None
-    ) -> dict[int, Extras]:
-        # Nothing runs elsewhere, so ``on_local_done`` has nothing to overlap with, and
-        # nothing could cut a sub-env short at ``timeout``.
+    def wait(self, call: Command, timeout: float | None = None) -> dict[int, Extras]:
+        # Nothing runs elsewhere, so nothing overlaps with this process's share (no
+        # run_local), and nothing could cut a sub-env short at ``timeout``.
         if len(self.groups) == 1:  # (each run returns a dict of its own)
             return self.groups[0].run(call.options)
         extras: dict[int, Extras] = {}

@@ -28,7 +28,6 @@ from gymvec.engine.executor import (
     Call,
     Executor,
     LocalExecutor,
-    OnLocalDone,
     group_indices,
     request_kwargs,
 )
@@ -266,14 +265,41 @@ class ProcessExecutor(Executor):
             for handle, payload in zip(self.handles, payloads):
                 handle.post(Command.RUN_WITH_PAYLOAD, payload)
 
-    def wait(
-        self, call: Call, timeout: float | None = None, on_local_done: OnLocalDone | None = None
-    ) -> dict[int, Extras]:
-        """Collect every worker's answer. The share stepped in this process counts against
+    def run_local(self, call: Call, timeout: float | None = None) -> int | None:
+        """Run this process's share of the command (once, even if the wait is resumed; its
+        error is raised by :meth:`wait`); returns the stop of its rows (0: none here). It
+        cannot be cut short: past ``timeout`` it raises TimeoutError after it."""
+        if call.extras is not None:
+            return None  # ran already
+        deadline = None if timeout is None else time.monotonic() + timeout
+        local = self.local
+        call.extras = {}
+        if local is not None:
+            try:
+                if self.concurrency is None:
+                    call.extras = local.wait(call)
+                else:
+                    with self.concurrency:
+                        call.extras = local.wait(call)
+            except Exception as exc:  # a sub-env of this process raised: raised once
+                call.local_error = exc  # every worker has answered (in wait)
+        if deadline is not None and time.monotonic() > deadline and self.handles:
+            rows = list(range(*local.bounds[0])) if local is not None else []
+            raise SubEnvTimeoutError(
+                f"the {call.kind} did not finish within {timeout} s: sub-envs "
+                f"{_rows(rows)} stepped in this process took longer (with a timeout= "
+                "option, none is)",
+                [(0, os.getpid(), rows)],
+            )
+        return local.bounds[-1][1] if local is not None else 0
+
+    def wait(self, call: Call, timeout: float | None = None) -> dict[int, Extras]:
+        """Collect every worker's answer (running this process's share first, where
+        :meth:`run_local` has not). The share stepped in this process counts against
         ``timeout``, though it cannot be cut short: a wait that outlasts ``timeout`` raises
         TimeoutError after it."""
         try:
-            extras = self._wait(call, timeout, on_local_done)
+            extras = self._wait(call, timeout)
         except Exception:
             if self.closing:
                 raise closed_error() from None
@@ -282,32 +308,10 @@ class ProcessExecutor(Executor):
             raise closed_error()
         return extras
 
-    def _wait(
-        self, call: Call, timeout: float | None, on_local_done: OnLocalDone | None
-    ) -> dict[int, Extras]:
+    def _wait(self, call: Call, timeout: float | None) -> dict[int, Extras]:
         deadline = None if timeout is None else time.monotonic() + timeout
-        if call.extras is None:  # the local share runs once, even if the wait is resumed
-            local = self.local
-            call.extras = {}
-            if local is not None:
-                try:
-                    if self.concurrency is None:
-                        call.extras = local.wait(call)
-                    else:
-                        with self.concurrency:
-                            call.extras = local.wait(call)
-                except Exception as exc:  # a sub-env of this process raised: raised once
-                    call.local_error = exc  # every worker has answered (below)
-            if on_local_done is not None and call.local_error is None:
-                on_local_done(local.bounds[-1][1] if local is not None else 0)
-            if deadline is not None and time.monotonic() > deadline and self.handles:
-                rows = list(range(*local.bounds[0])) if local is not None else []
-                raise SubEnvTimeoutError(
-                    f"the {call.kind} did not finish within {timeout} s: sub-envs "
-                    f"{_rows(rows)} stepped in this process took longer (with a timeout= "
-                    "option, none is)",
-                    [(0, os.getpid(), rows)],
-                )
+        if call.extras is None:  # not run yet
+            self.run_local(call, timeout)
         try:
             error = self._collect(deadline, into=call.extras)
         except TimeoutError:
@@ -405,8 +409,8 @@ class ProcessExecutor(Executor):
 
         deadline = None if timeout is None else time.monotonic() + timeout
         local, asked = call.plan
-        if local is not None and call.extras is None:  # while the workers run theirs
-            call.extras = {}
+        if local is not None and not call.local_done:  # while the workers run theirs
+            call.local_done = True
             positions, sub_indices, kwargs = local
             try:
                 answers = run_request(self.local.groups[0], call.name, sub_indices, kwargs)

@@ -1,22 +1,24 @@
-"""What the gymnasium face needs of an engine, written down as a ``typing.Protocol``.
+"""What a front end needs of an engine, written down as ``typing.Protocol`` classes.
 
+:class:`Engine`: the whole-batch verbs, requests and the state of the call in flight;
 :class:`~gymvec.engine.BatchEngine` satisfies it, and so does
 ``gymvec.vector.tensordict_engine.TensorDictEngine``, which drives any batched ``EnvBase``
-through its tensordict API; anything else that does can stand under the face.
+through its tensordict API. :class:`FirstReadyEngine` adds first-ready commands
+(``BatchEngine`` has them). Both are ``runtime_checkable``: the front ends test an engine
+with ``isinstance``, never by probing attributes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from gymnasium import spaces
 
 from gymvec.engine.buffers import BufferLayout, Buffers
+from gymvec.engine.calls import InfoPlaces, Into, Ready, Received
 from gymvec.engine.commands import Autoreset
-from gymvec.engine.engine import Received
-from gymvec.engine.executor import OnLocalDone
 
 
 @runtime_checkable
@@ -28,7 +30,12 @@ class Engine(Protocol):
     ``buffers.next`` and ``buffers.root``, as ``BatchEngine`` documents. ``finished`` marks the
     sub-envs whose episode ended since their last reset (NEXT_STEP resets them at the next
     step), ``any_finished`` whether there is one. Requests go to the sub-envs by name (see
-    ``engine.subenvs.REQUESTS``).
+    ``engine.subenvs.REQUESTS``). ``stuck``: the timeout that ended the engine's use (then
+    ``check_not_stuck`` raises); ``timed_out``: the last wait outlasted its timeout.
+
+    Of ``buffers`` (a ``Buffers``), front ends use: ``action`` and ``action_objects`` (where
+    actions go), ``wide_action`` (the float64 twins, written through ``write_action``),
+    ``root``/``next`` (the slots) and ``obs_lanes`` (whether observation lanes exist).
     """
 
     num_envs: int
@@ -58,19 +65,24 @@ class Engine(Protocol):
         *,
         seeds: Sequence[int | None] | None = None,
         options: dict | None = None,
-        into: str = "root",
+        into: Into = "root",
         handout: bool = False,
     ) -> None: ...
 
-    def recv(
-        self, timeout: float | None = None, on_local_done: OnLocalDone | None = None
-    ) -> Received: ...
+    def recv_local(self, timeout: float | None = None) -> int | None:
+        """Run this process's share of the command ahead of ``recv``: rows ``[0, k)`` are
+        done once it returns ``k`` (None: nothing runs ahead)."""
+
+    def recv(self, timeout: float | None = None) -> Received: ...
 
     def write_action(self, key: tuple, values: np.ndarray) -> None: ...
 
     def learn_info_fields(self) -> None:
-        """Let ``layout.info_fields`` grow (in place) with the entries the sub-envs report,
-        where the engine can; the face reads it at every call."""
+        """Learn info fields from the sub-envs' results, where the engine can: ``recv``
+        then hands new ones out (``Received.info_places``) for :meth:`adopt_info_fields`,
+        after which ``layout.info_fields`` (which the face reads at every call) holds them."""
+
+    def adopt_info_fields(self, places: InfoPlaces) -> None: ...
 
     def request_send(
         self, name: str, indices: Sequence[int] | None = None, **kwargs: Any
@@ -86,8 +98,55 @@ class Engine(Protocol):
     def in_flight(self) -> str | None: ...
 
     @property
+    def idle(self) -> bool:
+        """No call in flight and not stuck (``in_flight`` None and ``stuck`` None)."""
+
+    @property
     def interrupted(self) -> bool: ...
+
+    @property
+    def stuck(self) -> TimeoutError | None: ...
+
+    @property
+    def timed_out(self) -> bool: ...
+
+    def check_not_stuck(self) -> None: ...
 
     def abandon(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class FirstReadyEngine(Engine, Protocol):
+    """An :class:`Engine` with first-ready commands: some sub-envs at a time, taken back as
+    they finish (see ``engine.first_ready``)."""
+
+    def async_step_send(
+        self,
+        indices: Sequence[int] | np.ndarray | None = None,
+        autoreset: Autoreset = Autoreset.NONE,
+        *,
+        write_actions: Callable[[np.ndarray], None] | None = None,
+    ) -> None: ...
+
+    def async_reset_send(
+        self,
+        indices: Sequence[int] | np.ndarray | None = None,
+        *,
+        seeds: Sequence[int | None] | None = None,
+        into: Into = "root",
+    ) -> None: ...
+
+    def async_recv(
+        self,
+        kind: str | None = None,
+        min_get: int = 1,
+        max_get: int | None = None,
+        timeout: float | None = None,
+    ) -> Ready: ...
+
+    def async_rows(self, indices: Any) -> np.ndarray: ...
+
+    @property
+    def flying(self) -> np.ndarray: ...

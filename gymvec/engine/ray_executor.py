@@ -32,7 +32,6 @@ from gymvec.engine.executor import (
     Blocks,
     Call,
     Executor,
-    OnLocalDone,
     first_ready_objects_error,
     group_indices,
     request_kwargs,
@@ -368,11 +367,8 @@ class RayExecutor(Executor):
         for handle, payload in zip(self.handles, payloads):
             handle.ref = handle.post(payload, ship_next)
 
-    def wait(
-        self, call: Call, timeout: float | None = None, on_local_done: OnLocalDone | None = None
-    ) -> dict[int, Extras]:
-        """Collect every actor's answer into the buffers (nothing runs in this process, so
-        ``on_local_done`` has nothing to overlap with)."""
+    def wait(self, call: Call, timeout: float | None = None) -> dict[int, Extras]:
+        """Collect every actor's answer into the buffers (nothing runs in this process)."""
         handles = [handle for handle in self.handles if handle.ref is not None]
         replies = self._gather(handles, timeout, call.kind)
         extras: dict[int, Extras] = {}
@@ -576,11 +572,9 @@ class RayExecutor(Executor):
 
 def ray_backend(options: RayOptions) -> Any:
     """Sub-envs on Ray actors (see :class:`RayExecutor`); buffers in this process's memory."""
-    from gymvec.engine.engine import Backend
+    from gymvec.engine.backends import Backend, ExecutorStart
 
-    def start(engine: Any) -> Executor:
-        factories = engine.factories
-        worker_env_fns = [factories.worker_env_fns(w) for w in range(factories.num_workers)]
-        return RayExecutor(worker_env_fns, factories.worker_bounds, engine.blocks, options)
+    def start(plan: ExecutorStart) -> Executor:
+        return RayExecutor(plan.worker_env_fns, plan.bounds, plan.blocks, options)
 
     return Backend("ray", private_memory, start, collect_on_exit=True)

@@ -28,6 +28,7 @@ import numpy as np
 from gymvec.common.arrays import any_set
 from gymvec.common.structure import OBJECT
 from gymvec.engine.buffers import BufferLayout, Buffers, private_memory, shared_memory
+from gymvec.engine.calls import Command, Request
 from gymvec.engine.commands import (
     AUTORESET,
     RESET,
@@ -36,7 +37,7 @@ from gymvec.engine.commands import (
     SYNC_ROOT,
     Control,
 )
-from gymvec.engine.executor import Blocks, Call, Executor, LocalExecutor
+from gymvec.engine.executor import Blocks, Executor, LocalExecutor
 from gymvec.engine.worker import (
     add_missing_env_specs,
     ready_message,
@@ -190,7 +191,7 @@ class RayWorker:
         split = len(self.control_flat)
         self.control_flat[:] = np.frombuffer(packed, np.uint8, split)
         self.flat[share.action] = np.frombuffer(packed, np.uint8, offset=split)
-        call = Call("step")
+        call = Command("step")
         if payload is not None:
             options, objects = cloudpickle.loads(payload)
             if objects:
@@ -227,7 +228,7 @@ class RayWorker:
         say, raised on the driver as it is)."""
         name, indices, kwargs = cloudpickle.loads(payload)
         values = kwargs.pop("values", None)
-        call = Call("request", name=name, indices=indices, kwargs=kwargs, values=values)
+        call = Request(name, indices, kwargs, values)
         try:
             self.executor.request_send(call)
             return ("ok", self.executor.request_wait(call))

@@ -8,109 +8,20 @@ access, method calls, state dicts) by name with keyword arguments.
 
 from __future__ import annotations
 
-import dataclasses
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import gymnasium as gym
-from gymnasium import spaces
-
-from gymvec.common.infos import InfoField
-from gymvec.common.structure import LeafSpec, leaf_specs, observation_leaves, space_leaves
 from gymvec.engine.buffers import Buffers
 from gymvec.engine.commands import Control, Extras
-from gymvec.engine.drivers import BatchStep, command_runner, make_driver
+from gymvec.engine.drivers import command_runner, make_driver
+from gymvec.engine.sub_env_kinds import (  # noqa: F401 (re-exported)
+    SubEnvSummary,
+    check_sub_env,
+    gym_env_of,
+    spaces_of_summary,
+    summarize,
+)
 from gymvec.errors import SpaceMismatchError, WorkerError, local_sub_env_error
-
-# Worker processes import this module: torch and tensordict are imported only when a sub-env
-# needs them (a gymvec EnvBase sub-env has already imported them by being built).
-
-
-def _loaded_class(module: str, name: str) -> type | None:
-    """A gymvec class, if its module is loaded (an instance of it implies that it is)."""
-    loaded = sys.modules.get(module)
-    return getattr(loaded, name) if loaded is not None else None
-
-
-def gym_env_of(env: Any) -> gym.Env | None:
-    """The gymnasium env a sub-env runs: itself, the env inside a GymEnv, or None."""
-    if isinstance(env, gym.Env):
-        return env
-    gym_env_class = _loaded_class("gymvec.envs.gym_env", "GymEnv")
-    if gym_env_class is not None and isinstance(env, gym_env_class):
-        return env.env
-    return None
-
-
-def check_sub_env(env: Any) -> Any:
-    """``env`` if it is a gymnasium.Env or a gymvec EnvBase, else a TypeError."""
-    env_base = _loaded_class("gymvec.envs.base", "EnvBase")
-    if isinstance(env, gym.Env) or (env_base is not None and isinstance(env, env_base)):
-        return env
-    raise TypeError(
-        f"create_env_fn must return a gymvec EnvBase or a gymnasium.Env, got {type(env)!r}"
-    )
-
-
-@dataclasses.dataclass
-class SubEnvSummary:
-    """What the engine learns of one sub-env, wherever it was built (picklable; torch-free
-    for gymnasium sub-envs).
-
-    ``observation_leaves``/``action_leaves``: (key, shape, numpy dtype) of each leaf, as the
-    buffers lay them out. Gymnasium sub-envs (also inside a ``GymEnv``) give their spaces and
-    gymnasium attributes; other ``EnvBase`` sub-envs give their specs (``specs``: observation
-    spec, full action spec, reward dtype). ``info_fields``: the numeric info entries the
-    sub-env declares (a ``GymEnv``'s, an ``EnvBase``'s ``info_spec``; none for a gymnasium
-    env), for the sub-env the engine builds to learn the layout (None for the others).
-    """
-
-    observation_leaves: list[LeafSpec]
-    action_leaves: list[LeafSpec]
-    observation_space: spaces.Space | None = None
-    action_space: spaces.Space | None = None
-    metadata: dict = dataclasses.field(default_factory=dict)
-    render_mode: str | None = None
-    env_spec: Any = None
-    specs: tuple | None = None
-    info_fields: dict[str, InfoField] | None = None
-
-
-def summarize(env: Any, declared_infos: bool = False) -> SubEnvSummary:
-    """The summary of a sub-env; with ``declared_infos``, also the info fields it declares.
-
-    Nothing here resets or steps the sub-env: the info entries of a gymnasium env are learnt
-    from its own first results (see ``BatchEngine.learn_info_fields``).
-    """
-    gym_env = gym_env_of(env)
-    if gym_env is not None:
-        fields = None
-        if declared_infos:
-            declared = getattr(env, "info_fields", None) if env is not gym_env else None
-            fields = dict(declared) if isinstance(declared, dict) else {}  # a GymEnv's
-        return SubEnvSummary(
-            observation_leaves=leaf_specs(observation_leaves(gym_env.observation_space)),
-            action_leaves=leaf_specs(space_leaves(gym_env.action_space, ("action",))),
-            observation_space=gym_env.observation_space,
-            action_space=gym_env.action_space,
-            metadata=dict(gym_env.metadata or {}),
-            render_mode=gym_env.render_mode,
-            env_spec=gym_env.spec,
-            info_fields=fields,
-        )
-    from gymvec.specs import info_fields_of, spec_leaves  # an EnvBase: torch is loaded
-
-    if tuple(env.batch_size) != ():
-        raise ValueError(
-            f"create_env_fn: sub-envs must have batch_size (), got {tuple(env.batch_size)}"
-        )
-    return SubEnvSummary(
-        observation_leaves=spec_leaves(env.observation_spec),
-        action_leaves=spec_leaves(env.full_action_spec),
-        specs=(env.observation_spec, env.full_action_spec, env.reward_spec.dtype),
-        info_fields=info_fields_of(env.info_spec) if declared_infos else None,
-    )
 
 
 class SubEnvGroup:
@@ -141,7 +52,6 @@ class SubEnvGroup:
         self.lane_word = control.lane
         self.obs_lanes = buffers.obs_lanes
         self.action_objects = buffers.action_objects
-        self.lane = 0  # where "next"'s observations go now
         self.envs: list[Any] = []
         try:
             built: dict[int, int] = {}  # id of each env -> its sub-env index
@@ -211,16 +121,13 @@ class SubEnvGroup:
         if only is not None:  # a zero byte does nothing: the other rows are left alone
             k = only - self.start
             modes = bytes(k) + modes[k : k + 1] + bytes(len(modes) - k - 1)
-        if self.obs_lanes and self.lane != self.lane_word[0]:
-            self._use_lane(int(self.lane_word[0]))
+        runner = self.runner
+        if self.obs_lanes and runner.lane != self.lane_word[0]:
+            runner.use_lane(int(self.lane_word[0]))  # the lane this command writes
         try:
-            extras = self.runner.run(modes, self.seeds, options)
+            extras = runner.run(modes, self.seeds, options)
         except Exception as exc:
             raise self.error(exc, only if only is not None else self.sub_env_of(exc)) from None
-        if self.lane and not isinstance(self.runner, BatchStep):
-            # these drivers wrote lane 0: hand their rows over
-            rows = slice(self.start, self.stop)
-            self.obs_lanes[self.lane][rows] = self.obs_lanes[0][rows]
         if self.shipped_objects is not None:
             root, next_ = self.shipped_objects
             for k, mode in enumerate(modes):
@@ -239,13 +146,6 @@ class SubEnvGroup:
         """Store the object actions of this group's rows (``values[key]``: one per row)."""
         for key, objects in values.items():
             self.action_objects[key][self.start : self.stop] = objects
-
-    def _use_lane(self, lane: int) -> None:
-        self.lane = lane
-        if isinstance(self.runner, BatchStep):
-            self.runner.use_lane(lane)
-            for driver in self.drivers:  # their resets into "next" (the general path)
-                driver.next_obs = [self.obs_lanes[lane]]
 
     def targets(self, indices: Sequence[int], gym_env: bool = False) -> Iterator[Any]:
         """The sub-envs at ``indices`` (global), one by one (``cursor`` says which one is

@@ -25,6 +25,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase, is_non_tensor
 
 from gymvec.common.fastpath import set_unchecked
+from gymvec.engine.sub_env_kinds import register_kind
+from gymvec.envs.sub_env_kind import env_base_kind
 from gymvec.errors import ClosedEnvError
 from gymvec.specs import (
     Categorical,
@@ -302,3 +304,7 @@ def copy_shared_rows(
             continue
         target = dest.get(key)
         copy_rows(target, source.get(key).to(target.dtype).reshape(target.shape), rows)
+
+
+# The engine runs EnvBase sub-envs once this module is loaded (see engine.sub_env_kinds).
+register_kind(env_base_kind(EnvBase))

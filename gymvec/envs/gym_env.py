@@ -20,6 +20,7 @@ from gymvec.common.structure import (
     observation_leaves,
     space_leaves,
 )
+from gymvec.engine.sub_env_kinds import register_gym_wrapper
 from gymvec.envs.base import DONE_KEYS, EnvBase
 from gymvec.spaces import spec_from_space
 from gymvec.specs import Composite, DeviceLike, info_spec_of
@@ -214,3 +215,11 @@ def observation_spec_from_space(space: spaces.Space) -> Composite:
     if isinstance(space, spaces.Dict):
         return spec
     return Composite({"observation": spec})
+
+
+def _gym_env(env: GymEnv) -> gym.Env:
+    return env.env
+
+
+# The engine drives the gymnasium env inside a GymEnv directly (see engine.sub_env_kinds).
+register_gym_wrapper(GymEnv, _gym_env)

@@ -320,13 +320,19 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
     def _receive(self, call: str, timeout: float | None) -> Received:
         self._waiter = threading.get_ident()
         try:
-            return self.engine.recv(timeout, on_local_done=self._early_copy)
+            engine = self.engine
+            if self._early_copy:  # this process's rows, copied while the workers finish
+                self._copy_local_rows(engine.recv_local(timeout))
+            received = engine.recv(timeout)
         except TimeoutError as exc:
             # Still in flight: a later wait resumes it (gymnasium gives the call up instead),
             # but for the constructor's timeout, after which the env refuses further calls.
             raise _wait_timeout(call, timeout, self.timeout, exc) from None
         finally:
             self._waiter = None
+        if received.info_places:  # info fields learnt from these results
+            engine.adopt_info_fields(received.info_places)
+        return received
 
     def _check_running(self) -> None:
         if self.closed:
@@ -361,7 +367,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         engine = self.engine
         # step_async's checks, in one test for the usual case (nothing in flight): this runs
         # every step, and the state machine's layers cost more than a cheap sub-env's step
-        if self.closed or engine.in_flight is not None or engine.stuck is not None:
+        if self.closed or not engine.idle:
             self._begin("step_async")
         self.step_send(actions)
         return self._step_result(self._receive("step", None))  # (sent just now: not checked)

@@ -23,10 +23,11 @@ import torch
 from tensordict import TensorDict
 
 from gymvec.engine.buffers import BufferLayout, Buffers, Slot, private_memory
+from gymvec.engine.calls import Received
 from gymvec.engine.commands import Autoreset, Extras
-from gymvec.engine.engine import Received, masked_seeds
-from gymvec.engine.executor import OnLocalDone
+from gymvec.engine.layout_probe import masked_seeds
 from gymvec.envs.base import EnvBase, copy_shared_rows
+from gymvec.envs.sub_env_kind import buffer_tensordict
 from gymvec.spaces import spaces_of_specs
 from gymvec.specs import info_fields_of, non_tensor, non_tensor_values, spec_leaves
 
@@ -54,7 +55,7 @@ class TensorDictEngine:
             fields,
         )
         self.buffers = Buffers(self.layout, private_memory(self.layout.nbytes))
-        self._views = self.buffers.tensordict()
+        self._views = buffer_tensordict(self.buffers)
         self._action_keys = [("action", *key[1:]) for key in self.layout.action_keys]
         self._all = np.ones(self.num_envs, dtype=bool)
         self.finished = np.zeros(self.num_envs, dtype=bool)
@@ -96,11 +97,12 @@ class TensorDictEngine:
         mask = self._all if mask is None else np.asarray(mask, dtype=bool).reshape(-1)
         self._command = ("reset", (mask, seeds, options, into == "next"))
 
-    def recv(
-        self, timeout: float | None = None, on_local_done: OnLocalDone | None = None
-    ) -> Received:
-        """Carry the command out (the wrapped env does it all here: ``on_local_done`` has
-        nothing to overlap with)."""
+    def recv_local(self, timeout: float | None = None) -> int | None:
+        """Nothing runs ahead of ``recv``: the wrapped env does it all there."""
+        return None
+
+    def recv(self, timeout: float | None = None) -> Received:
+        """Carry the command out (the wrapped env does it all here)."""
         if self._command is None:
             raise RuntimeError("no command in flight: call step_send() or reset_send() first")
         (kind, arguments), self._command = self._command, None
@@ -131,6 +133,15 @@ class TensorDictEngine:
     def learn_info_fields(self) -> None:
         """Nothing to learn: the env's ``info_spec`` fixes its info fields."""
 
+    def adopt_info_fields(self, places: dict) -> None:
+        """Never called: nothing is learnt (see :meth:`learn_info_fields`)."""
+
+    stuck: TimeoutError | None = None  # the wrapped env's calls have no timeout of their own
+    timed_out = False
+
+    def check_not_stuck(self) -> None:
+        """Never stuck (see ``stuck``)."""
+
     def write_action(self, key: tuple, values: np.ndarray) -> None:
         self.buffers.write_action(key, values)
 
@@ -139,6 +150,10 @@ class TensorDictEngine:
         if self._command is not None:
             return self._command[0]
         return "request" if self._request is not None else None
+
+    @property
+    def idle(self) -> bool:
+        return self.in_flight is None
 
     @property
     def interrupted(self) -> bool:

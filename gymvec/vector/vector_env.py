@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -43,37 +43,21 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
-from gymvec.common.arrays import any_set, below_check
+from gymvec.common.arrays import any_set
 from gymvec.common.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.engine.buffers import Slot
+from gymvec.engine.calls import Received
 from gymvec.engine.commands import NOTHING, Autoreset
-from gymvec.engine.engine import Received, expand_seeds
-from gymvec.engine.protocol import Engine
+from gymvec.engine.layout_probe import expand_seeds
+from gymvec.engine.protocol import Engine, FirstReadyEngine
 from gymvec.errors import ClosedEnvError
 from gymvec.options import parse_autoreset_mode
+from gymvec.vector.actions import ActionWriter
 
 # Observations of at least this size are partly copied while worker processes finish.
 EARLY_COPY_BYTES = 64 * 1024
 
 
-class ActionTarget(NamedTuple):
-    """Where one array action leaf goes: its buffer, whether that has a float64 twin (see
-    ``Buffers.write_action``), and the dtype kinds it takes."""
-
-    leaf: Leaf
-    buffer: np.ndarray
-    has_twin: bool
-    kinds: str
-
-
-class DiscreteBound(NamedTuple):
-    """A Discrete or MultiDiscrete action leaf: its path, its space, its buffer, and a check
-    of whether values are in the space's range."""
-
-    path: tuple
-    space: spaces.Space
-    values: np.ndarray
-    in_range: Callable[[np.ndarray], bool]
 
 
 class GymnasiumVectorEnv(gym.vector.VectorEnv):
@@ -123,9 +107,6 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self.render_mode = engine.render_mode
         self._set_spaces()
         self.buffers = engine.buffers
-        self._discrete_bounds = discrete_bounds(
-            self.single_action_space, self._action_leaves, self.buffers.action
-        )
         # The info fields: the engine learns more from the sub-envs' first results (this
         # dict grows in place), and infos are built from it at every call.
         engine.learn_info_fields()
@@ -141,32 +122,13 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             AutoresetMode.SAME_STEP: Autoreset.SAME_STEP,
             AutoresetMode.DISABLED: Autoreset.NONE,
         }[self.autoreset_mode]
-        actions = self.buffers.action
-        # Where each array action leaf goes, looked up once: every step writes them.
-        # Discrete and MultiDiscrete take integers (as their spaces' `contains` says), Box and
-        # MultiBinary numbers or bools (SB3 hands MultiBinary floats).
-        discrete = {bound.path for bound in self._discrete_bounds}
-        self._action_targets = [
-            ActionTarget(
-                leaf,
-                actions[leaf.key],
-                leaf.key in self.buffers.wide_action,
-                "iu" if leaf.path in discrete else "biuf",
-            )
-            for leaf in self._action_leaves
-            if not leaf.is_object
-        ]
-        # (leaf, this process's list) of each object action leaf (a space without fixed shape)
-        self._action_objects = [
-            (leaf, self.buffers.action_objects[leaf.key])
-            for leaf in self._action_leaves
-            if leaf.is_object
-        ]
-        self._plain_action = [leaf.path for leaf in self._action_leaves] == [()]
-        # The usual case, one array leaf without a float64 twin: written without the loop.
-        self._plain_target = None
-        if self._plain_action and self._action_targets and not self._action_targets[0].has_twin:
-            self._plain_target = self._action_targets[0]
+        # Actions: checked and written by one object, looked up once (every step writes them)
+        writer = ActionWriter(
+            engine, self.single_action_space, self.action_space, self._action_leaves,
+            self._autoreset,
+        )  # fmt: skip
+        self._write_actions = writer.write
+        self._write_action_rows = writer.write_rows
         # The usual case, one array of observations and numpy output, skips build_value.
         one_array = [leaf.path for leaf in self._obs_leaves] == [()]
         one_array = one_array and not self._obs_leaves[0].is_object
@@ -181,7 +143,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         # torch.from_numpy too); with none free, the call copies as before.
         on_cpu = self._torch_device is None or self._torch_device.type == "cpu"
         cpu_output = output == "numpy" or on_cpu
-        self._lanes = bool(
+        self._handout = bool(  # (a policy: which lane is in use, the engine decides)
             one_array and cpu_output and copy and not self._same_step and self.buffers.obs_lanes
         )
         # Large observations that no lane takes (none is free, or the mode takes none): the
@@ -189,7 +151,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self._early_obs: tuple[np.ndarray, int] | None = None
         self._first_ready_ok = False  # see _check_first_ready
         early = self._plain_obs is not None and copy and self._plain_obs.nbytes >= EARLY_COPY_BYTES
-        self._early_copy = self._copy_local_rows if early else None
+        self._early_copy = bool(early)
 
     def _check_batch_size(self, batch_size: int | None) -> int:
         n = self.num_envs
@@ -204,7 +166,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 f"batch_size={batch_size} < num_envs={n} (first-ready batches) needs "
                 f"autoreset_mode NEXT_STEP, got {self.autoreset_mode.value}"
             )
-        if batch_size < n and not hasattr(self.engine, "async_recv"):
+        if batch_size < n and not isinstance(self.engine, FirstReadyEngine):
             raise ValueError(
                 f"batch_size={batch_size} < num_envs={n}: {type(self.engine).__name__} has no "
                 "first-ready commands (gymvec's SerialEnv and ParallelEnv have)"
@@ -247,7 +209,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         if seed is not None:
             super().reset(seed=seed if isinstance(seed, int) else None)
         # Only a reset of every sub-env into "next" fills a whole lane.
-        handout = self._lanes and mask is None
+        handout = self._handout and mask is None
         self.engine.reset_send(
             mask, seeds=seeds, options=options, into=self._reset_into, handout=handout
         )
@@ -284,7 +246,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             self._autoreset,
             keep_final_obs=self._same_step,
             current_root=self._same_step,
-            handout=self._lanes,
+            handout=self._handout,
         )
 
     def _step_result(self, received: Received) -> tuple[Any, Any, Any, Any, dict]:
@@ -340,7 +302,13 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     def receive(self, timeout: float | None = None) -> Received:
         """Wait for the whole-batch call in flight (see ``BatchEngine.recv``)."""
-        return self.engine.recv(timeout, on_local_done=self._early_copy)
+        engine = self.engine
+        if self._early_copy:  # this process's rows, copied while the workers finish theirs
+            self._copy_local_rows(engine.recv_local(timeout))
+        received = engine.recv(timeout)
+        if received.info_places:  # info fields learnt from these results
+            self.engine.adopt_info_fields(received.info_places)
+        return received
 
     # ---- first-ready batches (EnvPool's conventions) ------------------------------------------
     def async_reset(
@@ -413,38 +381,12 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 "first-ready batches (async_reset, send, recv) take autoreset_mode NEXT_STEP, "
                 f"this env has {self.autoreset_mode.value}"
             )
-        if not hasattr(self.engine, "async_recv"):
+        if not isinstance(self.engine, FirstReadyEngine):
             raise RuntimeError(
                 f"{type(self.engine).__name__} has no first-ready commands (gymvec's "
                 "SerialEnv and ParallelEnv have)"
             )
         self._first_ready_ok = True  # neither can change: checked once
-
-    def _write_action_rows(self, actions: Any, rows: np.ndarray) -> None:
-        """``_write_actions`` for the sub-envs at ``rows``: one action row per index."""
-        if self._action_objects:
-            raise ValueError(
-                "first-ready batches need actions of fixed shape: this action space has "
-                "leaves without one"
-            )
-        k = len(rows)
-        buffers = self.buffers
-        for leaf, target, has_twin, kinds in self._action_targets:
-            array = _as_numpy(actions if self._plain_action else get_leaf(actions, leaf.path))
-            expected = (k, *target.shape[1:])
-            _check_action_array(
-                array, leaf.path, expected, kinds, self.single_action_space, " (one row per env_id)"
-            )
-            if has_twin:
-                buffers.write_action_rows(leaf.key, rows, array)
-            else:
-                target[rows] = array
-        # NEXT_STEP ignores the actions of the sub-envs it resets, whatever their values
-        taken = [
-            (path, sub, values[rows], in_range)
-            for path, sub, values, in_range in self._discrete_bounds
-        ]
-        _check_discrete(taken, self.engine.finished[rows])
 
     def _row_observations(self, rows: np.ndarray) -> Any:
         """The observations in "next" of the sub-envs at ``rows`` (copies), in that order."""
@@ -464,9 +406,11 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 arrays[k] = tuple(objects[i] for i in rows.tolist())
         return build_value(self.single_observation_space, self._obs_leaves, arrays)
 
-    def _copy_local_rows(self, stop: int) -> None:
+    def _copy_local_rows(self, stop: int | None) -> None:
         # Large observations: the rows stepped in this process are copied while the worker
         # processes finish theirs, which takes that copy off the critical path.
+        if stop is None:  # nothing ran ahead
+            return
         out = np.empty_like(self._plain_obs)
         out[:stop] = self._plain_obs[:stop]
         self._early_obs = (out, stop)
@@ -478,43 +422,6 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         return self._reset_result(received)
 
     # ---- buffers -> gymnasium values ----------------------------------------------------------
-    def _write_actions(self, actions: Any) -> None:
-        if self._plain_target is not None:
-            leaf, target, _, kinds = self._plain_target
-            array = actions if type(actions) is np.ndarray else _as_numpy(actions)
-            if array.shape != target.shape or array.dtype.kind not in kinds:
-                _check_action_array(array, leaf.path, target.shape, kinds, self.action_space)
-            target[...] = array
-        else:
-            self._write_action_leaves(actions)
-        # NEXT_STEP ignores the actions of the sub-envs it resets, whatever their values
-        engine = self.engine
-        resetting = engine.finished if engine.any_finished and not self._same_step else None
-        _check_discrete(self._discrete_bounds, resetting)
-
-    def _write_action_leaves(self, actions: Any) -> None:
-        for leaf, target, has_twin, kinds in self._action_targets:
-            array = _as_numpy(actions if self._plain_action else get_leaf(actions, leaf.path))
-            if array.shape != target.shape or array.dtype.kind not in kinds:
-                _check_action_array(array, leaf.path, target.shape, kinds, self.action_space)
-            if has_twin:  # float64 actions reach the sub-envs as float64
-                self.engine.write_action(leaf.key, array)
-            else:
-                target[...] = array
-        for leaf, store in self._action_objects:
-            values = actions if self._plain_action else get_leaf(actions, leaf.path)
-            if isinstance(values, str | bytes) or not hasattr(values, "__len__"):
-                raise TypeError(
-                    f"actions{_path_str(leaf.path)}: expected a tuple of {self.num_envs} "
-                    f"values for {self.action_space}, got {type(values).__name__}"
-                )
-            if len(values) != self.num_envs:
-                raise ValueError(
-                    f"actions{_path_str(leaf.path)}: expected {self.num_envs} values for "
-                    f"{self.action_space}, got {len(values)}"
-                )
-            store[:] = values
-
     def _observations(self, received: Received) -> Any:
         array = received.observations
         if array is not None:  # a handed-out observation lane
@@ -677,87 +584,3 @@ def _field_value(field: Any, stored: np.ndarray) -> Any:
     if field.kind is np.ndarray:
         return np.array(stored)
     return field.kind(stored)
-
-
-def _as_numpy(value: Any) -> np.ndarray:
-    if type(value) is np.ndarray:  # the usual case, first: this runs on every step
-        return value
-    if hasattr(value, "detach"):  # a torch tensor
-        return value.detach().cpu().numpy()
-    return np.asarray(value)
-
-
-def _path_str(path: tuple) -> str:
-    return "".join(f"[{part!r}]" for part in path)
-
-
-def discrete_bounds(space: spaces.Space, leaves: list[Leaf], arrays: dict) -> list[DiscreteBound]:
-    """The bound of each Discrete/MultiDiscrete action leaf."""
-    bounds = []
-    for leaf in leaves:
-        sub = get_leaf(space, leaf.path)
-        if leaf.is_object:
-            continue
-        array = arrays[leaf.key]
-        if isinstance(sub, spaces.Discrete):
-            low, high = int(sub.start), int(sub.start + sub.n - 1)
-            if low == 0 and array.dtype == np.int64:
-                check = below_check(high + 1, array.size)
-            else:
-                check = functools.partial(_scalar_range, low=low, high=high)
-        elif isinstance(sub, spaces.MultiDiscrete):
-            check = functools.partial(_array_range, low=sub.start, high=sub.start + sub.nvec - 1)
-        else:
-            continue
-        bounds.append(DiscreteBound(leaf.path, sub, array, check))
-    return bounds
-
-
-def _scalar_range(values: np.ndarray, low: int, high: int) -> bool:
-    return values.min() >= low and values.max() <= high
-
-
-def _array_range(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> bool:
-    return bool((values >= low).all() and (values <= high).all())
-
-
-def _check_action_array(
-    array: np.ndarray,
-    path: tuple,
-    expected: tuple,
-    kinds: str,
-    space: spaces.Space,
-    rows_note: str = "",
-) -> None:
-    """An action leaf of the wrong shape, or of a dtype a cast would change (a float
-    truncated, a string parsed), as a named error."""
-    if array.shape != expected:
-        # gymnasium's vector envs iterate the actions: a scalar is a TypeError there
-        error = TypeError if array.ndim == 0 and not rows_note else ValueError
-        raise error(
-            f"actions{_path_str(path)}: expected shape {expected}{rows_note} for {space}, "
-            f"got shape {array.shape}"
-        )
-    if array.dtype.kind not in kinds:
-        wanted = "integers" if kinds == "iu" else "numbers"
-        raise ValueError(
-            f"actions{_path_str(path)}: expected {wanted} for {space}, got dtype {array.dtype}"
-        )
-
-
-def _check_discrete(bounds: list[DiscreteBound], ignored: np.ndarray | None = None) -> None:
-    """Discrete actions outside their range: a named error here, not an assert in a worker.
-
-    ``ignored`` marks the sub-envs whose actions go unused (checked only if the rest fail).
-    """
-    for path, sub, values, in_range in bounds:
-        if in_range(values):
-            continue
-        if ignored is not None:
-            values = values[~ignored]
-            if values.size == 0 or in_range(values):
-                continue
-        raise ValueError(
-            f"actions{_path_str(path)}: expected values in {sub}, got "
-            f"min {values.min()} max {values.max()}"
-        )

@@ -1,0 +1,103 @@
+"""Where an engine's buffers live and where its sub-envs run: :class:`Backend`.
+
+A backend makes the memory blocks and, from an :class:`ExecutorStart` (what to build and
+where the rows go), starts the executor. It never sees the engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from gymvec.engine.buffers import MemmapMemory, private_memory
+from gymvec.engine.executor import Blocks, Executor, LocalExecutor
+from gymvec.engine.factories import SubEnvFactories
+from gymvec.engine.layout_probe import KeptEnv
+
+EnvFn = Callable[[], Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutorStart:
+    """What a backend needs to start an executor: each worker's sub-env factories (worker
+    0's first one hands over the env built to learn the layout where ``Backend.first_here``
+    kept it), each worker's rows, and the memory blocks."""
+
+    worker_env_fns: list[list[EnvFn]]
+    bounds: list[tuple[int, int]]
+    blocks: Blocks
+
+    @classmethod
+    def of(cls, factories: SubEnvFactories, blocks: Blocks, kept: KeptEnv) -> ExecutorStart:
+        """Each worker's factories, sub-env 0's handing over ``kept`` where it holds an env."""
+        fns = [factories.worker_env_fns(w) for w in range(factories.num_workers)]
+        if kept.env is not None:
+            fns[0] = [kept.first_of(fns[0][0]), *fns[0][1:]]
+        return cls(fns, factories.worker_bounds, blocks)
+
+
+@dataclasses.dataclass
+class Backend:
+    """Where an engine's buffers live and where its sub-envs run.
+
+    ``new_memory(nbytes)`` makes a block; ``start(ExecutorStart)`` starts the executor;
+    ``release()`` frees what the blocks hold beyond the process (a memmap file).
+    ``collect_on_exit``: stop the executor when the engine is garbage (worker processes).
+    ``first_here``: sub-env 0 runs in this process, so the env built to learn the layout
+    can become sub-env 0.
+    """
+
+    name: str
+    new_memory: Callable[[int], Any]
+    start: Callable[[ExecutorStart], Executor]
+    release: Callable[[], None] = lambda: None
+    collect_on_exit: bool = False
+    first_here: bool = False
+
+
+def serial_backend() -> Backend:
+    """Sub-envs stepped one after the other in this process, in one group."""
+
+    def start(plan: ExecutorStart) -> Executor:
+        # One group for all sub-envs: in one process, workers would only add loop overhead.
+        fns = [fn for fns in plan.worker_env_fns for fn in fns]
+        return LocalExecutor.build([fns], [0], plan.blocks)
+
+    return Backend("serial", private_memory, start, first_here=True)
+
+
+def process_backend(options: Any, memmap: bool = False) -> Backend:
+    """Sub-envs in worker processes (``options``: a ``ProcessOptions``), buffers in shared
+    memory (or, with ``memmap``, in a temporary file)."""
+    from gymvec.engine.buffers import shared_memory
+    from gymvec.engine.processes import ProcessExecutor, refuse_start_while_importing_main
+
+    refuse_start_while_importing_main()  # before anything is built
+
+    memmaps: list[MemmapMemory] = []
+
+    def new_memory(nbytes: int) -> Any:
+        if not memmap:
+            return shared_memory(nbytes)
+        memory = MemmapMemory(nbytes)
+        memmaps.append(memory)
+        return memory
+
+    def start(plan: ExecutorStart) -> Executor:
+        return ProcessExecutor(plan.worker_env_fns, plan.bounds, plan.blocks, options)
+
+    def release() -> None:
+        for memory in memmaps:
+            memory.release()
+
+    backend = Backend(
+        "processes",
+        new_memory,
+        start,
+        release,
+        collect_on_exit=True,
+        first_here=bool(options.local_worker),
+    )
+    backend.memmaps = memmaps  # type: ignore[attr-defined]
+    return backend

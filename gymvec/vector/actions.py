@@ -1,0 +1,232 @@
+"""The gymnasium face's actions: checked against the action space and written into the
+engine's buffers (:class:`ActionWriter`), with the errors gymnasium's users expect."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+from gymnasium import spaces
+
+from gymvec.common.arrays import below_check
+from gymvec.common.structure import Leaf, get_leaf
+from gymvec.engine.commands import Autoreset, ignores_finished_actions
+from gymvec.engine.protocol import Engine
+
+
+class ActionTarget(NamedTuple):
+    """Where one array action leaf goes: its buffer, whether that has a float64 twin (see
+    ``Buffers.write_action``), and the dtype kinds it takes."""
+
+    leaf: Leaf
+    buffer: np.ndarray
+    has_twin: bool
+    kinds: str
+
+
+class DiscreteBound(NamedTuple):
+    """A Discrete or MultiDiscrete action leaf: its path, its space, its buffer, and a check
+    of whether values are in the space's range."""
+
+    path: tuple
+    space: spaces.Space
+    values: np.ndarray
+    in_range: Callable[[np.ndarray], bool]
+
+
+class ActionWriter:
+    """Writes a step's actions into an engine's buffers, checked: shape, dtype kind, and the
+    range of Discrete/MultiDiscrete leaves (the actions of sub-envs the step ignores, see
+    ``commands.ignores_finished_actions``, may be anything). What each leaf needs is looked up once
+    here: every step writes them."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        single_space: spaces.Space,
+        space: spaces.Space,
+        leaves: list[Leaf],
+        autoreset: Autoreset,
+    ):
+        self.engine = engine
+        self.single_space = single_space
+        self.action_space = space
+        self.num_envs = engine.num_envs
+        # the planner's rule, asked once (the actions it leaves unused go unchecked)
+        self.ignores_finished = ignores_finished_actions(autoreset)
+        buffers = engine.buffers
+        actions = buffers.action
+        self.discrete_bounds = discrete_bounds(single_space, leaves, actions)
+        # Discrete and MultiDiscrete take integers (as their spaces' `contains` says), Box and
+        # MultiBinary numbers or bools (SB3 hands MultiBinary floats).
+        discrete = {bound.path for bound in self.discrete_bounds}
+        self.targets = [
+            ActionTarget(
+                leaf,
+                actions[leaf.key],
+                leaf.key in buffers.wide_action,
+                "iu" if leaf.path in discrete else "biuf",
+            )
+            for leaf in leaves
+            if not leaf.is_object
+        ]
+        # (leaf, this process's list) of each object action leaf (a space without fixed shape)
+        self.objects = [
+            (leaf, buffers.action_objects[leaf.key]) for leaf in leaves if leaf.is_object
+        ]
+        self.plain = [leaf.path for leaf in leaves] == [()]
+        # The usual case, one array leaf without a float64 twin: written without the loop.
+        self.plain_target = None
+        if self.plain and self.targets and not self.targets[0].has_twin:
+            self.plain_target = self.targets[0]
+
+    def write(self, actions: Any) -> None:
+        """Check ``actions`` (one per sub-env) against the action space and write them into
+        the buffers."""
+        if self.plain_target is not None:
+            leaf, target, _, kinds = self.plain_target
+            array = actions if type(actions) is np.ndarray else _as_numpy(actions)
+            if array.shape != target.shape or array.dtype.kind not in kinds:
+                _check_action_array(array, leaf.path, target.shape, kinds, self.action_space)
+            target[...] = array
+        else:
+            self._write_leaves(actions)
+        # NEXT_STEP ignores the actions of the sub-envs it resets, whatever their values
+        engine = self.engine
+        ignored = engine.finished if self.ignores_finished and engine.any_finished else None
+        _check_discrete(self.discrete_bounds, ignored)
+
+    def _write_leaves(self, actions: Any) -> None:
+        for leaf, target, has_twin, kinds in self.targets:
+            array = _as_numpy(actions if self.plain else get_leaf(actions, leaf.path))
+            if array.shape != target.shape or array.dtype.kind not in kinds:
+                _check_action_array(array, leaf.path, target.shape, kinds, self.action_space)
+            if has_twin:  # float64 actions reach the sub-envs as float64
+                self.engine.write_action(leaf.key, array)
+            else:
+                target[...] = array
+        for leaf, store in self.objects:
+            values = actions if self.plain else get_leaf(actions, leaf.path)
+            if isinstance(values, str | bytes) or not hasattr(values, "__len__"):
+                raise TypeError(
+                    f"actions{_path_str(leaf.path)}: expected a tuple of {self.num_envs} "
+                    f"values for {self.action_space}, got {type(values).__name__}"
+                )
+            if len(values) != self.num_envs:
+                raise ValueError(
+                    f"actions{_path_str(leaf.path)}: expected {self.num_envs} values for "
+                    f"{self.action_space}, got {len(values)}"
+                )
+            store[:] = values
+
+    def write_rows(self, actions: Any, rows: np.ndarray) -> None:
+        """:meth:`write` for the sub-envs at ``rows``: one action row per index."""
+        if self.objects:
+            raise ValueError(
+                "first-ready batches need actions of fixed shape: this action space has "
+                "leaves without one"
+            )
+        k = len(rows)
+        buffers = self.engine.buffers
+        for leaf, target, has_twin, kinds in self.targets:
+            array = _as_numpy(actions if self.plain else get_leaf(actions, leaf.path))
+            expected = (k, *target.shape[1:])
+            _check_action_array(
+                array, leaf.path, expected, kinds, self.single_space, " (one row per env_id)"
+            )
+            if has_twin:
+                buffers.write_action_rows(leaf.key, rows, array)
+            else:
+                target[rows] = array
+        # NEXT_STEP ignores the actions of the sub-envs it resets, whatever their values
+        taken = [
+            (path, sub, values[rows], in_range)
+            for path, sub, values, in_range in self.discrete_bounds
+        ]
+        _check_discrete(taken, self.engine.finished[rows])
+
+
+def _as_numpy(value: Any) -> np.ndarray:
+    if type(value) is np.ndarray:  # the usual case, first: this runs on every step
+        return value
+    if hasattr(value, "detach"):  # a torch tensor
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def _path_str(path: tuple) -> str:
+    return "".join(f"[{part!r}]" for part in path)
+
+
+def discrete_bounds(space: spaces.Space, leaves: list[Leaf], arrays: dict) -> list[DiscreteBound]:
+    """The bound of each Discrete/MultiDiscrete action leaf."""
+    bounds = []
+    for leaf in leaves:
+        sub = get_leaf(space, leaf.path)
+        if leaf.is_object:
+            continue
+        array = arrays[leaf.key]
+        if isinstance(sub, spaces.Discrete):
+            low, high = int(sub.start), int(sub.start + sub.n - 1)
+            if low == 0 and array.dtype == np.int64:
+                check = below_check(high + 1, array.size)
+            else:
+                check = functools.partial(_scalar_range, low=low, high=high)
+        elif isinstance(sub, spaces.MultiDiscrete):
+            check = functools.partial(_array_range, low=sub.start, high=sub.start + sub.nvec - 1)
+        else:
+            continue
+        bounds.append(DiscreteBound(leaf.path, sub, array, check))
+    return bounds
+
+
+def _scalar_range(values: np.ndarray, low: int, high: int) -> bool:
+    return values.min() >= low and values.max() <= high
+
+
+def _array_range(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> bool:
+    return bool((values >= low).all() and (values <= high).all())
+
+
+def _check_action_array(
+    array: np.ndarray,
+    path: tuple,
+    expected: tuple,
+    kinds: str,
+    space: spaces.Space,
+    rows_note: str = "",
+) -> None:
+    """An action leaf of the wrong shape, or of a dtype a cast would change (a float
+    truncated, a string parsed), as a named error."""
+    if array.shape != expected:
+        # gymnasium's vector envs iterate the actions: a scalar is a TypeError there
+        error = TypeError if array.ndim == 0 and not rows_note else ValueError
+        raise error(
+            f"actions{_path_str(path)}: expected shape {expected}{rows_note} for {space}, "
+            f"got shape {array.shape}"
+        )
+    if array.dtype.kind not in kinds:
+        wanted = "integers" if kinds == "iu" else "numbers"
+        raise ValueError(
+            f"actions{_path_str(path)}: expected {wanted} for {space}, got dtype {array.dtype}"
+        )
+
+
+def _check_discrete(bounds: list[DiscreteBound], ignored: np.ndarray | None = None) -> None:
+    """Discrete actions outside their range: a named error here, not an assert in a worker.
+
+    ``ignored`` marks the sub-envs whose actions go unused (checked only if the rest fail).
+    """
+    for path, sub, values, in_range in bounds:
+        if in_range(values):
+            continue
+        if ignored is not None:
+            values = values[~ignored]
+            if values.size == 0 or in_range(values):
+                continue
+        raise ValueError(
+            f"actions{_path_str(path)}: expected values in {sub}, got "
+            f"min {values.min()} max {values.max()}"
+        )
