@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, Union, cast
 
 import numpy as np
 
@@ -95,7 +95,10 @@ def step_modes(
     else:
         modes = STEP
     if current_root:
-        modes = modes | SYNC_ROOT if type(modes) is int else modes.translate(WITH_SYNC_ROOT)
+        if isinstance(modes, int):
+            modes = modes | SYNC_ROOT
+        else:  # (bytes: the finished flags' translation above)
+            modes = cast(bytes, modes).translate(WITH_SYNC_ROOT)
     return modes
 
 

@@ -53,7 +53,9 @@ class Executor(ABC):
 
     * each group runs its rows one at a time, in the order they were sent (across calls);
     * a row is finished as soon as its own command is, whatever the other rows of its group
-      are doing, and its results are then in the buffers (rows never share memory);
+      are doing, and its results are then in the buffers (rows never share memory). Except
+      on Ray: ``RayExecutor`` answers per remote call, so the rows that one ``send_some``
+      gives an actor come back together (send a slow row on its own to keep it apart);
     * nothing is lost: a finished row that a wait did not return (``max_get``, a timeout, an
       error of another row) comes back from a later wait;
     * rows that an error took out of flight (their sub-env raised, their worker died, an
@@ -191,7 +193,7 @@ def take_finished(
     return {row: finished.pop(row) for row in taken}
 
 
-def request_kwargs(call: Call, positions: list[int]) -> dict:
+def request_kwargs(call: Request, positions: list[int]) -> dict:
     """The keyword arguments of a request for the indices at ``positions`` (per-index
     ``values`` split accordingly)."""
     if call.values is None:
@@ -309,10 +311,10 @@ class LocalExecutor(Executor):
             group.add_info_fields(places)
         return True
 
-    def request_send(self, call: Call) -> None:
+    def request_send(self, call: Request) -> None:
         pass  # runs in request_wait()
 
-    def request_wait(self, call: Call, timeout: float | None = None) -> list:
+    def request_wait(self, call: Request, timeout: float | None = None) -> list:
         results: list[Any] = [None] * len(call.indices)
         for group, positions in group_indices(call.indices, self.bounds):
             sub_indices = [call.indices[p] for p in positions]

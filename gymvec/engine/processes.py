@@ -28,6 +28,7 @@ from gymvec.engine.executor import (
     Call,
     Executor,
     LocalExecutor,
+    Request,
     group_indices,
     request_kwargs,
 )
@@ -383,7 +384,7 @@ class ProcessExecutor(Executor):
 
     # ---- requests -----------------------------------------------------------------------------
 
-    def request_send(self, call: Call) -> None:
+    def request_send(self, call: Request) -> None:
         """Post the request to the workers that hold some of ``call.indices``. Every worker's
         request is pickled before any is posted: a failure leaves no worker a step ahead."""
         if self.rows.unsettled:
@@ -403,7 +404,7 @@ class ProcessExecutor(Executor):
         for handle, _, payload in asked:
             handle.post(Command.REQUEST, payload)
 
-    def request_wait(self, call: Call, timeout: float | None = None) -> list:
+    def request_wait(self, call: Request, timeout: float | None = None) -> list:
         """The results, once every worker has answered (the local share runs meanwhile)."""
         from gymvec.engine.subenvs import run_request
 

@@ -32,6 +32,7 @@ from gymvec.engine.executor import (
     Blocks,
     Call,
     Executor,
+    Request,
     first_ready_objects_error,
     group_indices,
     request_kwargs,
@@ -506,7 +507,7 @@ class RayExecutor(Executor):
         return lost
 
     # ---- requests -----------------------------------------------------------------------------
-    def request_send(self, call: Call) -> None:
+    def request_send(self, call: Request) -> None:
         """One remote call per actor that holds some of ``call.indices`` (in its own rows)."""
         asked = []
         for group, positions in group_indices(call.indices, self.bounds):
@@ -519,7 +520,7 @@ class RayExecutor(Executor):
         for handle, _, payload in asked:
             handle.ref = handle.actor.request.remote(payload)
 
-    def request_wait(self, call: Call, timeout: float | None = None) -> list:
+    def request_wait(self, call: Request, timeout: float | None = None) -> list:
         handles = [handle for handle, _ in call.plan]
         replies = self._gather(handles, timeout, f"request {call.name!r}")
         error = None

@@ -58,8 +58,6 @@ from gymvec.vector.actions import ActionWriter
 EARLY_COPY_BYTES = 64 * 1024
 
 
-
-
 class GymnasiumVectorEnv(gym.vector.VectorEnv):
     """A batched gymvec env (``SerialEnv``, ``ParallelEnv``, or any batched ``EnvBase``) or a
     batch engine (anything that satisfies ``gymvec.engine.protocol.Engine``) as a gymnasium

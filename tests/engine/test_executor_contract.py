@@ -300,11 +300,6 @@ def test_a_sub_env_that_raises_reaches_the_caller_and_the_batch_goes_on(executor
 
 
 @every(EXECUTORS)
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 36 item 7 (one error shape): today a sub-env of this process raises its own "
-    "exception, and a worker's WorkerError names the worker, not the sub-env",
-)
 def test_a_sub_env_that_raises_is_a_worker_error_naming_it(executor, no_leaks):
     engine = make_engine(executor, env2={"fail_at": 3})
     try:
