@@ -27,7 +27,7 @@ def no_leaks():
 # "ci" (the default): few examples, derandomized, so that CI is quick and reproducible, and
 # no shrinking (every shrink step starts processes: a failure is reported as found);
 # "dev": many more, a new random draw each run, failures shrunk, for a long run by hand:
-#     GYMVEC_HYPOTHESIS_PROFILE=dev python -m pytest tests/test_fuzz.py
+#     GYMVEC_HYPOTHESIS_PROFILE=dev python -m pytest tests/differential/test_fuzz.py
 from hypothesis import HealthCheck, Phase, settings  # noqa: E402
 
 _SLOW_EXAMPLES = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]

@@ -16,7 +16,8 @@ MODULES = sorted(
     for path in PACKAGE.rglob("*.py")
     if ">>> " in path.read_text()
 )
-# gymvec.torchrl needs torchrl (an optional extra): tests/test_torchrl.py runs its examples.
+# gymvec.torchrl needs torchrl (an optional extra): tests/integrations/test_torchrl.py runs
+# its examples.
 MODULES = [name for name in MODULES if not name.startswith("gymvec.torchrl")]
 
 

@@ -1,7 +1,7 @@
 """The speed tricks that lean on implementation details of CPython or tensordict, in one home.
 
 Each trick has a fallback that is always correct, taken when the detail it relies on is
-missing; ``tests/test_fastpath.py`` checks every assumption directly, so that a new CPython,
+missing; ``tests/engine/test_fastpath.py`` checks every assumption directly, so that a new CPython,
 numpy, torch or tensordict that breaks one fails loudly there instead of slowing gymvec down
 (or worse) in silence. This module imports neither torch nor tensordict: the tensordict tricks
 bind to tensordict the first time they run.

@@ -3,7 +3,7 @@
 torchrl's batched envs behind the gymnasium face.
 
 Runs where torchrl is installed (``pip install -e ".[torchrl]"``; CI installs it in a venv of
-its own, see ``.ci/run``); tests/test_torchrl_missing.py covers the module without it.
+its own, see ``.ci/run``); tests/integrations/test_torchrl_missing.py covers the module without it.
 """
 
 from __future__ import annotations
@@ -539,7 +539,7 @@ def test_torchrl_ppo_example_quick():
     import sys
     from pathlib import Path
 
-    example = Path(__file__).resolve().parent.parent / "examples" / "torchrl_ppo.py"
+    example = Path(__file__).resolve().parents[2] / "examples" / "torchrl_ppo.py"
     cmd = [sys.executable, str(example), "--quick", "--start-method", "fork"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=280)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -23,7 +23,7 @@ pytest.importorskip("ray.rllib", reason="RLlib is an optional integration (ray[r
 import ray  # noqa: E402
 from ray.rllib.algorithms.ppo import PPOConfig  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(600)
 
 

@@ -28,7 +28,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 from gymvec.integrations import rl_zoo3 as gymvec_rl_zoo3  # noqa: E402
 from gymvec.sb3 import ParallelVecEnv, SerialVecEnv  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ZOO_ARGS = ["--algo", "ppo", "--env", "CartPole-v1", "-n", "1024", "--seed", "3"]
 ZOO_ARGS += ["--device", "cpu", "--eval-freq", "-1", "--num-threads", "1"]
 

@@ -497,7 +497,7 @@ print("done")
 def test_a_forked_worker_leaves_inherited_envs_to_their_owner():
     # An unclosed env is still garbage in this process when the next env forks its workers;
     # freed in a worker, it must not try to shut down what is not the worker's.
-    tests_dir = str(Path(__file__).parent)
+    tests_dir = str(Path(__file__).parents[1])
     run = subprocess.run(
         [sys.executable, "-c", INHERITING_SCRIPT, tests_dir],
         capture_output=True,

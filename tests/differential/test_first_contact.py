@@ -28,8 +28,8 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 import gymvec
 from gymvec import ParallelEnv, ParallelVectorEnv, SerialEnv, SerialVectorEnv, SubEnvTimeoutError
 
-REPO = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).resolve().parent
+REPO = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parents[1]
 FORK = {"context": "fork"}
 
 

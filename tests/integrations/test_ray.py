@@ -22,7 +22,7 @@ ray = pytest.importorskip("ray")
 
 from gymvec import GymEnv, RayEnv, SerialEnv, WorkerError, make_vec  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(300)
 
 

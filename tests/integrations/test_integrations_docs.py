@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "integrations.md"
 # Each section's trainer, by the modules its blocks import (None: a section whose blocks run
 # elsewhere). A section missing here fails test_every_section_is_known.
@@ -24,7 +24,7 @@ REQUIRES: dict[str, tuple[str, ...] | None] = {
     "SB3": ("stable_baselines3",),
     "rl-zoo3": ("rl_zoo3",),
     "sb3-contrib": ("sb3_contrib",),
-    "tianshou": None,  # tests/test_tianshou.py runs its block, in the tianshou venv
+    "tianshou": None,  # tests/integrations/test_tianshou.py runs its block, in the tianshou venv
     "RLlib": ("ray.rllib",),
     "CleanRL": (),
     "torchrl": ("torchrl",),

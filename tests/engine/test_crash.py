@@ -30,7 +30,7 @@ except ImportError:  # an older gymvec (to see these tests fail on it): the boun
 
 pytestmark = pytest.mark.timeout(120)
 
-SCRIPT = str(Path(__file__).with_name("_crash_scripts.py"))
+SCRIPT = str(Path(__file__).parents[1] / "_crash_scripts.py")
 START_METHODS = ["fork", "spawn", "forkserver"]
 CLOSE_BOUND_S = CLOSE_GRACE_S + TERM_GRACE_S + KILL_WAIT_S
 

@@ -28,7 +28,7 @@ needs_tianshou = pytest.mark.skipif(
     importlib.util.find_spec("tianshou") is None,
     reason="tianshou is not installed (pip install gymvec[tianshou])",
 )
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "integrations.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "integrations.md"
 BUFFER_KEYS = ("obs", "act", "rew", "terminated", "truncated", "obs_next")
 
 
@@ -42,7 +42,7 @@ def test_import_error_says_how_to_install():
         "except ImportError as e:\n"
         "    print('ImportError:', e)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
     )
@@ -384,7 +384,7 @@ def test_bench_runs_the_tianshou_runners():
     backends = "gym-sync,tianshou-shmem,tianshou-subproc,gymvec-tianshou"
     cmd = [sys.executable, "-m", "gymvec.bench", "--quick", "--strict", "--no-progress"]
     cmd += ["--num-envs", "4", "--num-workers", "2", "--backends", backends]
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),

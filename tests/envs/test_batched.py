@@ -659,7 +659,7 @@ def test_the_default_start_method_is_read_without_fixing_it():
         "ParallelEnv(2, make_gym_cartpole).close()\n"
         "mp.set_start_method('spawn')  # the user's choice is still open\n"
     )
-    tests = os.path.dirname(os.path.abspath(__file__))
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(tests), tests])}
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env

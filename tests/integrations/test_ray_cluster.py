@@ -19,7 +19,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from gymvec import RayEnv, WorkerError  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(400)
 
 

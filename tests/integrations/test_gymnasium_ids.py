@@ -25,7 +25,7 @@ import gymvec
 from gymvec.integrations import gymnasium_ids
 from gymvec.integrations.gymnasium_ids import VectorizationWarning
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ALE_REGISTERED = any(spec.namespace == "ALE" for spec in gym.registry.values())
 
 
