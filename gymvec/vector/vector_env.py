@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -200,6 +200,8 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     ) -> None:
         self._early_obs = None  # left by a call that raised
         seeds = expand_seeds(seed, self.num_envs)
+        if options is not None and not isinstance(options, Mapping):
+            raise TypeError(f"options: expected a dict or None, got {options!r}")
         options = dict(options) if options is not None else None  # never mutate the caller's
         mask = None
         if options is not None and "reset_mask" in options:

@@ -728,3 +728,15 @@ def test_gymnasium_constructor_arguments_are_accepted(no_leaks):
     env.close()
     with pytest.raises(ValueError, match="worker"):
         parallel(fe.env_fns("CartPole-v1", 2), worker=lambda *args: None)
+
+
+@pytest.mark.parametrize("make", [SerialVectorEnv, ParallelVectorEnv])
+def test_reset_options_that_are_not_a_dict_are_refused_by_name(make, no_leaks):
+    envs = make([lambda: gym.make("CartPole-v1")] * 2)
+    try:
+        with pytest.raises(TypeError, match=r"options: expected a dict or None, got 'notadict'"):
+            envs.reset(options="notadict")
+        obs, _ = envs.reset(seed=0)  # nothing was sent: the env goes on
+        assert obs.shape == (2, 4)
+    finally:
+        envs.close()
