@@ -278,6 +278,58 @@ def test_face_errors_name_what_is_wrong():
     envs.close()
 
 
+class LateFailingEnv(gym.Env):
+    """Steps at once, or (``bad``) after ``LATE_S`` seconds by raising."""
+
+    LATE_S = 0.2
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, bad: bool):
+        self.bad = bad
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        if self.bad:
+            time.sleep(self.LATE_S)
+            raise ValueError("failing late on purpose")
+        return np.zeros(2, np.float32), 0.0, False, False, {}
+
+
+def test_face_a_late_error_and_its_worker_mate_come_back_while_fast_rows_cycle(no_leaks):
+    """Sub-env 2 (worker 1, with sub-env 3) raises long after sub-envs 0 and 1 answer: they
+    cycle meanwhile (first-ready: no batch waits for the slow row), and the error, then sub-env
+    3 queued behind it, still come back. A worker's error costs it a millisecond or more (its
+    traceback is formatted), so a test may not expect it within a fixed number of batches;
+    the loops here stop at a deadline instead, so that a lost row fails rather than hangs."""
+    fns = [lambda i=i: LateFailingEnv(bad=i == 2) for i in range(4)]
+    envs = ParallelVectorEnv(fns, num_workers=2, batch_size=2, local_worker=False, context="fork")
+    try:
+        envs.async_reset(seed=0)
+        batches: list[list[int]] = []
+        deadline = time.monotonic() + 30.0
+        with pytest.raises(ValueError, match="failing late on purpose") as info:
+            while time.monotonic() < deadline:
+                *_, infos = envs.recv(timeout=30.0)
+                batches.append(infos["env_id"].tolist())
+                envs.send(np.zeros(2, np.int64), infos["env_id"])
+        assert isinstance(info.value, WorkerError) and info.value.sub_env_index == 2
+        sent_2 = next(k for k, batch in enumerate(batches) if 2 in batch)  # its step went then
+        fast = [batch for batch in batches[sent_2 + 1 :] if sorted(batch) == [0, 1]]
+        assert len(fast) >= 2, batches
+        got: list[int] = []
+        while 3 not in got and time.monotonic() < deadline:
+            *_, infos = envs.recv(timeout=30.0)
+            got = infos["env_id"].tolist()
+            envs.send(np.zeros(2, np.int64), infos["env_id"])
+        assert 3 in got, "sub-env 3, sent behind sub-env 2's failing step, never came back"
+    finally:
+        envs.close()
+
+
 # ---- the tensordict API -------------------------------------------------------------------------
 def td_env(kind: str, layout: tuple | None = None):
     if kind == "serial":
