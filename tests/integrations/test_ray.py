@@ -28,7 +28,7 @@ pytestmark = pytest.mark.timeout(300)
 
 def start_local_ray(num_cpus: int = 4) -> None:
     """A local Ray whose workers import this checkout's gymvec and the tests' helpers."""
-    path = os.pathsep.join([str(REPO), str(REPO / "tests")])
+    path = os.pathsep.join([str(REPO), str(REPO / "tests"), str(REPO / "tests" / "integrations")])
     ray.init(
         num_cpus=num_cpus,
         object_store_memory=150 * 2**20,

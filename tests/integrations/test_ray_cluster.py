@@ -31,7 +31,7 @@ def cluster():
     )
     nodes = [cluster.add_node(num_cpus=1) for _ in range(2)]
     cluster.wait_for_nodes()
-    path = os.pathsep.join([str(REPO), str(REPO / "tests")])
+    path = os.pathsep.join([str(REPO), str(REPO / "tests"), str(REPO / "tests" / "integrations")])
     ray.init(
         address=cluster.address,
         runtime_env={"env_vars": {"PYTHONPATH": path}},
