@@ -202,10 +202,12 @@ class Slot:
         # splitting the contiguous last axis of a strided view: a view, never a copy
         self.info[name] = raw.view(field.dtype).reshape(len(raw), *field.shape)
 
-    def copy_rows(self, other: Slot, rows: Any) -> None:
-        """Copy ``other``'s observations, infos and flags at ``rows`` into this slot."""
+    def copy_rows(self, other: Slot, rows: Any, lane: np.ndarray | None = None) -> None:
+        """Copy ``other``'s observations, infos and flags at ``rows`` into this slot; the
+        observations from ``lane`` instead where given (an observation lane, see
+        ``BufferLayout``: its batch has one observation array)."""
         for key, array in self.obs.items():
-            array[rows] = other.obs[key][rows]
+            array[rows] = (other.obs[key] if lane is None else lane)[rows]
         for key, objects in self.objects.items():
             source = other.objects[key]
             for i in _row_indices(rows, len(objects)):

@@ -66,7 +66,6 @@ class Command:
     __slots__ = (
         "kind",
         "autoreset",
-        "current_root",
         "into",
         "options",
         "mask",
@@ -81,7 +80,6 @@ class Command:
         self,
         kind: Literal["step", "reset"],
         autoreset: Autoreset = Autoreset.NONE,
-        current_root: bool = False,
         *,
         into: Into = "root",
         options: dict | None = None,
@@ -89,7 +87,6 @@ class Command:
     ):
         self.kind = kind
         self.autoreset = autoreset  # a step's policy for finished sub-envs
-        self.current_root = current_root  # a step also brings every root up to date
         self.into = into  # where a reset writes
         self.options = options  # the reset options
         self.mask = mask  # the sub-envs a reset resets (None: all of them)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Union, cast
+from typing import Any, Union
 
 import numpy as np
 
@@ -38,15 +38,18 @@ KEEP_FINAL_OBS = int(Mode.KEEP_FINAL_OBS)
 RESET_NEXT = RESET | RESET_INTO_NEXT
 _INT64 = np.iinfo(np.int64)
 
-# The modes of a command whose observations go to an observation lane: each writes its
-# sub-env's "next" observation (so the lane holds the whole batch after it), and nothing
-# reads "next" on the way (a SYNC_ROOT would copy from "next"'s own buffer).
-LANE_MODES = frozenset((STEP, STEP | AUTORESET, STEP | AUTORESET | KEEP_FINAL_OBS, RESET_NEXT))
+# SAME_STEP's modes, whichever front end steps: the finished sub-envs reset into the root, with
+# their last observation kept, and the root of the others brought up to date, so that after
+# the step the root holds every sub-env's current observation and "next" every transition.
+SAME_STEP_MODES = STEP | AUTORESET | KEEP_FINAL_OBS | SYNC_ROOT
+
+# The modes of a command whose observations may go to an observation lane: each writes its
+# sub-env's "next" observation (so the lane holds the whole batch after it); a SYNC_ROOT
+# among them reads the lane (see ``CommandRunner.sync_root``).
+LANE_MODES = frozenset((STEP, SAME_STEP_MODES, RESET_NEXT))
 
 # NEXT_STEP's modes from the bytes of the finished flags: False -> step, True -> reset
 STEP_OR_RESET_NEXT = bytes([STEP, RESET_NEXT]) + bytes(254)
-# Mode bytes with SYNC_ROOT added, as a translation table
-WITH_SYNC_ROOT = bytes((mode | SYNC_ROOT) & 0xFF for mode in range(256))
 
 
 class Autoreset(enum.Enum):
@@ -56,8 +59,10 @@ class Autoreset(enum.Enum):
     NEXT_STEP: a sub-env that finished at its previous step is reset instead of stepped; the
         reset is this step's result in "next" (reward 0, flags False), as gymnasium's
         NEXT_STEP autoreset reports it.
-    SAME_STEP: a sub-env that finishes is reset in the same step, into the root; "next" keeps
-        its transition (gymnasium's SAME_STEP, ``EnvBase.step_and_maybe_reset``).
+    SAME_STEP: a sub-env that finishes is reset in the same step, into the root, and its
+        last observation comes back in its extras; "next" keeps every transition and the root
+        ends up current for every sub-env (gymnasium's SAME_STEP,
+        ``EnvBase.step_and_maybe_reset``).
     """
 
     NONE = "none"
@@ -70,36 +75,20 @@ class Autoreset(enum.Enum):
 Modes = Union[int, bytes, np.ndarray]  # noqa: UP007
 
 
-def step_modes(
-    autoreset: Autoreset,
-    finished: np.ndarray,
-    any_finished: bool,
-    *,
-    keep_final_obs: bool = False,
-    current_root: bool = False,
-) -> Modes:
+def step_modes(autoreset: Autoreset, finished: np.ndarray, any_finished: bool) -> Modes:
     """The autoreset planner: the modes of a step of the sub-envs whose ``finished`` flags
     are given (every sub-env, or the rows of a first-ready step), under ``autoreset``.
 
     NEXT_STEP resets the finished sub-envs into "next" instead of stepping them; SAME_STEP
-    has every sub-env reset itself into the root when it finishes (``keep_final_obs``: its
-    last observation comes back in its extras); ``current_root`` also brings every root up
-    to date. Every path that steps sub-envs asks this, so a policy means the same bytes
-    everywhere.
+    has every sub-env reset itself into the root when it finishes (``SAME_STEP_MODES``).
+    Every path that steps sub-envs asks this, so a policy means the same bytes everywhere.
     """
     if autoreset is Autoreset.SAME_STEP:
-        modes: Modes = STEP | AUTORESET | (KEEP_FINAL_OBS if keep_final_obs else 0)
-    elif autoreset is Autoreset.NEXT_STEP and any_finished:
+        return SAME_STEP_MODES
+    if autoreset is Autoreset.NEXT_STEP and any_finished:
         # the finished sub-envs reset, the others step: a byte translation of the flags
-        modes = finished.tobytes().translate(STEP_OR_RESET_NEXT)
-    else:
-        modes = STEP
-    if current_root:
-        if isinstance(modes, int):
-            modes = modes | SYNC_ROOT
-        else:  # (bytes: the finished flags' translation above)
-            modes = cast(bytes, modes).translate(WITH_SYNC_ROOT)
-    return modes
+        return finished.tobytes().translate(STEP_OR_RESET_NEXT)
+    return STEP
 
 
 def ignores_finished_actions(autoreset: Autoreset) -> bool:

@@ -42,6 +42,7 @@ from gymvec.engine.commands import (
     RESET,
     RESET_INTO_NEXT,
     RESET_NEXT,
+    SAME_STEP_MODES,
     SEED,
     STEP,
     SYNC_ROOT,
@@ -270,7 +271,7 @@ class CommandRunner:
         # (SAME_STEP's step): one copy of the whole range costs less than an indexed one.
         synced = uniform is not None and uniform & SYNC_ROOT and not uniform & RESET
         if synced:
-            root.copy_rows(next_, rows)
+            self.sync_root(rows)
         root_written = [False] * n
         for k in done_rows:
             if modes[k] & AUTORESET:
@@ -295,10 +296,16 @@ class CommandRunner:
         if not synced and (uniform is None or uniform & SYNC_ROOT):
             sync = [k for k, mode in enumerate(modes) if mode & SYNC_ROOT and not root_written[k]]
             if len(sync) == n:
-                root.copy_rows(next_, rows)
+                self.sync_root(rows)
             elif sync:
-                root.copy_rows(next_, [self.start + k for k in sync])
+                self.sync_root([self.start + k for k in sync])
         return take_extras(drivers)
+
+    def sync_root(self, rows: Any) -> None:
+        """Copy "next" into the root at ``rows`` (buffer rows): SYNC_ROOT. The drivers of
+        this runner write lane 0 during a command (``run`` hands the rows to the lane after
+        it), so "next"'s own observations are the current ones."""
+        self.root.copy_rows(self.next, rows)
 
     def reset_into_next(self, k: int) -> None:
         """Sub-env ``k`` was just reset into "next" (a hook for :class:`BatchStep`)."""
@@ -311,9 +318,9 @@ class BatchStep(CommandRunner):
     Same results as :class:`CommandRunner` over their drivers, but the steps go in one pass
     and their results land with one vectorised write per field (a few numpy item writes per
     sub-env otherwise cost more than a cheap env's own step). The commands of each autoreset
-    policy (``commands.step_modes``) skip the phases: every sub-env steps (and, SAME_STEP,
-    those that finished reset into the root, with or without the root kept current and the
-    final observations kept), or (NEXT_STEP) some step and the others reset into "next", their
+    policy (``commands.step_modes``) skip the phases: every sub-env steps (and, SAME_STEP, the
+    root is brought up to date and those that finished reset into it, their final
+    observations kept), or (NEXT_STEP) some step and the others reset into "next", their
     reset counting as a transition with reward 0 and flags False. ``tests/test_runners_agree``
     checks them against the phases on generated commands.
     """
@@ -337,10 +344,7 @@ class BatchStep(CommandRunner):
         self.with_fields = bool(buffers.layout.info_fields)
         self.wrote_extras = False  # whether the last _write left extras on a driver
         self.all_step = bytes([STEP]) * (stop - start)  # the mode bytes of a plain step
-        self.all_step_autoreset = bytes([STEP | AUTORESET]) * (stop - start)  # SAME_STEP's
-        # SAME_STEP with the root kept current and the final observations kept (the face's)
-        face_same_step = STEP | AUTORESET | KEEP_FINAL_OBS | SYNC_ROOT
-        self.all_step_autoreset_synced = bytes([face_same_step]) * (stop - start)
+        self.all_same_step = bytes([SAME_STEP_MODES]) * (stop - start)
         self.step_or_next_reset = bytes([STEP, RESET_NEXT])
         # Observations of one or more dims land with one np.concatenate into the rows seen as
         # [n * d0, d1, ...]: a C loop, quicker than assigning the tuple or np.stack (whose
@@ -388,16 +392,19 @@ class BatchStep(CommandRunner):
             results = [step(action) for step, action in zip(self.steps, actions)]
             self._write(results, range(len(modes)))
             return take_extras(self.drivers) if self.wrote_extras else {}
-        if modes == self.all_step_autoreset:  # SAME_STEP: the finished reset into the root
+        if modes == self.all_same_step:  # the root follows "next"; the finished reset into it
             actions = wide[0] if wide is not None and wide[1][0] else self.narrow_actions
             drivers, root = self.drivers, self.root
             results = [step(action) for step, action in zip(self.steps, actions)]
             done_rows = self._write(results, range(len(modes)))
+            self.sync_root(self.rows)  # then the resets overwrite their rows
             for k in done_rows:
-                drivers[k].reset(root, None, None)
-            # the drivers' extras are gathered only where the pass or a reset left some
-            reset_extras = any(drivers[k].extras is not None for k in done_rows)
-            return take_extras(drivers) if reset_extras or self.wrote_extras else {}
+                driver = drivers[k]
+                if driver.extras is None:
+                    driver.extras = Extras()
+                driver.extras.final_obs = self.last_obs[k]
+                driver.reset(root, None, None)
+            return take_extras(drivers) if done_rows or self.wrote_extras else {}
         if not modes.translate(None, self.step_or_next_reset):  # only those two modes
             # the few sub-envs that reset swap their step for their reset, and one pass
             # calls everybody's (cheaper than testing each row's mode in the pass)
@@ -409,18 +416,6 @@ class BatchStep(CommandRunner):
             results = [call(action) for call, action in zip(calls, self._actions())]
             self._write(results, range(len(modes)))
             return take_extras(self.drivers) if self.wrote_extras else {}
-        if modes == self.all_step_autoreset_synced:  # the face's SAME_STEP
-            actions, drivers, root = self._actions(), self.drivers, self.root
-            results = [step(action) for step, action in zip(self.steps, actions)]
-            done_rows = self._write(results, range(len(modes)))
-            root.copy_rows(self.next, self.rows)  # then the resets overwrite their rows
-            for k in done_rows:
-                driver = drivers[k]
-                if driver.extras is None:
-                    driver.extras = Extras()
-                driver.extras.final_obs = self.last_obs[k]
-                driver.reset(root, None, None)
-            return take_extras(drivers) if done_rows or self.wrote_extras else {}
         return self.run_phases(modes, seeds, options)  # (its drivers write the lane itself)
 
     def step_rows(self, stepping: Sequence[int]) -> list[int]:
@@ -436,6 +431,10 @@ class BatchStep(CommandRunner):
 
     def final_obs(self, k: int) -> Any:
         return self.last_obs[k]
+
+    def sync_root(self, rows: Any) -> None:
+        # this runner's steps and resets write the lane in use (see use_lane)
+        self.root.copy_rows(self.next, rows, self.obs_lanes[self.lane] if self.lane else None)
 
     def reset_into_next(self, k: int) -> None:
         self.last_obs[k] = self.drivers[k].next_value

@@ -4,7 +4,7 @@ A :class:`BatchEngine` owns the buffers (one preallocated block, ``buffers.py``)
 block (``commands.py``) and an executor that runs the sub-envs (``executor.py``: in this
 process; ``processes.py``: in worker processes). It speaks in verbs:
 
-* ``step_send(autoreset=..., keep_final_obs=...)`` / ``recv()``: step every sub-env with the
+* ``step_send(autoreset=...)`` / ``recv()``: step every sub-env with the
   actions in ``buffers.action``, handling finished sub-envs by an :class:`Autoreset` policy;
 * ``reset_send(mask, seeds=..., options=..., into="root" | "next")`` / ``recv()``;
 * ``recv_local()``: this process's share of the command, run ahead of ``recv``;
@@ -19,7 +19,7 @@ autoreset policy in ``commands.step_modes``, learnt info fields in ``info_learni
 
 Results land in the buffers (numpy views, no copy): ``buffers.next`` holds each step's
 transition, ``buffers.root`` each sub-env's current observation once a reset into the root or
-a step with ``current_root`` wrote it. ``recv`` returns what did not fit the buffers (the
+a SAME_STEP step wrote it. ``recv`` returns what did not fit the buffers (the
 extras) and, where the caller asked to ``handout`` the observations, the array that holds
 them. The engine imports neither torch nor tensordict: the gymnasium face runs on it alone,
 and worker processes import its modules.
@@ -273,31 +273,19 @@ class BatchEngine:
         self,
         autoreset: Autoreset = Autoreset.NONE,
         *,
-        keep_final_obs: bool = False,
-        current_root: bool = False,
         handout: bool = False,
     ) -> None:
         """Step every sub-env with the actions in ``buffers.action`` (see :class:`Autoreset`
         for what happens to finished sub-envs); the transitions land in ``buffers.next``.
+        After a SAME_STEP step the root is current for every sub-env, and each sub-env it
+        reset has its last observation, as it returned it, in its extras (``final_obs``).
 
-        Args:
-            keep_final_obs: with SAME_STEP, the last observation of each sub-env the step
-                resets comes back in its extras as it returned it.
-            current_root: also bring the root of the sub-envs that were not reset up to date,
-                so that ``buffers.root`` holds every sub-env's current observation.
-            handout: the caller hands "next"'s observations out: they go to a free
-                observation lane where there is one (see :class:`Received`).
-
-        Object actions (``buffers.action_objects``, see ``BufferLayout``) travel with it.
+        ``handout``: the caller hands "next"'s observations out: they go to a free
+        observation lane where there is one (see :class:`Received`). Object actions
+        (``buffers.action_objects``, see ``BufferLayout``) travel with the command.
         """
-        modes = step_modes(
-            autoreset,
-            self.finished,
-            self.any_finished,
-            keep_final_obs=keep_final_obs,
-            current_root=current_root,
-        )
-        command = Command("step", autoreset, current_root)
+        modes = step_modes(autoreset, self.finished, self.any_finished)
+        command = Command("step", autoreset)
         if self._object_actions:
             command.action_objects = self.buffers.action_objects
         self._send(command, modes, None, handout)
@@ -433,20 +421,16 @@ class BatchEngine:
     def _book(self, command: Command) -> None:
         """Which sub-envs finished, and whose root is older than "next", after ``command``."""
         if command.kind == "step":
-            if command.autoreset is Autoreset.SAME_STEP:
+            if command.autoreset is Autoreset.SAME_STEP:  # (its modes sync every root)
                 if self.any_finished:
                     self.finished[:] = False
                     self.any_finished = False
-                if not command.current_root:
-                    np.logical_not(self.buffers.next.done, out=self.root_stale)
+                self.root_stale.fill(False)
             else:
                 flags = self.buffers.next.done.tobytes()
                 self._finished_bytes[:] = flags
                 self.any_finished = b"\x01" in flags
-                if not command.current_root:
-                    self.root_stale.fill(True)
-            if command.current_root:
-                self.root_stale.fill(False)
+                self.root_stale.fill(True)
             return
         mask = slice(None) if command.mask is None else command.mask
         self.finished[mask] = False

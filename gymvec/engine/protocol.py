@@ -54,8 +54,6 @@ class Engine(Protocol):
         self,
         autoreset: Autoreset = Autoreset.NONE,
         *,
-        keep_final_obs: bool = False,
-        current_root: bool = False,
         handout: bool = False,
     ) -> None: ...
 

@@ -26,7 +26,7 @@ from gymvec.engine.commands import Autoreset, Extras
 from gymvec.engine.engine import Backend, BatchEngine, expand_seeds, process_backend, serial_backend
 from gymvec.engine.factories import SubEnvFactories, check_count
 from gymvec.engine.subenvs import SubEnvSummary
-from gymvec.envs.base import DONE_KEYS, EnvBase, make_done_spec, make_reward_spec, set_next
+from gymvec.envs.base import EnvBase, make_done_spec, make_reward_spec, set_next
 from gymvec.envs.first_ready_batches import ENV_INDEX, FirstReadyBatches  # noqa: F401
 from gymvec.envs.gym_env import observation_spec_from_space
 from gymvec.envs.sub_env_kind import buffer_tensordict
@@ -62,30 +62,28 @@ class FlatPlan(NamedTuple):
     """How the outputs of ``step_and_maybe_reset`` are made for flat trees (no nesting, no
     objects, one uniform batch), laid out once: "next"'s keys, the dtypes and shapes of its
     fresh arrays and the buffer arrays copied into them (the reward last, cast to the reward
-    spec's dtype); the next root's keys and the shapes and dtypes of its fresh arrays (done
-    flags made all False); and per observation of the root, its place among them, the
-    buffers' arrays of "next" and of the root, and the shape a reset mask takes to broadcast
-    over it."""
+    spec's dtype); the same for the next root (the root buffer: SAME_STEP brings it up to
+    date)."""
 
     next_keys: tuple[str, ...]
     next_made: list[tuple[tuple[int, ...], np.dtype]]
     next_sources: list[np.ndarray]
     root_keys: tuple[str, ...]
-    root_made: list[tuple[tuple[int, ...], np.dtype, bool]]  # (shape, dtype, is a done flag)
-    root_obs: list[tuple[int, np.ndarray, np.ndarray, tuple[int, ...]]]
+    root_made: list[tuple[tuple[int, ...], np.dtype]]
+    root_sources: list[np.ndarray]
     reward_spec: TensorSpec  # the spec the reward's dtype was taken from
 
 
 class FlatOutputs(NamedTuple):
     """The outputs of one ``step_and_maybe_reset`` of flat trees, made before the buffers
     hold the step's results (see :class:`FlatPlan`): "next" and the next root as TensorDicts
-    of fresh arrays, those arrays of "next" (in ``plan.next_keys`` order) and the root's
-    observation arrays (in ``plan.root_obs`` order), still to fill."""
+    of fresh arrays, and those arrays (in ``plan.next_keys`` and ``plan.root_keys`` order),
+    still to fill."""
 
     next: TensorDict
     root: TensorDict
     next_arrays: list[np.ndarray]
-    root_obs_arrays: list[np.ndarray]
+    root_arrays: list[np.ndarray]
     plan: FlatPlan
 
 
@@ -198,26 +196,13 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         single = buffers.obs_lanes and len(keys[0]) == 1 and not self.heterogeneous
         self._lane_key = keys[0][0] if single else None
         # The usual case, flat trees without object leaves in one uniform batch: the step's
-        # outputs are built from these lists in one pass (see _prepare_outputs, _flat_next and
-        # _flat_merged), each entry (key, "next"'s array, the root's array, the shape a reset
-        # mask takes to broadcast over it, whether it is a done flag).
+        # outputs are built in one pass (see _prepare_outputs and _flat_next).
         flat = not self.heterogeneous and not layout.object_obs_keys
         flat = flat and all(type(value) is not dict for value in self._next_arrays.values())
-        flat = flat and self._next_arrays.keys() == self._root_arrays.keys()
-        self._flat_entries = None
+        flat = flat and all(type(value) is not dict for value in self._root_arrays.values())
+        self._flat = flat
         self._flat_plan_made: FlatPlan | None = None  # see _flat_plan
         self._prepared: FlatOutputs | None = None  # see _prepare_outputs
-        if flat:
-            self._flat_entries = [
-                (
-                    key,
-                    array,
-                    self._root_arrays[key],
-                    (-1,) + (1,) * (array.ndim - 1),
-                    key in DONE_KEYS,
-                )
-                for key, array in self._next_arrays.items()
-            ]
 
     @property
     def buffers(self) -> Buffers:
@@ -312,13 +297,12 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         """Step, and reset the finished sub-envs in the same round trip."""
         self._check_open()
         self._check_action(td)  # and writes the actions
-        # No current root: the root output is built here from "next" and the reset rows,
-        # which spares the sub-envs a copy of every observation into the root buffer.
+        # SAME_STEP leaves the root buffer current: the next root is a copy of it.
         engine = self.engine
         handout = self._handout()
         engine.step_send(Autoreset.SAME_STEP, handout=handout)
         on_cpu = self.device.type == "cpu"
-        flat = on_cpu and self._flat_entries is not None
+        flat = on_cpu and self._flat
         self._prepared = None
         # While worker processes run their rows, this process makes the outputs to copy them
         # into (before or after its own rows: either way off the critical path whenever the
@@ -331,14 +315,11 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         lane = received.observations
         done = self.buffers.next.done
         if flat and lane is None:
-            return td, self._fill_outputs(td, done)
+            return td, self._fill_outputs(td)
         next_out = self._next_output(lane)
         set_next(td, next_out)
         if any_set(done):
-            root = self._merged_root(lane, done)
-            if not on_cpu:
-                root = root.to(self.device)
-            return td, self._per_task(root) if self.heterogeneous else root
+            return td, self._root_output()
         # Nobody was reset: the next root holds the same values as "next", so it may share
         # its tensors (as step_mdp would), which saves copying every observation twice.
         if self.heterogeneous:  # a lazy stack
@@ -351,20 +332,20 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         plan = self._flat_plan_made
         if plan is not None and plan.reward_spec is self.reward_spec:
             return plan
-        entries = self._flat_entries
         reward_dtype = torch_to_numpy_dtype(self.reward_spec.dtype)
-        sources = [array for _, array, _, _, _ in entries] + [self._reward_array]
+        sources = [*self._next_arrays.values(), self._reward_array]
         made = [(array.shape, array.dtype) for array in sources[:-1]]
         made.append((self._reward_array.shape, reward_dtype))
-        root_made = [(array.shape, array.dtype, is_flag) for _, array, _, _, is_flag in entries]
-        root_obs = [
-            (k, array, root_array, mask_shape)
-            for k, (_, array, root_array, mask_shape, is_flag) in enumerate(entries)
-            if not is_flag
-        ]
-        keys = tuple(key for key, *_ in entries)
+        root_sources = list(self._root_arrays.values())
+        root_made = [(array.shape, array.dtype) for array in root_sources]
         plan = FlatPlan(
-            (*keys, "reward"), made, sources, keys, root_made, root_obs, self.reward_spec
+            (*self._next_arrays, "reward"),
+            made,
+            sources,
+            tuple(self._root_arrays),
+            root_made,
+            root_sources,
+            self.reward_spec,
         )
         self._flat_plan_made = plan
         return plan
@@ -372,12 +353,9 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
     def _prepare_outputs(self) -> None:
         """Make the :class:`FlatOutputs` of the step in flight."""
         plan = self._flat_plan()
-        empty, zeros, from_numpy = np.empty, np.zeros, torch.from_numpy
+        empty, from_numpy = np.empty, torch.from_numpy
         next_arrays = [empty(shape, dtype) for shape, dtype in plan.next_made]
-        root_arrays = [
-            zeros(shape, dtype) if is_flag else empty(shape, dtype)
-            for shape, dtype, is_flag in plan.root_made
-        ]
+        root_arrays = [empty(shape, dtype) for shape, dtype in plan.root_made]
         size = self.batch_size
         # (dict(zip(keys, map(...))) builds the entries in C: this runs every step)
         next_entries = dict(zip(plan.next_keys, map(from_numpy, next_arrays)))
@@ -386,11 +364,11 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
             tensordict_unchecked(next_entries, size, _CPU, flat=True),
             tensordict_unchecked(root_entries, size, _CPU, flat=True),
             next_arrays,
-            [root_arrays[k] for k, *_ in plan.root_obs],
+            root_arrays,
             plan,
         )
 
-    def _fill_outputs(self, td: TensorDictBase, done: np.ndarray) -> TensorDict:
+    def _fill_outputs(self, td: TensorDictBase) -> TensorDict:
         """Copy the step's results into its :class:`FlatOutputs`; sets ``td["next"]`` and
         returns the next root."""
         if self._prepared is None:  # nothing ran in parallel (no worker processes)
@@ -401,13 +379,8 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         # casts the reward as astype would)
         for fresh, source in zip(outputs.next_arrays, plan.next_sources):
             fresh[...] = source
-        reset = any_set(done)
-        for fresh, (_, source, root_source, mask_shape) in zip(
-            outputs.root_obs_arrays, plan.root_obs
-        ):
+        for fresh, source in zip(outputs.root_arrays, plan.root_sources):
             fresh[...] = source
-            if reset:  # the reset rows from the root (a masked copy costs half an indexed one)
-                np.copyto(fresh, root_source, where=done.reshape(mask_shape))
         set_next(td, outputs.next)
         return outputs.root
 
@@ -420,22 +393,16 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
             out = _fresh_tree(self._root_arrays, self.batch_size)
         return self._per_task(self._with_objects(out, self.buffers.root.objects))
 
-    def _with_objects(
-        self, out: TensorDictBase, objects: dict[tuple, list], reset: np.ndarray | None = None
-    ) -> TensorDictBase:
-        """``out`` with the object observations (NonTensorStacks); the rows ``reset`` marks
-        from the root's instead."""
+    def _with_objects(self, out: TensorDictBase, objects: dict[tuple, list]) -> TensorDictBase:
+        """``out`` with the object observations (NonTensorStacks)."""
         for key, values in objects.items():
-            if reset is not None:
-                root = self.buffers.root.objects[key]
-                values = [root[i] if r else v for i, (v, r) in enumerate(zip(values, reset))]
             out.set(key, non_tensor(values, self.batch_size))
         return out
 
     def _next_output(self, lane: np.ndarray | None = None) -> TensorDictBase:
         """A copy of ``"next"``, the reward cast to the reward spec's dtype; its observations
         the array ``lane`` itself when given."""
-        if self._flat_entries is not None and lane is None and self.device.type == "cpu":
+        if self._flat and lane is None and self.device.type == "cpu":
             return self._flat_next()
         if self.device.type != "cpu":
             out = self._next_view.to(self.device)
@@ -456,33 +423,6 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         reward = self._reward_array.astype(torch_to_numpy_dtype(self.reward_spec.dtype))
         entries["reward"] = from_numpy(reward)
         return tensordict_unchecked(entries, self.batch_size, _CPU, flat=True)
-
-    def _flat_merged(self, reset: np.ndarray) -> TensorDict:
-        """``_merged_root`` of flat trees, without lanes."""
-        from_numpy = torch.from_numpy
-        entries = {}
-        for key, array, root_array, mask_shape, is_flag in self._flat_entries:
-            if is_flag:
-                fresh = np.zeros(array.shape, dtype=bool)
-            else:  # a masked copy costs half of an indexed one
-                fresh = array.copy()
-                np.copyto(fresh, root_array, where=reset.reshape(mask_shape))
-            entries[key] = from_numpy(fresh)
-        return tensordict_unchecked(entries, self.batch_size, _CPU, flat=True)
-
-    def _merged_root(self, lane: np.ndarray | None, reset: np.ndarray) -> TensorDict:
-        """The root after an autoreset, on the CPU: "next" (its observations from ``lane``
-        when given), but the rows ``reset`` marks from the root buffer. Its done flags are all
-        False (a sub-env either was reset or did not finish), so they are made, not copied."""
-        if self._flat_entries is not None and lane is None:
-            return self._flat_merged(reset)
-        flags = np.zeros((len(DONE_KEYS), *self._next_arrays["done"].shape), dtype=bool)
-        made = {key: torch.from_numpy(flags[k]) for k, key in enumerate(DONE_KEYS)}
-        arrays = self._next_arrays
-        if lane is not None:
-            arrays = {**arrays, self._lane_key: lane}
-        out = _fresh_tree(arrays, self.batch_size, made, self._root_arrays, reset)
-        return self._with_objects(out, self.buffers.next.objects, reset)
 
     def _per_task(self, out: TensorDictBase) -> TensorDictBase:
         """In a heterogeneous batch, a lazy stack where each sub-env keeps only its keys."""
@@ -705,15 +645,10 @@ def _numpy_tree(td: TensorDictBase) -> dict:
 
 
 def _fresh_tree(
-    arrays: dict,
-    batch_size: torch.Size,
-    made: dict[str, torch.Tensor] | None = None,
-    source: dict | None = None,
-    mask: np.ndarray | None = None,
+    arrays: dict, batch_size: torch.Size, made: dict[str, torch.Tensor] | None = None
 ) -> TensorDict:
     """A CPU TensorDict of fresh copies of ``arrays`` (a tree of numpy arrays, see
-    ``_numpy_tree``), the rows ``mask`` marks (bools over the batch) taken from ``source``
-    (nested like ``arrays``) instead; ``made`` tensors are taken as they are.
+    ``_numpy_tree``); ``made`` tensors are taken as they are.
 
     A numpy copy wrapped by ``torch.from_numpy`` costs less than the generic ``clone()``.
     """
@@ -722,14 +657,9 @@ def _fresh_tree(
         if made is not None and key in made:
             entries[key] = made[key]
         elif type(value) is dict:
-            below = None if source is None else source[key]
-            entries[key] = _fresh_tree(value, batch_size, None, below, mask)
+            entries[key] = _fresh_tree(value, batch_size)
         else:
-            fresh = value.copy()
-            if mask is not None:  # a masked copy costs half of an indexed one
-                where = mask.reshape(mask.shape + (1,) * (fresh.ndim - 1))
-                np.copyto(fresh, source[key], where=where)
-            entries[key] = torch.from_numpy(fresh)
+            entries[key] = torch.from_numpy(value.copy())
     if made is not None:
         for key, value in made.items():
             entries.setdefault(key, value)

@@ -77,8 +77,6 @@ class TensorDictEngine:
         self,
         autoreset: Autoreset = Autoreset.NONE,
         *,
-        keep_final_obs: bool = False,
-        current_root: bool = False,
         handout: bool = False,
     ) -> None:
         self._check_idle()

@@ -242,12 +242,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 f"sub-envs {finished} finished and autoreset_mode is DISABLED: reset them "
                 "with reset(options={'reset_mask': mask}) before stepping"
             )
-        self.engine.step_send(
-            self._autoreset,
-            keep_final_obs=self._same_step,
-            current_root=self._same_step,
-            handout=self._handout,
-        )
+        self.engine.step_send(self._autoreset, handout=self._handout)
 
     def _step_result(self, received: Received) -> tuple[Any, Any, Any, Any, dict]:
         step_slot = self.buffers.next

@@ -6,7 +6,9 @@ command the buffers and the extras must be equal.
 The modes drawn are those the engine sends (``commands.step_modes`` for each policy, resets
 into the root or "next", seeded or not, root syncs) and arbitrary mixes of them per row, so
 BatchStep's fast branches (every row steps; SAME_STEP; NEXT_STEP's steps and resets) and its
-fallback to the general phases are all reached. Runs in this process: no worker processes.
+fallback to the general phases are all reached. Observations are large enough for observation
+lanes: a command whose modes may go to a lane goes to a drawn one, as the engine would send it
+(SAME_STEP's root sync then reads the lane). Runs in this process: no worker processes.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from gymvec.engine.buffers import BufferLayout, Buffers, private_memory
 from gymvec.engine.commands import (
     AUTORESET,
     KEEP_FINAL_OBS,
+    LANE_MODES,
     NOTHING,
     RESET,
     RESET_NEXT,
@@ -33,12 +36,19 @@ from gymvec.engine.commands import (
 from gymvec.engine.drivers import BatchStep, CommandRunner, make_driver
 from gymvec.engine.sub_env_kinds import summarize
 
+WIDTH = 1400  # 3 * 1400 float32 per sub-env: N of them fill LANE_MIN_BYTES
+
+
+def _wide(values: np.ndarray) -> np.ndarray:
+    return np.repeat(values[:, None], WIDTH, axis=1)
+
 
 class CountdownEnv(gym.Env):
     """Episodes of a length drawn from its seeded generator; observations and rewards follow
-    the actions, and an info entry without a buffer field travels as extras at some steps."""
+    the actions, and an info entry without a buffer field travels as extras at some steps.
+    Each of its three values fills a row of ``WIDTH`` (large enough for observation lanes)."""
 
-    observation_space = spaces.Box(-100.0, 100.0, (3,), np.float32)
+    observation_space = spaces.Box(-100.0, 100.0, (3, WIDTH), np.float32)
     action_space = spaces.Discrete(3)
 
     def __init__(self) -> None:
@@ -50,12 +60,12 @@ class CountdownEnv(gym.Env):
         self.left = int(self.np_random.integers(1, 5))
         self.t = 0
         obs = self.np_random.uniform(-1, 1, 3).astype(np.float32)
-        return obs, {"episode_length": self.left}
+        return _wide(obs), {"episode_length": self.left}
 
     def step(self, action):
         self.t += 1
         self.left -= 1
-        obs = np.array([self.t, int(action), self.left], dtype=np.float32)
+        obs = _wide(np.array([self.t, int(action), self.left], dtype=np.float32))
         info = {"t": self.t} if self.t % 2 else {}
         terminated = self.left <= 0
         truncated = self.t >= 4 and not terminated
@@ -63,6 +73,7 @@ class CountdownEnv(gym.Env):
 
 
 N = 4
+LANES = 2
 ROW_MODES = [
     STEP,
     STEP | SYNC_ROOT,
@@ -84,13 +95,7 @@ def commands(draw: st.DrawFn) -> tuple[bytes, list[int], list[int]]:
     how = draw(st.sampled_from(["policy", "uniform", "mixed"]))
     if how == "policy":  # what the engine sends for a policy
         finished = np.array(draw(st.lists(st.booleans(), min_size=N, max_size=N)))
-        modes = step_modes(
-            draw(st.sampled_from(list(Autoreset))),
-            finished,
-            bool(finished.any()),
-            keep_final_obs=draw(st.booleans()),
-            current_root=draw(st.booleans()),
-        )
+        modes = step_modes(draw(st.sampled_from(list(Autoreset))), finished, bool(finished.any()))
         modes = bytes([modes]) * N if type(modes) is int else modes
     elif how == "uniform":
         modes = bytes([draw(st.sampled_from(ROW_MODES))]) * N
@@ -98,29 +103,37 @@ def commands(draw: st.DrawFn) -> tuple[bytes, list[int], list[int]]:
         modes = bytes(draw(st.lists(st.sampled_from(ROW_MODES), min_size=N, max_size=N)))
     actions = draw(st.lists(st.integers(0, 2), min_size=N, max_size=N))
     seeds = draw(st.lists(st.integers(0, 2**31), min_size=N, max_size=N))
-    return modes, actions, seeds
+    # the engine sends a command into a lane only where every mode may go to one
+    lane = draw(st.integers(0, LANES)) if set(modes) <= LANE_MODES else 0
+    return modes, actions, seeds, lane
 
 
 def _runner(general: bool):
     envs = [CountdownEnv() for _ in range(N)]
     summary = summarize(envs[0])
-    layout = BufferLayout(N, summary.observation_leaves, summary.action_leaves, {})
+    layout = BufferLayout(N, summary.observation_leaves, summary.action_leaves, {}, LANES)
+    assert layout.obs_lanes == LANES
     buffers = Buffers(layout, private_memory(layout.nbytes))
     drivers = [make_driver(env, i, buffers) for i, env in enumerate(envs)]
     runner = CommandRunner(drivers, buffers, 0) if general else BatchStep(drivers, buffers, 0, N)
     for i, env in enumerate(envs):  # the same start for both sets
         obs, _ = env.reset(seed=i)
-        buffers.root.obs[("observation",)][i] = buffers.next.obs[("observation",)][i] = obs
+        for slot_obs in (buffers.root.obs, buffers.next.obs):
+            slot_obs[("observation",)][i] = obs
         drivers[i].step_value = obs
         if not general:
             runner.last_obs[i] = obs
     return runner, buffers
 
 
-def _assert_same_buffers(a: Buffers, b: Buffers, context: str) -> None:
+def _assert_same_buffers(a: Buffers, b: Buffers, lane: int, context: str) -> None:
+    """The root, and "next" with its observations in observation lane ``lane``."""
+    np.testing.assert_array_equal(a.obs_lanes[lane], b.obs_lanes[lane], f"{context} lane {lane}")
     for slot_a, slot_b, name in ((a.root, b.root, "root"), (a.next, b.next, "next")):
-        for key in slot_a.obs:
-            np.testing.assert_array_equal(slot_a.obs[key], slot_b.obs[key], f"{context} {name}")
+        if slot_a is a.root:
+            np.testing.assert_array_equal(
+                slot_a.obs[("observation",)], slot_b.obs[("observation",)], f"{context} root"
+            )
         for flag in ("done", "terminated", "truncated", "info_present"):
             np.testing.assert_array_equal(
                 getattr(slot_a, flag), getattr(slot_b, flag), f"{context} {name}.{flag}"
@@ -144,12 +157,15 @@ def test_batch_step_and_the_general_runner_agree(sequence) -> None:
     fast, fast_buffers = _runner(general=False)
     general, general_buffers = _runner(general=True)
     assert type(fast) is BatchStep and type(general) is CommandRunner
-    for n, (modes, actions, seeds) in enumerate(sequence):
-        context = f"command {n} modes {list(modes)}"
+    for n, (modes, actions, seeds, lane) in enumerate(sequence):
+        context = f"command {n} modes {list(modes)} lane {lane}"
         for buffers in (fast_buffers, general_buffers):
             buffers.action[("action",)][:] = actions
+        for runner in (fast, general):
+            if runner.lane != lane:  # as a sub-env group follows the control block's lane word
+                runner.use_lane(lane)
         seeds_array = np.array(seeds, dtype=np.int64)
         extras_fast = fast.run(modes, seeds_array, None)
         extras_general = general.run(modes, seeds_array, None)
-        _assert_same_buffers(fast_buffers, general_buffers, context)
+        _assert_same_buffers(fast_buffers, general_buffers, lane, context)
         _assert_same_extras(extras_fast, extras_general, context)

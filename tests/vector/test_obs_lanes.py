@@ -158,11 +158,10 @@ def test_the_engine_hands_a_lane_out_only_for_commands_that_fill_it():
     with SerialEnv(1, image_fns(), envs_per_worker=4) as batch:
         engine = batch.engine
         assert len(batch.buffers.obs_lanes) == OBS_LANES + 1
-        # into the root, a part of the batch, or a root brought up to date: no lane
+        # into the root, or a part of the batch: no lane
         assert engine.reset(seeds=[0, 1, 2, 3], handout=True).observations is None
         mask = np.array([True, False, True, False])
         assert engine.reset(mask, into="next", handout=True).observations is None
-        assert engine.step(current_root=True, handout=True).observations is None
         assert engine.step(handout=False).observations is None
         # every sub-env into "next": a lane, which the next command without one gives back
         lane = engine.reset(seeds=[0, 1, 2, 3], into="next", handout=True).observations
