@@ -114,7 +114,7 @@ class BufferLayout:
         for key, shape, dtype in action_leaves:
             self._add(("action", key), shape, dtype)
             if wide_actions and np.dtype(dtype).kind == "f" and np.dtype(dtype).itemsize < 8:
-                self._add(("wide_action", key), shape, np.float64)
+                self._add(("wide_action", key), shape, np.dtype(np.float64))
                 self._add(("action_is_wide", key), (), np.dtype(bool))
                 self.wide_action_keys.append(key)
         self.obs_lanes = 0
@@ -193,7 +193,7 @@ class Slot:
         self.done = views[(slot, "done")]
         self.terminated = views[(slot, "terminated")]
         self.truncated = views[(slot, "truncated")]
-        self.reward = views.get((slot, "reward"))
+        self.reward = views.get((slot, "reward"))  # "next" only (see Buffers.reward)
 
     def add_info(self, name: str, field: InfoField, offset: int) -> None:
         """A view of the info reserve as the array of learnt field ``name``."""
@@ -238,6 +238,13 @@ class ActionTwin(NamedTuple):
 class Buffers:
     """Numpy (and torch) views of a block laid out by ``layout``.
 
+    Front ends use: ``root`` and ``next`` (the slots they read results from), ``reward``
+    (the step's rewards, ``next.reward``), ``action`` with
+    :meth:`direct_action` (where actions may be written directly), :meth:`write_action`,
+    :meth:`write_action_rows` and :meth:`mark_actions_narrow` (every other action write),
+    and ``has_lanes``. ``wide_action``, ``action_objects`` and ``obs_lanes`` are the engine's
+    own: its sub-env groups and executors read them.
+
     ``ship_objects``: set in worker processes, whose object leaves (kept in this process's
     lists) travel back to the parent with each command's answer (see ``SubEnvGroup.run``).
     """
@@ -253,6 +260,7 @@ class Buffers:
         }
         self.root = Slot(self.views, "root", layout)
         self.next = Slot(self.views, "next", layout)
+        self.reward: np.ndarray = self.views[("next", "reward")]  # next.reward, never None
         self.action = {key: self.views[("action", key)] for key in layout.action_keys}
         self.action_objects = {key: [None] * n for key in layout.object_action_keys}
         self.ship_objects = False
@@ -294,13 +302,36 @@ class Buffers:
             if extras[i].is_empty():
                 del extras[i]
 
-    def write_action(self, key: tuple, values: np.ndarray) -> None:
+    def direct_action(self, key: tuple) -> np.ndarray | None:
+        """The array that actions of leaf ``key`` may be written into by item assignment (the
+        fast path), or None where they go through :meth:`write_action`: a leaf with a float64
+        twin, or an object leaf."""
+        if key in self.wide_action or key in self.action_objects:
+            return None
+        return self.action[key]
+
+    @property
+    def has_float64_twins(self) -> bool:
+        """Whether some action leaf has a float64 twin (see :meth:`write_action`)."""
+        return bool(self.wide_action)
+
+    @property
+    def has_lanes(self) -> bool:
+        """Whether the block has observation lanes (see ``BufferLayout``)."""
+        return bool(self.obs_lanes)
+
+    def write_action(self, key: tuple, values: Any) -> None:
         """Write the actions of every sub-env for action leaf ``key``.
 
         float64 values of a narrower float leaf go to its float64 twin, so that the sub-envs
         step with the caller's values, as gymnasium's vector envs pass them on; any other
-        values are cast to the leaf's dtype.
+        values are cast to the leaf's dtype. An object leaf takes a sequence of
+        ``num_envs`` values, kept in this process's list (they travel with the command).
         """
+        objects = self.action_objects.get(key)
+        if objects is not None:
+            objects[:] = values
+            return
         wide = self.wide_action.get(key)
         if wide is not None and values.dtype == np.float64:
             wide[0][...] = values
@@ -310,8 +341,13 @@ class Buffers:
         if wide is not None:
             wide[1].fill(False)
 
-    def write_action_rows(self, key: tuple, rows: np.ndarray, values: np.ndarray) -> None:
-        """``write_action`` for the sub-envs at ``rows`` only (first-ready commands)."""
+    def write_action_rows(self, key: tuple, rows: np.ndarray, values: Any) -> None:
+        """``write_action`` for the sub-envs at ``rows`` only (one value per row)."""
+        objects = self.action_objects.get(key)
+        if objects is not None:
+            for row, value in zip(np.asarray(rows).tolist(), values):
+                objects[row] = value
+            return
         wide = self.wide_action.get(key)
         if wide is not None and values.dtype == np.float64:
             wide[0][rows] = values
@@ -354,7 +390,7 @@ class Buffers:
         return 0
 
     def _lane_refs(self) -> list[int]:
-        return [reference_count(array) for array in self._handed_out]
+        return [reference_count(array) for array in self._handed_out or ()]
 
 
 # ---- where the block lives -------------------------------------------------------------------
@@ -380,8 +416,9 @@ class MemmapMemory:
     def __init__(self, nbytes: int, fd: Any = None):
         self.owner = fd is None
         if fd is None:
-            fd, self.path = tempfile.mkstemp(prefix="gymvec-", suffix=".buf")
-            os.unlink(self.path)
+            fd, path = tempfile.mkstemp(prefix="gymvec-", suffix=".buf")
+            self.path: str | None = path
+            os.unlink(path)
             os.ftruncate(fd, nbytes)
         else:  # in a worker: the descriptor multiprocessing passed (see __reduce__)
             fd = fd.detach() if hasattr(fd, "detach") else fd

@@ -12,7 +12,7 @@ receive return beside the buffers.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Union
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, NoReturn, Union
 
 import numpy as np
 
@@ -212,7 +212,7 @@ class CallLife:
             raise
         self.ended()
 
-    def refuse_recv(self, executor: Executor, kind: str, timeout: float | None) -> None:
+    def refuse_recv(self, executor: Executor | None, kind: str, timeout: float | None) -> NoReturn:
         """Why a receive of ``kind`` ("command" or "request") cannot run now."""
         self.check_not_stuck()
         call = self.call
@@ -221,7 +221,8 @@ class CallLife:
             verbs = "request_send()" if kind == "request" else "step_send() or reset_send()"
             raise RuntimeError(f"no {kind} in flight: call {verbs} first")
         # an interrupted call: its results are gone with the interrupted wait
-        self.abandon(executor, timeout)
+        if executor is not None:  # (None: nothing ever started, so nothing to drain)
+            self.abandon(executor, timeout)
         raise RuntimeError(
             "the command in flight was interrupted: its results are lost, and every "
             "sub-env must be reset before the next step"

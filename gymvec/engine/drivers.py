@@ -66,6 +66,7 @@ class GymDriver:
         self.gym = gym_env
         self.index = index
         self.root, self.next = buffers.root, buffers.next
+        self.rewards = buffers.reward
         layout = buffers.layout
         obs_leaves = observation_leaves(gym_env.observation_space)
         keys = [leaf.key for leaf in obs_leaves]
@@ -122,7 +123,7 @@ class GymDriver:
         self._write_obs(self.next_obs, obs)
         try:
             done = bool(terminated or truncated)
-            slot.reward[i] = reward
+            self.rewards[i] = reward
             slot.terminated[i] = terminated
             slot.truncated[i] = truncated
         except (ValueError, TypeError) as exc:
@@ -338,7 +339,7 @@ class BatchStep(CommandRunner):
         self.wide_in_use = None if wide is None else wide[1][rows]  # per row: first-ready
         self.obs = drivers[0].next_obs[0][rows]
         slot = buffers.next
-        self.reward, self.done = slot.reward[rows], slot.done[rows]
+        self.reward, self.done = buffers.reward[rows], slot.done[rows]
         self.terminated, self.truncated = slot.terminated[rows], slot.truncated[rows]
         self.layout = buffers.layout
         self.with_fields = bool(buffers.layout.info_fields)
@@ -420,12 +421,13 @@ class BatchStep(CommandRunner):
 
     def step_rows(self, stepping: Sequence[int]) -> list[int]:
         steps = self.steps
-        if self.wide_in_use is None:
-            actions = self.narrow_actions
-            return self._write([steps[k](actions[k]) for k in stepping], stepping)
+        in_use, twins = self.wide_in_use, self.wide_actions
+        if in_use is None or twins is None:
+            narrow_actions = self.narrow_actions
+            return self._write([steps[k](narrow_actions[k]) for k in stepping], stepping)
         # Row by row: first-ready commands write the actions of some rows only, each row
         # into the buffer its caller's dtype asks for.
-        narrow, wide, in_use = self.narrow_actions, self.wide_actions[0], self.wide_in_use
+        narrow, wide = self.narrow_actions, twins[0]
         actions = [wide[k] if in_use[k] else narrow[k] for k in stepping]
         return self._write([steps[k](action) for k, action in zip(stepping, actions)], stepping)
 
@@ -555,7 +557,10 @@ def make_driver(env: Any, index: int, buffers: Buffers) -> Any:
     gym_env = gym_env_of(env)
     if gym_env is not None:
         return GymDriver(gym_env, index, buffers)
-    return kind_of(env).make_driver(env, index, buffers)
+    kind = kind_of(env)
+    if kind is None:  # (check_sub_env refused such envs when the engine was made)
+        raise TypeError(f"sub-env {index}: not a gymnasium.Env or gymvec EnvBase: {env!r}")
+    return kind.make_driver(env, index, buffers)
 
 
 def command_runner(drivers: list[Any], buffers: Buffers, start: int) -> CommandRunner:

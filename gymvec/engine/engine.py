@@ -150,7 +150,7 @@ class BatchEngine:
             raise
         self.buffers = Buffers(self.layout, memory)
         self.control = Control(self.num_envs, control_memory)
-        self._mode_bytes = memoryview(self.control.mode)
+        self._mode_bytes = self.control.mode.data
         self.blocks = Blocks(self.layout, memory, control_memory, self.buffers, self.control)
         try:
             if factories.single_factory():
@@ -167,12 +167,15 @@ class BatchEngine:
         self.metadata: dict = summaries[0].metadata
         self.render_mode: str | None = summaries[0].render_mode
         self.finished = np.zeros(self.num_envs, dtype=bool)  # episode over, not reset since
-        self._finished_bytes = memoryview(self.finished.view(np.uint8))  # (written each step)
+        self._finished_bytes = self.finished.view(np.uint8).data  # (written each step)
         self.any_finished = False
         self.root_stale = np.zeros(self.num_envs, dtype=bool)  # root older than "next"
         self._uniform_mode: int | None = None  # the mode every control byte holds, if known
         self.lanes = LaneChoice(self.buffers, self.control.lane)
-        self._has_lanes = bool(self.buffers.obs_lanes) and not self.heterogeneous
+        self.has_observation_lanes = self.buffers.has_lanes and not self.heterogeneous
+        # (bound, not wrapped: the face writes actions every step)
+        self.write_action = self.buffers.write_action
+        self.write_action_rows = self.buffers.write_action_rows
         self._object_actions = bool(self.layout.object_action_keys)
         self.object_obs = bool(self.layout.object_obs_keys)
         self.learner = InfoLearner(self.layout, self.num_envs)
@@ -259,11 +262,6 @@ class BatchEngine:
         self.request("add_info_fields", places=places)
         self.buffers.add_info_fields(places)  # (done already where groups share them)
 
-    def write_action(self, key: tuple, values: np.ndarray) -> None:
-        """Write every sub-env's action of leaf ``key`` (float64 values of a narrower float
-        leaf go to its float64 twin, see ``Buffers.write_action``)."""
-        self.buffers.write_action(key, values)
-
     def mode_written(self, uniform: int | None) -> None:
         """The control block's mode bytes were written: all ``uniform`` (None: mixed)."""
         self._uniform_mode = uniform
@@ -325,14 +323,14 @@ class BatchEngine:
         theirs, ahead of :meth:`recv`; returns ``k``: rows ``[0, k)`` are done, so the caller
         may copy them out before it calls ``recv``. None: nothing runs here ahead of ``recv``
         (no worker processes, or a command into an observation lane)."""
-        life = self.life
+        life, executor = self.life, self._executor
         call = life.call
-        if call is None or call.kind == "request" or call.interrupted or life.stuck:
-            life.refuse_recv(self._executor, "command", timeout)
+        if not isinstance(call, Command) or call.interrupted or life.stuck or executor is None:
+            life.refuse_recv(executor, "command", timeout)
         if call.lane:  # the observations go to a lane: nothing is left to copy early
             return None
         try:
-            return self._executor.run_local(call, life.timeout if timeout is None else timeout)
+            return executor.run_local(call, life.timeout if timeout is None else timeout)
         except BaseException as exc:
             life.wait_failed(call, exc, timeout)
             raise
@@ -343,13 +341,13 @@ class BatchEngine:
         ``timeout``: raise ``TimeoutError`` past it; the command stays in flight and a later
         ``recv`` resumes the wait.
         """
-        life = self.life
+        life, executor = self.life, self._executor
         call = life.call
-        if call is None or call.kind == "request" or call.interrupted or life.stuck:
-            life.refuse_recv(self._executor, "command", timeout)
+        if not isinstance(call, Command) or call.interrupted or life.stuck or executor is None:
+            life.refuse_recv(executor, "command", timeout)
         # (life.wait_timeout and life.ended, inline: this runs every step)
         try:
-            extras = self._executor.wait(call, life.timeout if timeout is None else timeout)
+            extras = executor.wait(call, life.timeout if timeout is None else timeout)
         except BaseException as exc:
             life.wait_failed(call, exc, timeout)
             raise  # after a timeout still in flight: a later recv() resumes the wait
@@ -406,7 +404,8 @@ class BatchEngine:
         elif uniform is None or uniform != self._uniform_mode:
             control.mode[:] = modes
         self._uniform_mode = uniform
-        into_lane = handout and self._has_lanes and lane_modes(control, uniform)  # before SEED
+        # (asked before SEED is written)
+        into_lane = handout and self.has_observation_lanes and lane_modes(control, uniform)
         if seeds is not None and control.write_seeds(seeds):
             self._uniform_mode = None
         lanes = self.lanes

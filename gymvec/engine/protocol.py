@@ -25,17 +25,17 @@ from gymvec.engine.commands import Autoreset
 class Engine(Protocol):
     """A batch of ``num_envs`` sub-envs behind buffers of ``layout``, driven by verbs.
 
-    Commands (``step_send``/``reset_send``, then ``recv``) read the actions from
-    ``buffers.action`` (and ``buffers.action_objects``) and leave their results in
+    Commands (``step_send``/``reset_send``, then ``recv``) read the actions written into
+    ``buffers`` (directly, or with :meth:`write_action`) and leave their results in
     ``buffers.next`` and ``buffers.root``, as ``BatchEngine`` documents. ``finished`` marks the
     sub-envs whose episode ended since their last reset (NEXT_STEP resets them at the next
     step), ``any_finished`` whether there is one. Requests go to the sub-envs by name (see
     ``engine.subenvs.REQUESTS``). ``stuck``: the timeout that ended the engine's use (then
     ``check_not_stuck`` raises); ``timed_out``: the last wait outlasted its timeout.
 
-    Of ``buffers`` (a ``Buffers``), front ends use: ``action`` and ``action_objects`` (where
-    actions go), ``wide_action`` (the float64 twins, written through ``write_action``),
-    ``root``/``next`` (the slots) and ``obs_lanes`` (whether observation lanes exist).
+    Of ``buffers`` (a ``Buffers``), front ends use only the members its docstring lists for
+    them (the slots, and where and how actions are written); ``has_observation_lanes``: the
+    sub-envs may step into an observation lane (``handout=True``), see ``BufferLayout``.
     """
 
     num_envs: int
@@ -46,6 +46,7 @@ class Engine(Protocol):
     heterogeneous: bool
     finished: np.ndarray
     any_finished: bool
+    has_observation_lanes: bool
 
     def sub_env_spaces(self) -> tuple[list[spaces.Space], list[spaces.Space]]:
         """The gymnasium observation and action space of each sub-env."""
@@ -73,7 +74,11 @@ class Engine(Protocol):
 
     def recv(self, timeout: float | None = None) -> Received: ...
 
-    def write_action(self, key: tuple, values: np.ndarray) -> None: ...
+    def write_action(self, key: tuple, values: Any) -> None:
+        """Every sub-env's action of leaf ``key`` (see ``Buffers.write_action``)."""
+
+    def write_action_rows(self, key: tuple, rows: np.ndarray, values: Any) -> None:
+        """The actions of leaf ``key`` of the sub-envs at ``rows``."""
 
     def learn_info_fields(self) -> None:
         """Learn info fields from the sub-envs' results, where the engine can: ``recv``
@@ -83,7 +88,7 @@ class Engine(Protocol):
     def adopt_info_fields(self, places: InfoPlaces) -> None: ...
 
     def request_send(
-        self, name: str, indices: Sequence[int] | None = None, **kwargs: Any
+        self, name: str, indices: Sequence[int] | None = None, /, **kwargs: Any
     ) -> None: ...
 
     def request_recv(self, timeout: float | None = None) -> list: ...

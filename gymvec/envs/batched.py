@@ -13,7 +13,7 @@ gymnasium spaces, or their own specs), with the tasks of a multi-task batch.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import torch
@@ -89,10 +89,13 @@ class FlatOutputs(NamedTuple):
 
 def sub_env_specs(summary: SubEnvSummary) -> tuple[Composite, Composite, torch.dtype]:
     """(observation spec, full action spec, reward dtype) of a sub-env, unbatched."""
-    if summary.observation_space is not None:
-        action = spec_from_space(summary.action_space, "action_space", objects=True)
-        observation = observation_spec_from_space(summary.observation_space)
+    observation_space, action_space = summary.observation_space, summary.action_space
+    if observation_space is not None and action_space is not None:
+        action = spec_from_space(action_space, "action_space", objects=True)
+        observation = observation_spec_from_space(observation_space)
         return observation, Composite({"action": action}), torch.float32
+    if summary.specs is None:
+        raise TypeError(f"a sub-env summary with neither spaces nor specs: {summary}")
     observation, full_action, reward_dtype = summary.specs
     return observation.clone(), full_action.clone(), reward_dtype
 
@@ -182,18 +185,18 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         self._next_arrays = _numpy_tree(self._next_view)
         self._reward_array = self._reward_view.numpy()
         self._action_keys = [("action", *key[1:]) for key in layout.action_keys]
-        # (tensordict key, this process's list) of each object action leaf
-        self._action_object_stores = [
-            (("action", *key[1:]), buffers.action_objects[key]) for key in layout.object_action_keys
+        # (tensordict key, buffer key) of each object action leaf
+        self._object_action_keys = [
+            (("action", *key[1:]), key) for key in layout.object_action_keys
         ]
         self._action_arrays = [view.numpy() for view in self._action_views]
-        self._wide_actions = bool(buffers.wide_action)  # float64 twins to mark unused
+        self._wide_actions = buffers.has_float64_twins  # to mark unused
         self._action_slots_of: Composite | None = None  # see _action_slots
         self._action_slot_list: list[ActionSlot] = []
         # The output key of "next"'s observations when they can come from an observation
         # lane (one top-level observation array); None otherwise.
         keys = layout.obs_keys
-        single = buffers.obs_lanes and len(keys[0]) == 1 and not self.heterogeneous
+        single = self.engine.has_observation_lanes and len(keys[0]) == 1
         self._lane_key = keys[0][0] if single else None
         # The usual case, flat trees without object leaves in one uniform batch: the step's
         # outputs are built in one pass (see _prepare_outputs and _flat_next).
@@ -246,10 +249,10 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
             # Checked where they landed: the array is at hand there, the tensor costs a wrap.
             if values_in is not None and not values_in(array):
                 spec.validate(view, key)  # raises, with the smallest and largest value
-        for key, store in self._action_object_stores:
+        for key, buffer_key in self._object_action_keys:
             action = td.get(key, None)
             self.full_action_spec[key].validate(action, key)
-            store[:] = non_tensor_values(action)
+            self.engine.write_action(buffer_key, non_tensor_values(action))
 
     def _action_slots(self) -> list[ActionSlot]:
         """(key, leaf spec, buffer view, its numpy array, the spec's array check) per action
@@ -278,9 +281,10 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
             for key, view in zip(self._action_keys, self._action_views):
                 if key in keys["action"]:
                     view[i].copy_(row.get(key))
-            for key, store in self._action_object_stores:
+            for key, buffer_key in self._object_action_keys:
                 if key in keys["action"]:
-                    store[i] = non_tensor_values(row.get(key))[0]
+                    values = non_tensor_values(row.get(key))
+                    self.engine.write_action_rows(buffer_key, np.array([i]), values)
 
     def _handout(self) -> bool:
         """Whether "next"'s observations may come from an observation lane (CPU outputs of a
@@ -332,7 +336,7 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         plan = self._flat_plan_made
         if plan is not None and plan.reward_spec is self.reward_spec:
             return plan
-        reward_dtype = torch_to_numpy_dtype(self.reward_spec.dtype)
+        reward_dtype = self._reward_numpy_dtype()
         sources = [*self._next_arrays.values(), self._reward_array]
         made = [(array.shape, array.dtype) for array in sources[:-1]]
         made.append((self._reward_array.shape, reward_dtype))
@@ -350,7 +354,7 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         self._flat_plan_made = plan
         return plan
 
-    def _prepare_outputs(self) -> None:
+    def _prepare_outputs(self) -> FlatOutputs:
         """Make the :class:`FlatOutputs` of the step in flight."""
         plan = self._flat_plan()
         empty, from_numpy = np.empty, torch.from_numpy
@@ -360,20 +364,21 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         # (dict(zip(keys, map(...))) builds the entries in C: this runs every step)
         next_entries = dict(zip(plan.next_keys, map(from_numpy, next_arrays)))
         root_entries = dict(zip(plan.root_keys, map(from_numpy, root_arrays)))
-        self._prepared = FlatOutputs(
+        self._prepared = outputs = FlatOutputs(
             tensordict_unchecked(next_entries, size, _CPU, flat=True),
             tensordict_unchecked(root_entries, size, _CPU, flat=True),
             next_arrays,
             root_arrays,
             plan,
         )
+        return outputs
 
     def _fill_outputs(self, td: TensorDictBase) -> TensorDict:
         """Copy the step's results into its :class:`FlatOutputs`; sets ``td["next"]`` and
         returns the next root."""
-        if self._prepared is None:  # nothing ran in parallel (no worker processes)
-            self._prepare_outputs()
         outputs, self._prepared = self._prepared, None
+        if outputs is None:  # nothing ran in parallel (no worker processes)
+            outputs = self._prepare_outputs()
         plan = outputs.plan
         # (item assignment: numpy's copyto costs three times as much on small arrays; it
         # casts the reward as astype would)
@@ -409,10 +414,11 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
             reward = self._reward_view.to(self.device, self.reward_spec.dtype, copy=True)
             out.set("reward", reward)
         else:
-            reward = self._reward_array.astype(torch_to_numpy_dtype(self.reward_spec.dtype))
+            reward = self._reward_array.astype(self._reward_numpy_dtype())
             made = {"reward": torch.from_numpy(reward)}
-            if lane is not None:
-                made[self._lane_key] = torch.from_numpy(lane)
+            lane_key = self._lane_key
+            if lane is not None and lane_key is not None:
+                made[lane_key] = torch.from_numpy(lane)
             out = _fresh_tree(self._next_arrays, self.batch_size, made=made)
         return self._per_task(self._with_objects(out, self.buffers.next.objects))
 
@@ -420,9 +426,16 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         """``_next_output`` of flat trees on the CPU, without lanes."""
         from_numpy = torch.from_numpy
         entries = {key: from_numpy(array.copy()) for key, array in self._next_arrays.items()}
-        reward = self._reward_array.astype(torch_to_numpy_dtype(self.reward_spec.dtype))
+        reward = self._reward_array.astype(self._reward_numpy_dtype())
         entries["reward"] = from_numpy(reward)
         return tensordict_unchecked(entries, self.batch_size, _CPU, flat=True)
+
+    def _reward_numpy_dtype(self) -> np.dtype:
+        """The reward spec's dtype, in numpy (rewards are cast to it on the way out)."""
+        dtype = self.reward_spec.dtype
+        if dtype is None:
+            raise TypeError(f"reward_spec: expected a spec with a dtype, got {self.reward_spec}")
+        return torch_to_numpy_dtype(dtype)
 
     def _per_task(self, out: TensorDictBase) -> TensorDictBase:
         """In a heterogeneous batch, a lazy stack where each sub-env keeps only its keys."""
@@ -437,6 +450,8 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
 
     def to(self, device: DeviceLike) -> BatchedEnvBase:
         """Move where outputs live (sub-envs and buffers stay on the CPU)."""
+        if device is None:
+            raise TypeError("to(device): expected a device, got None")
         self.device = torch.device(device)
         return self
 
@@ -684,8 +699,8 @@ def _keys_of(observation_spec: Composite, full_action_spec: Composite) -> dict[s
 def _batch_spec(specs: list[Composite], n: int, kind: str) -> Composite:
     first = specs[0]
     if all(spec == first for spec in specs):
-        return first.expand(n)
+        return cast(Composite, first.expand(n))  # (stubs say TensorSpec: it is a Composite)
     try:
-        return stack_specs(specs)
+        return cast(Composite, stack_specs(specs))
     except ValueError as exc:  # e.g. Categorical specs of different n
         raise SpaceMismatchError(f"sub-envs cannot be batched: {exc}", kind=kind) from exc

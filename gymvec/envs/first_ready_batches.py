@@ -136,11 +136,10 @@ class FirstReadyBatches:
             action = td.get(key, None)
             spec.validate(action, key)  # names the key, the spec and what was given
             array[rows] = action.detach().cpu().numpy()
-        for key, store in self._action_object_stores:
+        for key, buffer_key in self._object_action_keys:
             action = td.get(key, None)
             self.full_action_spec[key].unbatch().expand(k).validate(action, key)
-            for row, value in zip(rows.tolist(), non_tensor_values(action)):
-                store[row] = value
+            self.engine.write_action_rows(buffer_key, rows, non_tensor_values(action))
 
     def _rows_output(self, arrays: dict, rows: np.ndarray, objects: dict) -> TensorDictBase:
         """Copies of the rows ``rows`` of ``arrays`` (a tree, see ``_numpy_tree``), with the

@@ -17,8 +17,9 @@ from gymvec.engine.protocol import Engine
 
 
 class ActionTarget(NamedTuple):
-    """Where one array action leaf goes: its buffer, whether that has a float64 twin (see
-    ``Buffers.write_action``), and the dtype kinds it takes."""
+    """Where one array action leaf goes: its buffer, whether writes go through the engine
+    (a float64 twin, see ``Buffers.write_action``) rather than into ``buffer`` directly, and
+    the dtype kinds it takes."""
 
     leaf: Leaf
     buffer: np.ndarray
@@ -66,16 +67,14 @@ class ActionWriter:
             ActionTarget(
                 leaf,
                 actions[leaf.key],
-                leaf.key in buffers.wide_action,
+                buffers.direct_action(leaf.key) is None,
                 "iu" if leaf.path in discrete else "biuf",
             )
             for leaf in leaves
             if not leaf.is_object
         ]
-        # (leaf, this process's list) of each object action leaf (a space without fixed shape)
-        self.objects = [
-            (leaf, buffers.action_objects[leaf.key]) for leaf in leaves if leaf.is_object
-        ]
+        # the object action leaves (spaces without fixed shape)
+        self.objects = [leaf for leaf in leaves if leaf.is_object]
         self.plain = [leaf.path for leaf in leaves] == [()]
         # The usual case, one array leaf without a float64 twin: written without the loop.
         self.plain_target = None
@@ -107,7 +106,7 @@ class ActionWriter:
                 self.engine.write_action(leaf.key, array)
             else:
                 target[...] = array
-        for leaf, store in self.objects:
+        for leaf in self.objects:
             values = actions if self.plain else get_leaf(actions, leaf.path)
             if isinstance(values, str | bytes) or not hasattr(values, "__len__"):
                 raise TypeError(
@@ -119,7 +118,7 @@ class ActionWriter:
                     f"actions{_path_str(leaf.path)}: expected {self.num_envs} values for "
                     f"{self.action_space}, got {len(values)}"
                 )
-            store[:] = values
+            self.engine.write_action(leaf.key, values)
 
     def write_rows(self, actions: Any, rows: np.ndarray) -> None:
         """:meth:`write` for the sub-envs at ``rows``: one action row per index."""
@@ -129,7 +128,6 @@ class ActionWriter:
                 "leaves without one"
             )
         k = len(rows)
-        buffers = self.engine.buffers
         for leaf, target, has_twin, kinds in self.targets:
             array = _as_numpy(actions if self.plain else get_leaf(actions, leaf.path))
             expected = (k, *target.shape[1:])
@@ -137,14 +135,11 @@ class ActionWriter:
                 array, leaf.path, expected, kinds, self.single_space, " (one row per env_id)"
             )
             if has_twin:
-                buffers.write_action_rows(leaf.key, rows, array)
+                self.engine.write_action_rows(leaf.key, rows, array)
             else:
                 target[rows] = array
         # NEXT_STEP ignores the actions of the sub-envs it resets, whatever their values
-        taken = [
-            (path, sub, values[rows], in_range)
-            for path, sub, values, in_range in self.discrete_bounds
-        ]
+        taken = [bound._replace(values=bound.values[rows]) for bound in self.discrete_bounds]
         _check_discrete(taken, self.engine.finished[rows])
 
 

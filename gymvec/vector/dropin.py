@@ -142,6 +142,8 @@ class SerialVectorEnv(GymnasiumVectorEnv):
             ``GymnasiumVectorEnv``).
     """
 
+    engine: BatchEngine  # (the sub-envs live in this process: ``envs`` reads them)
+
     @suggest_keywords
     def __init__(
         self,
@@ -309,7 +311,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
                 str(self._state.value),
             )
 
-    def _wait(self, call: str, state: AsyncState, timeout: float | None) -> dict:
+    def _wait(self, call: str, state: AsyncState, timeout: float | None) -> Received:
         self._check_running()
         if self._state != state:
             raise NoAsyncCallError(
@@ -404,7 +406,10 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
             )
         super().set_attr(name, values)
 
-    def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
+    # (narrower than VectorEnv's **kwargs, as gymnasium's AsyncVectorEnv.close_extras is)
+    def close_extras(  # type: ignore[override]
+        self, timeout: float | None = None, terminate: bool = False
+    ) -> None:
         if self._state != AsyncState.DEFAULT:
             gym.logger.warn(
                 f"Calling `close` while waiting for a pending call to `{self._state.value}` to "

@@ -15,12 +15,12 @@ resets the finished sub-envs); other envs are refused under NEXT_STEP (use "same
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 
 from gymvec.engine.buffers import BufferLayout, Buffers, Slot, private_memory
 from gymvec.engine.calls import Received
@@ -30,6 +30,16 @@ from gymvec.envs.base import EnvBase, copy_shared_rows
 from gymvec.envs.sub_env_kind import buffer_tensordict
 from gymvec.spaces import spaces_of_specs
 from gymvec.specs import info_fields_of, non_tensor, non_tensor_values, spec_leaves
+
+
+@runtime_checkable
+class AutoresetStepEnv(Protocol):
+    """An env whose own step can reset finished sub-envs (NEXT_STEP in one call): wrappers of
+    NEXT_STEP vector envs (``GymVectorEnvWrapper``, ``TorchRLEnvWrapper``)."""
+
+    def can_autoreset_step(self, resetting: np.ndarray) -> bool: ...
+
+    def autoreset_step(self, td: TensorDictBase) -> TensorDictBase: ...
 
 
 class TensorDictEngine:
@@ -62,6 +72,7 @@ class TensorDictEngine:
         self.any_finished = False
         self._command: tuple | None = None  # (kind, its arguments) until received
         self._request: tuple | None = None
+        self._autoreset_stepper = env if isinstance(env, AutoresetStepEnv) else None
 
     # ---- verbs --------------------------------------------------------------------------------
     def sub_env_spaces(self) -> tuple[list[Any], list[Any]]:
@@ -140,8 +151,13 @@ class TensorDictEngine:
     def check_not_stuck(self) -> None:
         """Never stuck (see ``stuck``)."""
 
-    def write_action(self, key: tuple, values: np.ndarray) -> None:
+    has_observation_lanes = False  # (the wrapped env's outputs are copied in)
+
+    def write_action(self, key: tuple, values: Any) -> None:
         self.buffers.write_action(key, values)
+
+    def write_action_rows(self, key: tuple, rows: np.ndarray, values: Any) -> None:
+        self.buffers.write_action_rows(key, rows, values)
 
     @property
     def in_flight(self) -> str | None:
@@ -184,7 +200,7 @@ class TensorDictEngine:
         step's in ``final_info`` (and the reset's at the top, which a reset hands out)."""
         per_env = self._infos("last_step_info")
         info = getattr(self.env, "last_step_info", None)
-        if per_env is None or "final_info" not in info:
+        if per_env is None or not isinstance(info, dict) or "final_info" not in info:
             return per_env
         finals = unbatch_info(info["final_info"], self.num_envs)
         for i in np.flatnonzero(info.get("_final_info", ())).tolist():
@@ -193,12 +209,13 @@ class TensorDictEngine:
 
     @staticmethod
     def _extras(
-        slot: str, infos: list[dict] | None, rows: np.ndarray | None = None
+        slot: Literal["root", "next"], infos: list[dict] | None, rows: np.ndarray | None = None
     ) -> dict[int, Extras]:
         if infos is None:
             return {}
+        into_root = slot == "root"
         return {
-            i: Extras(**{slot: info})
+            i: Extras(root=info) if into_root else Extras(next=info)
             for i, info in enumerate(infos)
             if info and (rows is None or rows[i])
         }
@@ -206,10 +223,10 @@ class TensorDictEngine:
     def _autoreset_step(self, resetting: np.ndarray) -> bool:
         """NEXT_STEP over an env that resets finished sub-envs in its own step (a
         GymVectorEnvWrapper of a NEXT_STEP vector env): one step does the whole command."""
-        can_autoreset_step = getattr(self.env, "can_autoreset_step", None)
-        if can_autoreset_step is None or not can_autoreset_step(resetting):
+        stepper = self._autoreset_stepper
+        if stepper is None or not stepper.can_autoreset_step(resetting):
             return False
-        self._write_next(self.env.autoreset_step(self._action_td()).get("next"))
+        self._write_next(stepper.autoreset_step(self._action_td()).get("next"))
         return True
 
     def _reset(self, mask: np.ndarray, seeds, options: dict | None, into_next: bool) -> None:
@@ -231,7 +248,7 @@ class TensorDictEngine:
         self._copy_rows(target, slot, out, mask)
         slot.info_present[mask] = True
         if into_next:
-            slot.reward[mask] = 0.0
+            self.buffers.reward[mask] = 0.0
 
     def _step(self, autoreset: bool) -> dict[int, Extras]:
         td = self._action_td()
@@ -274,7 +291,7 @@ class TensorDictEngine:
         object observations."""
         copy_shared_rows(target, source, rows, skip=("next", "action"))
         for key, objects in slot.objects.items():
-            values = non_tensor_values(source.get(key))
+            values = non_tensor_values(source.get(key)) or []
             for i in np.flatnonzero(rows).tolist():
                 objects[i] = values[i]
 

@@ -46,7 +46,7 @@ from gymnasium.vector.utils import batch_differing_spaces, batch_space
 from gymvec.common.arrays import any_set
 from gymvec.common.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.engine.buffers import Slot
-from gymvec.engine.calls import Received
+from gymvec.engine.calls import Into, Received
 from gymvec.engine.commands import NOTHING, Autoreset
 from gymvec.engine.layout_probe import expand_seeds
 from gymvec.engine.protocol import Engine, FirstReadyEngine
@@ -114,7 +114,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         # The slot that holds what the caller sees: SAME_STEP's reset observations sit in the
         # root; the other modes write resets into "next" so that one slot is always current.
         self._slot: Slot = self.buffers.root if self._same_step else self.buffers.next
-        self._reset_into = "root" if self._same_step else "next"
+        self._reset_into: Into = "root" if self._same_step else "next"
         self._autoreset = {
             AutoresetMode.NEXT_STEP: Autoreset.NEXT_STEP,
             AutoresetMode.SAME_STEP: Autoreset.SAME_STEP,
@@ -141,13 +141,13 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         # torch.from_numpy too); with none free, the call copies as before.
         on_cpu = self._torch_device is None or self._torch_device.type == "cpu"
         cpu_output = output == "numpy" or on_cpu
-        self._handout = bool(  # (a policy: which lane is in use, the engine decides)
-            one_array and cpu_output and copy and not self._same_step and self.buffers.obs_lanes
-        )
+        # (a policy: which lane is in use, the engine decides)
+        self._handout = one_array and cpu_output and copy and not self._same_step
+        self._handout = self._handout and engine.has_observation_lanes
         # Large observations that no lane takes (none is free, or the mode takes none): the
         # rows stepped in this process are copied while the worker processes finish theirs.
         self._early_obs: tuple[np.ndarray, int] | None = None
-        self._first_ready_ok = False  # see _check_first_ready
+        self._first_ready_engine: FirstReadyEngine | None = None  # see _first_ready
         early = self._plain_obs is not None and copy and self._plain_obs.nbytes >= EARLY_COPY_BYTES
         self._early_copy = bool(early)
 
@@ -248,7 +248,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         step_slot = self.buffers.next
         terminations = step_slot.terminated.copy()
         truncations = step_slot.truncated.copy()
-        rewards = step_slot.reward.copy()
+        rewards = self.buffers.reward.copy()
         if self._same_step:
             finished = terminations | truncations
             infos = self._same_step_infos(finished, any_set(finished), received.extras)
@@ -327,18 +327,17 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         """
         if options is not None:
             raise ValueError("async_reset: options are not supported by first-ready resets")
-        self._check_first_ready()
+        engine = self._first_ready()
         seeds = expand_seeds(seed, self.num_envs)
         if seed is not None:
             super().reset(seed=seed if isinstance(seed, int) else None)
-        self.engine.async_reset_send(None, seeds=seeds, into="next")
+        engine.async_reset_send(None, seeds=seeds, into="next")
 
     def send(self, actions: Any, env_id: Any = None) -> None:
         """Step the sub-envs ``env_id`` names (as ``recv`` returned it; None: all of them)
         with ``actions`` (one row per sub-env); returns at once. A sub-env whose episode
         ended at its previous step is reset instead (NEXT_STEP)."""
-        self._check_first_ready()
-        self.engine.async_step_send(
+        self._first_ready().async_step_send(
             env_id,
             Autoreset.NEXT_STEP,
             write_actions=functools.partial(self._write_action_rows, actions),
@@ -349,12 +348,12 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         ``(obs, rewards, terminations, truncations, infos)``, row by row as
         ``infos["env_id"]`` (int32) names them. Past ``timeout``, ``TimeoutError``: nothing is
         lost, the results come with a later call."""
-        self._check_first_ready()
+        engine = self._first_ready()
         m = self.batch_size
-        ready = self.engine.async_recv(None, min_get=m, max_get=m, timeout=timeout)
+        ready = engine.async_recv(None, min_get=m, max_get=m, timeout=timeout)
         rows = ready.indices
         slot = self.buffers.next
-        rewards, terminations = slot.reward[rows], slot.terminated[rows]
+        rewards, terminations = self.buffers.reward[rows], slot.terminated[rows]
         truncations = slot.truncated[rows]
         mask = np.zeros(self.num_envs, dtype=bool)
         mask[rows] = True
@@ -364,13 +363,14 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         obs = self._row_observations(rows)
         return self._handed_out(obs, rewards, terminations, truncations, infos)
 
-    def _check_first_ready(self) -> None:
+    def _first_ready(self) -> FirstReadyEngine:
+        """The engine, checked for first-ready commands (open, NEXT_STEP, the verbs)."""
         if self.closed:
             raise ClosedEnvError(
                 f"Trying to operate on `{type(self).__name__}`, after a call to `close()`."
             )
-        if self._first_ready_ok:
-            return
+        if self._first_ready_engine is not None:
+            return self._first_ready_engine
         if self.autoreset_mode != AutoresetMode.NEXT_STEP:
             raise RuntimeError(
                 "first-ready batches (async_reset, send, recv) take autoreset_mode NEXT_STEP, "
@@ -381,7 +381,8 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 f"{type(self.engine).__name__} has no first-ready commands (gymvec's "
                 "SerialEnv and ParallelEnv have)"
             )
-        self._first_ready_ok = True  # neither can change: checked once
+        self._first_ready_engine = self.engine  # neither can change: checked once
+        return self.engine
 
     def _row_observations(self, rows: np.ndarray) -> Any:
         """The observations in "next" of the sub-envs at ``rows`` (copies), in that order."""
@@ -404,10 +405,11 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     def _copy_local_rows(self, stop: int | None) -> None:
         # Large observations: the rows stepped in this process are copied while the worker
         # processes finish theirs, which takes that copy off the critical path.
-        if stop is None:  # nothing ran ahead
+        plain = self._plain_obs
+        if stop is None or plain is None:  # nothing ran ahead
             return
-        out = np.empty_like(self._plain_obs)
-        out[:stop] = self._plain_obs[:stop]
+        out = np.empty_like(plain)
+        out[:stop] = plain[:stop]
         self._early_obs = (out, stop)
 
     def finish(self, received: Received) -> Any:
@@ -431,7 +433,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 out[stop:] = self._plain_obs[stop:]
                 return out
             return self._plain_obs.copy() if self.copy else self._plain_obs
-        arrays = [self._slot.obs.get(leaf.key) for leaf in self._obs_leaves]
+        arrays: list[Any] = [self._slot.obs.get(leaf.key) for leaf in self._obs_leaves]
         if self.output == "torch":
             import torch
 
@@ -459,14 +461,14 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     def _infos(self, slot: Slot, rows: np.ndarray | None, extras: dict[int, dict | None]) -> dict:
         """gymnasium's vector infos from the info fields of ``slot`` and the extras."""
-        extras = {i: e for i, e in extras.items() if e and (rows is None or rows[i])}
+        reported = {i: e for i, e in extras.items() if e and (rows is None or rows[i])}
         fields = self._info_fields
-        if not extras and not fields:
+        if not reported and not fields:
             return {}
         infos: dict = {}
         # A field that is also an extra somewhere changed type: gymnasium types the array after
         # the first sub-env that reports the key, so such fields go sub-env by sub-env.
-        mixed = {name for e in extras.values() for name in e} & fields.keys()
+        mixed = {name for e in reported.values() for name in e} & fields.keys()
         per_env: dict[int, dict] = {}
         for k, (name, field) in enumerate(fields.items()):
             present = slot.info_present[:, k]
@@ -481,8 +483,8 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             values = np.zeros((self.num_envs, *field.shape), dtype=field.dtype)
             values[present] = slot.info[name][present]
             infos[name], infos[f"_{name}"] = values, present.copy()
-        for i in sorted(extras.keys() | per_env.keys()):
-            infos = self._add_info(infos, {**per_env.get(i, {}), **extras.get(i, {})}, i)
+        for i in sorted(reported.keys() | per_env.keys()):
+            infos = self._add_info(infos, {**per_env.get(i, {}), **reported.get(i, {})}, i)
         return infos
 
     # ---- sub-env access -----------------------------------------------------------------------
@@ -515,12 +517,14 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     def render(self) -> tuple[Any, ...] | None:
         return self.call("render")
 
+    # One per sub-env, as gymnasium's SyncVectorEnv and AsyncVectorEnv return them (VectorEnv's
+    # own annotations say one for the vector env).
     @property
-    def np_random_seed(self) -> tuple[int, ...]:
+    def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
         return self.get_attr("np_random_seed")
 
-    @property
-    def np_random(self) -> tuple[np.random.Generator, ...]:
+    @property  # type: ignore[misc]
+    def np_random(self) -> tuple[np.random.Generator, ...]:  # type: ignore[override]
         """The sub-envs' random generators (copies, for sub-envs in worker processes)."""
         return self.get_attr("np_random")
 

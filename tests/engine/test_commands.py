@@ -1,0 +1,54 @@
+"""``engine/commands.py``: the autoreset planner, the one place a policy becomes mode bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gymvec.engine.commands import (
+    AUTORESET,
+    KEEP_FINAL_OBS,
+    RESET_NEXT,
+    SAME_STEP_MODES,
+    STEP,
+    SYNC_ROOT,
+    Autoreset,
+    ignores_finished_actions,
+    step_modes,
+)
+
+FINISHED = np.array([False, True, False, True])
+
+
+def _per_row(modes, n: int = len(FINISHED)) -> list[int]:
+    """The mode byte of each row, whatever form the planner returned (one byte for all,
+    or bytes per row)."""
+    if isinstance(modes, bytes | bytearray):
+        return list(modes)
+    return [int(modes)] * n
+
+
+def test_none_steps_every_row_finished_or_not() -> None:
+    assert _per_row(step_modes(Autoreset.NONE, FINISHED, True)) == [STEP] * 4
+
+
+def test_next_step_resets_the_finished_rows_into_next_instead_of_stepping_them() -> None:
+    modes = _per_row(step_modes(Autoreset.NEXT_STEP, FINISHED, True))
+    assert modes == [STEP, RESET_NEXT, STEP, RESET_NEXT]
+    # nothing finished: one byte for all, no per-row translation
+    assert step_modes(Autoreset.NEXT_STEP, np.zeros(4, bool), False) == STEP
+
+
+def test_same_step_has_every_row_reset_itself_and_bring_the_root_current() -> None:
+    modes = step_modes(Autoreset.SAME_STEP, FINISHED, True)
+    assert modes == SAME_STEP_MODES
+    assert SAME_STEP_MODES == STEP | AUTORESET | KEEP_FINAL_OBS | SYNC_ROOT
+    assert step_modes(Autoreset.SAME_STEP, np.zeros(4, bool), False) == SAME_STEP_MODES
+
+
+@pytest.mark.parametrize(
+    ("autoreset", "ignores"),
+    [(Autoreset.NONE, True), (Autoreset.NEXT_STEP, True), (Autoreset.SAME_STEP, False)],
+)
+def test_whose_actions_a_step_leaves_unused(autoreset: Autoreset, ignores: bool) -> None:
+    assert ignores_finished_actions(autoreset) is ignores
