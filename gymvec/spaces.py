@@ -207,9 +207,7 @@ def _binary_to_space(spec: Binary, path: str) -> spaces.Space:
 def _composite_to_space(spec: Composite, path: str) -> spaces.Space:
     if not spec.sequence:
         # A list of pairs keeps the spec's key order (a dict would be sorted by gymnasium).
-        return spaces.Dict(
-            [(key, space_from_spec(spec[key], f'{path}["{key}"]')) for key in spec]
-        )
+        return spaces.Dict([(key, space_from_spec(spec[key], f'{path}["{key}"]')) for key in spec])
     expected = [str(i) for i in range(len(spec))]
     if sorted(spec.keys(), key=lambda k: (len(k), k)) != expected:
         raise ValueError(
