@@ -655,6 +655,15 @@ def non_tensor_values(value: Any) -> list | None:
     return None
 
 
+def object_values(value: Any) -> list:
+    """``non_tensor_values(value)`` of an entry known to hold objects; TypeError for anything
+    else."""
+    values = non_tensor_values(value)
+    if values is None:
+        raise TypeError(f"expected a NonTensorData or NonTensorStack, got {_describe(value)}")
+    return values
+
+
 def non_tensor(values: Sequence[Any], shape: torch.Size) -> Any:
     """A NonTensorStack of ``shape`` holding ``values`` (flat, row-major); NonTensorData for
     ``shape == ()``."""
