@@ -25,7 +25,6 @@ from gymvec.specs import (
     TensorSpec,
     Unbounded,
     _as_dtype,
-    torch_to_numpy_dtype,
 )
 
 __all__ = ["space_from_spec", "spec_from_space"]
@@ -142,7 +141,7 @@ def space_from_spec(spec: TensorSpec, path: str = "spec") -> spaces.Space:
 
 def _numpy_dtype(spec: TensorSpec, path: str) -> np.dtype:
     try:
-        return torch_to_numpy_dtype(spec.dtype)
+        return spec.numpy_dtype
     except TypeError as err:
         raise TypeError(f"cannot convert {spec!r} at {path}: {err}") from err
 
@@ -208,9 +207,7 @@ def _binary_to_space(spec: Binary, path: str) -> spaces.Space:
 def _composite_to_space(spec: Composite, path: str) -> spaces.Space:
     if not spec.sequence:
         # A list of pairs keeps the spec's key order (a dict would be sorted by gymnasium).
-        return spaces.Dict(
-            [(key, space_from_spec(sub, f'{path}["{key}"]')) for key, sub in spec.items()]
-        )
+        return spaces.Dict([(key, space_from_spec(spec[key], f'{path}["{key}"]')) for key in spec])
     expected = [str(i) for i in range(len(spec))]
     if sorted(spec.keys(), key=lambda k: (len(k), k)) != expected:
         raise ValueError(

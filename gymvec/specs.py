@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -284,7 +284,12 @@ class TensorSpec:
             high = _fmt_number(wide.max()) if wide.numel() else "-"
             raise ValueError(f"{_fmt_key(key)}: values outside {self!r}: got min {low} max {high}")
 
-    def _derive(self, shape: torch.Size, device: torch.device, fn) -> TensorSpec:
+    def _derive(
+        self,
+        shape: torch.Size,
+        device: torch.device | None,
+        fn: Callable[[torch.Tensor], torch.Tensor],
+    ) -> TensorSpec:
         new = copy.copy(self)
         new.shape = shape
         new.device = device
@@ -321,7 +326,9 @@ class TensorSpec:
             and all(torch.equal(getattr(self, f), getattr(other, f)) for f in self._tensor_fields)
         )
 
-    __hash__ = None  # specs are mutable containers of tensors
+    # Specs are mutable containers of tensors. None is how Python marks a class unhashable;
+    # typeshed types object.__hash__ as a method, so mypy rejects the None.
+    __hash__ = None  # type: ignore[assignment]
 
     def _repr_tail(self) -> str:
         return "" if self.device is None or self.device.type == "cpu" else f", device={self.device}"
@@ -330,6 +337,7 @@ class TensorSpec:
 class Bounded(TensorSpec):
     """Values in `[low, high]` (inclusive, per element); infinite bounds allowed for floats."""
 
+    dtype: torch.dtype
     _tensor_fields = ("low", "high")
 
     def __init__(
@@ -375,10 +383,9 @@ class Bounded(TensorSpec):
 
     def rand(self, shape: ShapeLike = (), generator: torch.Generator | None = None) -> torch.Tensor:
         full = self._full_shape(shape)
-        f64 = {"dtype": torch.float64, "device": self.device}
         low = _wide(self.low).to(torch.float64).expand(full)
         high = _wide(self.high).to(torch.float64).expand(full)
-        u = torch.rand(full, generator=generator, **f64)
+        u = torch.rand(full, generator=generator, dtype=torch.float64, device=self.device)
         if _is_int_like(self.dtype):
             # In float64 so the width of an int64 range (up to 2**64) cannot overflow; values at
             # the ends are taken from the exact integer bounds.
@@ -389,7 +396,8 @@ class Bounded(TensorSpec):
             inner = v.clamp(-(2.0**63), 2.0**63 - 1024).to(torch.int64)
             out = torch.where(v >= high, high_i, torch.where(v <= low, low_i, inner))
             return out.to(self.dtype)
-        noise = torch.randn(full, generator=generator, **f64).abs()
+        noise = torch.randn(full, generator=generator, dtype=torch.float64, device=self.device)
+        noise = noise.abs()
         finite_low, finite_high = low.isfinite(), high.isfinite()
         v = torch.where(
             finite_low & finite_high,
@@ -413,6 +421,8 @@ class Bounded(TensorSpec):
 
 class Unbounded(TensorSpec):
     """Any value of the dtype."""
+
+    dtype: torch.dtype
 
     def __init__(self, shape: ShapeLike = (), dtype: Any = torch.float32, device: Any = None):
         self.shape = _as_shape(shape)
@@ -455,6 +465,7 @@ def _check_int_range(cls: str, dtype: torch.dtype, low: int, high: int) -> None:
 class Categorical(TensorSpec):
     """Integers in `[start, start + n)`, the same range for every element."""
 
+    dtype: torch.dtype
     _scalar_fields = ("n", "start")
 
     def __init__(
@@ -515,6 +526,7 @@ class Categorical(TensorSpec):
 class MultiCategorical(TensorSpec):
     """Integers in `[start, start + nvec)` per element; `nvec` may have any shape."""
 
+    dtype: torch.dtype
     _tensor_fields = ("nvec", "start")
 
     def __init__(
@@ -577,6 +589,8 @@ class MultiCategorical(TensorSpec):
 class Binary(TensorSpec):
     """Values 0 or 1. `Binary(n)` has shape `(n,)`; `shape` allows any shape."""
 
+    dtype: torch.dtype
+
     def __init__(
         self,
         n: int | None = None,
@@ -584,16 +598,18 @@ class Binary(TensorSpec):
         dtype: Any = torch.int8,
         device: Any = None,
     ) -> None:
-        if n is None and shape is None:
-            raise ValueError("Binary: give n or shape")
         if n is not None and (isinstance(n, bool) or not isinstance(n, int | np.integer)):
             raise ValueError(f"Binary: n must be an int, got {n!r}")
-        self.shape = _as_shape((n,) if shape is None else shape)
-        if n is not None and (not self.shape or self.shape[-1] != n):
-            raise ValueError(f"Binary: shape {tuple(self.shape)} must end with n={n}")
         # Remembered only so that MultiBinary(3) and MultiBinary((3,)) both round trip
         # (gymnasium compares their `n`, an int or a tuple); not part of equality.
         self._from_int = n is not None and shape is None
+        if shape is None:
+            if n is None:
+                raise ValueError("Binary: give n or shape")
+            shape = (n,)
+        self.shape = _as_shape(shape)
+        if n is not None and (not self.shape or self.shape[-1] != n):
+            raise ValueError(f"Binary: shape {tuple(self.shape)} must end with n={n}")
         self.dtype = _as_dtype(dtype)
         self.device = _as_device(device)
 
@@ -637,6 +653,15 @@ def non_tensor_values(value: Any) -> list | None:
         walk(stack, len(value.batch_size))
         return flat
     return None
+
+
+def object_values(value: Any) -> list:
+    """``non_tensor_values(value)`` of an entry known to hold objects; TypeError for anything
+    else."""
+    values = non_tensor_values(value)
+    if values is None:
+        raise TypeError(f"expected a NonTensorData or NonTensorStack, got {_describe(value)}")
+    return values
 
 
 def non_tensor(values: Sequence[Any], shape: torch.Size) -> Any:
@@ -815,7 +840,7 @@ class Composite(TensorSpec):
             nested = isinstance(spec, Composite)
             if not (leaves_only and nested):
                 yield (name if not prefix else path), spec
-            if nested and include_nested:
+            if isinstance(spec, Composite) and include_nested:
                 yield from spec._walk(path, include_nested, leaves_only)
 
     def items(
@@ -934,9 +959,11 @@ def _stack(specs: list[TensorSpec], path: tuple[str, ...]) -> TensorSpec:
             raise ValueError(
                 f"cannot stack specs{where} ({reason}): spec 0 is {first!r}, spec {i} is {spec!r}"
             )
+    # From here on every spec is of first's class (_mismatch compared the classes).
     if isinstance(first, Composite):
+        composites = cast(list[Composite], specs)
         return Composite(
-            {key: _stack([s[key] for s in specs], (*path, key)) for key in first},
+            {key: _stack([s[key] for s in composites], (*path, key)) for key in first},
             shape=(len(specs), *first.shape),
             device=first.device,
             sequence=first.sequence,
@@ -944,12 +971,14 @@ def _stack(specs: list[TensorSpec], path: tuple[str, ...]) -> TensorSpec:
     if all(spec == first for spec in specs[1:]):
         return first.expand(len(specs))
     if isinstance(first, Bounded):
-        low = torch.stack([s.low for s in specs])
-        high = torch.stack([s.high for s in specs])
+        bounded = cast(list[Bounded], specs)
+        low = torch.stack([s.low for s in bounded])
+        high = torch.stack([s.high for s in bounded])
         return Bounded(low, high, dtype=first.dtype, device=first.device)
     if isinstance(first, MultiCategorical):
-        nvec = torch.stack([s.nvec for s in specs])
-        start = torch.stack([s.start for s in specs])
+        multi = cast(list[MultiCategorical], specs)
+        nvec = torch.stack([s.nvec for s in multi])
+        start = torch.stack([s.start for s in multi])
         return MultiCategorical(nvec, dtype=first.dtype, device=first.device, start=start)
     raise ValueError(f"cannot stack specs at {_fmt_key(path)}: {specs!r}")  # unreachable today
 
@@ -978,10 +1007,15 @@ def spec_leaves(spec: Composite) -> list[LeafSpec]:
 
 def info_fields_of(info_spec: Composite) -> dict[str, InfoField]:
     """The info fields (see ``common.infos``) of an unbatched ``info_spec``."""
-    return {
-        name: InfoField(name, np.ndarray, tuple(spec.shape), torch_to_numpy_dtype(spec.dtype))
-        for name, spec in info_spec.items()
-    }
+    fields = {}
+    for name in info_spec:
+        spec = info_spec[name]
+        if spec.dtype is None:  # a Composite or NonTensor entry
+            raise TypeError(f"info entry {name!r}: {spec!r} has no numeric dtype")
+        fields[name] = InfoField(
+            name, np.ndarray, tuple(spec.shape), torch_to_numpy_dtype(spec.dtype)
+        )
+    return fields
 
 
 def info_spec_of(fields: dict[str, InfoField]) -> Composite:

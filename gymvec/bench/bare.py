@@ -31,6 +31,7 @@ import multiprocessing as mp
 import os
 import time
 from collections.abc import Callable, Sequence
+from multiprocessing.context import ForkContext, SpawnContext
 from typing import Any
 
 import gymnasium as gym
@@ -46,9 +47,24 @@ STEP, RESET, CLOSE = range(3)
 _BLOCK_POLL_S = 1.0  # how often a blocked wait checks that the other side is alive
 
 
+def fork_or_spawn() -> ForkContext | SpawnContext:
+    """The multiprocessing context of the bare references: fork where the platform has it."""
+    if "fork" in mp.get_all_start_methods():
+        return mp.get_context("fork")
+    return mp.get_context("spawn")
+
+
 class BatchArrays:
     """Named numpy views of one buffer: the batch of observations, actions, rewards and flags,
     and ``num_workers`` rows of int64 words. ``new_buffer(nbytes)`` provides the buffer."""
+
+    # Set in __init__ by name, one view per field.
+    words: np.ndarray
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
 
     def __init__(
         self,
@@ -226,19 +242,20 @@ class BareParallel:
         per_worker = n // num_workers
         local_envs = [fn() for fn in env_fns[:per_worker]]
         templates = _templates(local_envs[0], n)
-        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+        ctx = fork_or_spawn()
         self.arrays = BatchArrays(*templates, num_workers, lambda nbytes: ctx.RawArray("b", nbytes))
         self.share = Share(local_envs, self.arrays, 0)
         self.lag = lag
         self.seq = 0
         self.waited = 0  # the last command whose finish the calling process took
         self.workers: list[tuple[Any, Any, Any]] = []  # (process, wake, done)
+        ppid = os.getpid()
         try:
             for w in range(1, num_workers):
                 wake, done = ctx.Semaphore(0), ctx.Semaphore(0)
                 start = w * per_worker
-                args = (list(env_fns[start : start + per_worker]), templates, num_workers)
-                args += (self.arrays.buffer, w, start, wake, done, os.getpid())
+                fns = list(env_fns[start : start + per_worker])
+                args = (fns, templates, num_workers, self.arrays.buffer, w, start, wake, done, ppid)
                 process = ctx.Process(target=_worker, args=args, daemon=True)
                 process.start()
                 self.workers.append((process, wake, done))

@@ -25,7 +25,6 @@ does not hang when a process dies; it is a ceiling, not a vectorizer.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -43,6 +42,7 @@ from gymvec.bench.bare import (
     STEP,
     BatchArrays,
     _templates,
+    fork_or_spawn,
 )
 
 CLOSE = -1
@@ -114,7 +114,7 @@ class BareFirstReady:
         probe = env_fns[0]()
         templates = _templates(probe, n)
         probe.close()
-        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+        ctx = fork_or_spawn()
         self.arrays = BatchArrays(*templates, n, lambda nbytes: ctx.RawArray("b", nbytes))
         self.ready = ctx.Semaphore(0)
         self.flying: list[int] = []  # sub-envs posted and not yet taken back

@@ -215,7 +215,8 @@ def paired_ratio(result: RunnerResult, references: Sequence[RunnerResult]) -> fl
         return statistics.median(
             result.samples[i] / max(ref.samples[i] for ref in references) for i in range(rounds)
         )
-    return result.steps_per_s / max(ref.steps_per_s for ref in references)
+    median = statistics.median  # steps_per_s, here where every result has samples
+    return median(result.samples) / max(median(ref.samples) for ref in references)
 
 
 def run_cases(

@@ -38,12 +38,13 @@ def bytes_per_env(obs_shape: tuple[int, ...], obs_dtype: str) -> tuple[int, int]
     """(bytes in, bytes out) of one sub-env's step with "next" shipped back, from RayEnv's own
     layout of a share (flags and alignment included; one sub-env per share gives the upper
     bound, larger shares amortise the alignment)."""
+    from gymvec.common.structure import LeafSpec
     from gymvec.engine.buffers import BufferLayout
     from gymvec.engine.commands import Control
     from gymvec.engine.ray_worker import ShareLayout
 
     num_envs = 16
-    leaves = [((), obs_shape, np.dtype(obs_dtype))]
+    leaves: list[LeafSpec] = [((), obs_shape, np.dtype(obs_dtype))]
     layout = BufferLayout(num_envs, leaves, [(("action",), (), np.dtype(np.int64))], {})
     share = ShareLayout(layout, num_envs)
     sent = Control.nbytes(num_envs) + share.action.stop - share.action.start

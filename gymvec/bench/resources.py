@@ -32,7 +32,8 @@ def child_pids() -> set[int]:
             pids.update(int(pid) for pid in (task / "children").read_text().split())
         except FileNotFoundError:  # the thread ended meanwhile
             continue
-    tracker = multiprocessing.resource_tracker._resource_tracker._pid
+    # _pid is private (typeshed does not declare it): None until the tracker has started.
+    tracker = getattr(multiprocessing.resource_tracker._resource_tracker, "_pid", None)
     return pids - {tracker}
 
 

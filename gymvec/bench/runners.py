@@ -96,10 +96,12 @@ def worker_layout(num_envs: int, options: RunnerOptions) -> tuple[int, int]:
     the usable cores, then as many envs per worker as that leaves.
     """
     workers, per_worker = options.num_workers, options.envs_per_worker
-    if workers is None and per_worker is None:
-        workers = max(w for w in range(1, min(num_envs, usable_cores()) + 1) if num_envs % w == 0)
     if workers is None:
-        workers = num_envs // per_worker
+        if per_worker is None:
+            cores = min(num_envs, usable_cores())
+            workers = max(w for w in range(1, cores + 1) if num_envs % w == 0)
+        else:
+            workers = num_envs // per_worker
     if per_worker is None:
         per_worker = num_envs // workers
     if workers < 1 or per_worker < 1 or workers * per_worker != num_envs:

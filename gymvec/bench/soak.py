@@ -23,13 +23,16 @@ import gc
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
 from gymvec.bench import resources
 from gymvec.bench.envs import importable_id
+
+if TYPE_CHECKING:
+    from gymvec.vector.dropin import ParallelVectorEnv
 
 SOAK_STEPS = 10**6
 SAMPLES = 10
@@ -147,7 +150,7 @@ class FirstReadyDriver(Driver):
     sub-envs to finish, ``send`` them actions; each sub-env autoresets (NEXT_STEP) on its own,
     and explicit resets wait for every result, so episodes end only by themselves here."""
 
-    def __init__(self, env: gym.vector.VectorEnv, seed: int):
+    def __init__(self, env: ParallelVectorEnv, seed: int):
         from gymnasium.vector.utils import batch_space
 
         self.env, self.num_envs = env, env.num_envs

@@ -32,7 +32,7 @@ class InfoField:
     def accepts(self, value: Any) -> bool:
         if type(value) is not self.kind:
             return False
-        if self.kind is np.ndarray:
+        if isinstance(value, np.ndarray):  # the kind is ndarray (exact type checked above)
             return value.shape == self.shape and value.dtype == self.dtype
         return True
 

@@ -14,7 +14,7 @@ buffers instead of in them; gymnasium's vector envs batch such values as tuples.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from gymnasium import spaces
@@ -64,7 +64,9 @@ def space_leaves(space: spaces.Space, key: tuple[str, ...], path: tuple = ()) ->
         return leaves
     if is_object_space(space):
         return [Leaf(key, path, (), OBJECT)]
-    return [Leaf(key, path, tuple(space.shape), np.dtype(space.dtype))]
+    # An array space: gymnasium types Space.shape as Optional, but these always have one.
+    shape = cast(tuple[int, ...], space.shape)
+    return [Leaf(key, path, tuple(shape), np.dtype(space.dtype))]
 
 
 def leaf_specs(leaves: list[Leaf]) -> list[LeafSpec]:

@@ -17,12 +17,13 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
 import torch
 from tensordict import TensorDict, TensorDictBase, is_non_tensor
+from tensordict import stack as stack_tensordicts
 
 from gymvec.common.fastpath import set_unchecked
 from gymvec.engine.sub_env_kinds import register_kind
@@ -32,11 +33,10 @@ from gymvec.specs import (
     Categorical,
     Composite,
     DeviceLike,
-    ShapeLike,
     TensorSpec,
     Unbounded,
     non_tensor,
-    non_tensor_values,
+    object_values,
 )
 
 DONE_KEYS = ("done", "terminated", "truncated")
@@ -70,7 +70,7 @@ class EnvBase:
     ``_step(td) -> next_td`` and ``_set_seed(seed)``.
     """
 
-    def __init__(self, *, batch_size: ShapeLike = (), device: DeviceLike = None) -> None:
+    def __init__(self, *, batch_size: Sequence[int] = (), device: DeviceLike = None) -> None:
         self.batch_size = torch.Size(batch_size)
         self.device = torch.device("cpu" if device is None else device)
         self.observation_spec = Composite(shape=self.batch_size)
@@ -170,10 +170,11 @@ class EnvBase:
                 td, next_root = self.step_and_maybe_reset(td)
                 steps.append(td)
                 td = next_root
-        return torch.stack(steps, dim=len(self.batch_size))
+        return stack_tensordicts(steps, dim=len(self.batch_size))
 
-    def set_seed(self, seed: int | None) -> None:
-        """Seed the env; the next ``reset()`` starts from that seed."""
+    def set_seed(self, seed: int | Sequence[int | None] | None) -> None:
+        """Seed the env; the next ``reset()`` starts from that seed (a batched env takes one
+        seed, or None, per sub-env too)."""
         self._check_open()
         self._set_seed(seed)
 
@@ -220,7 +221,7 @@ class EnvBase:
     def _step(self, td: TensorDictBase) -> TensorDictBase:
         raise NotImplementedError
 
-    def _set_seed(self, seed: int | None) -> None:
+    def _set_seed(self, seed: int | Sequence[int | None] | None) -> None:
         raise NotImplementedError
 
     def _close(self) -> None:
@@ -277,7 +278,7 @@ def set_next(td: TensorDictBase, next_out: TensorDictBase) -> None:
 def copy_object_rows(dest: TensorDictBase, source: TensorDictBase, key: Any, rows: Any) -> None:
     """``dest[key]`` takes ``source[key]``'s objects at ``rows`` (bools over the flattened
     batch) and keeps its own elsewhere: non-tensor entries cannot be written in place."""
-    current, fresh = non_tensor_values(dest.get(key)), non_tensor_values(source.get(key))
+    current, fresh = object_values(dest.get(key)), object_values(source.get(key))
     merged = [new if row else old for new, old, row in zip(fresh, current, rows)]
     dest.set(key, non_tensor(merged, dest.batch_size))
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -94,7 +95,9 @@ class GymEnv(EnvBase):
         return self.env.render()
 
     # ---- EnvBase ------------------------------------------------------------------------------
-    def _set_seed(self, seed: int | None) -> None:
+    def _set_seed(self, seed: int | Sequence[int | None] | None) -> None:
+        if isinstance(seed, Sequence):  # (gymnasium would refuse it at the reset)
+            raise TypeError(f"GymEnv runs one env: expected an int seed or None, got {seed!r}")
         self._pending_seed = seed
 
     def _reset(self, td: TensorDictBase | None) -> TensorDictBase:
@@ -208,12 +211,12 @@ class GymEnv(EnvBase):
         return f"GymEnv({name})"
 
 
-def observation_spec_from_space(space: spaces.Space) -> Composite:
+def observation_spec_from_space(space: spaces.Space, path: str = "observation_space") -> Composite:
     """The observation spec of a gymnasium observation space: a Dict's keys, or
-    ``"observation"``."""
-    spec = spec_from_space(space, "observation_space", objects=True)
+    ``"observation"``. ``path`` names the space in error messages."""
+    spec = spec_from_space(space, path, objects=True)
     if isinstance(space, spaces.Dict):
-        return spec
+        return cast(Composite, spec)  # what a Dict space converts to
     return Composite({"observation": spec})
 
 

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from tensordict import TensorDict, TensorDictBase
 
 from gymvec.common.infos import InfoField, declared_fields
 from gymvec.common.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
+from gymvec.common.vector_reset import reset_vector_env
 from gymvec.envs.base import (
     DONE_KEYS,
     EnvBase,
@@ -22,14 +22,14 @@ from gymvec.envs.base import (
     copy_shared_rows,
     make_reward_spec,
 )
+from gymvec.envs.gym_env import observation_spec_from_space
 from gymvec.spaces import spec_from_space
 from gymvec.specs import (
-    Composite,
     DeviceLike,
     info_spec_of,
     non_tensor,
-    non_tensor_values,
     numpy_to_torch_dtype,
+    object_values,
 )
 
 PENDING_KEY = "reset_pending"
@@ -135,9 +135,7 @@ class GymVectorEnvWrapper(EnvBase):
         self.obs_leaves: list[Leaf] = observation_leaves(obs_space)
         self.action_leaves: list[Leaf] = space_leaves(action_space, ("action",))
         # Values of spaces without a fixed shape are NonTensorStacks (see envs.structure).
-        obs_spec = spec_from_space(obs_space, "single_observation_space", objects=True)
-        if not isinstance(obs_space, spaces.Dict):
-            obs_spec = Composite({"observation": obs_spec})
+        obs_spec = observation_spec_from_space(obs_space, "single_observation_space")
         self.observation_spec = obs_spec.expand(num_envs)
         action_spec = spec_from_space(action_space, "single_action_space", objects=True)
         self.action_spec = action_spec.expand(num_envs)
@@ -190,7 +188,7 @@ class GymVectorEnvWrapper(EnvBase):
                 "the first reset of GymVectorEnvWrapper must reset every sub-env "
                 f'(got "_reset" {mask.tolist()})'
             )
-        if not mask.any():
+        if not mask.any() and self._root is not None:
             return self._output(self._root)
         seed = self._pending_seed
         from_stash = mask & self._stashed if seed is None else np.zeros(n, dtype=bool)
@@ -199,14 +197,14 @@ class GymVectorEnvWrapper(EnvBase):
         if real.any() and not real.all() and not self.supports_reset_mask:
             defer = self._check_deferrable(real, seed)
 
-        obs = info = None
+        obs, info = None, None  # both set when the vector env resets
         options, self._pending_options = self._pending_options, None
         if real.all():
-            obs, info = self.vector_env.reset(seed=seed, options=options)
+            obs, info = reset_vector_env(self.vector_env, seed, options)
         elif real.any() and not defer:
             # a fresh options dict each call: gymnasium pops "reset_mask" out of it
             options = {**(options or {}), "reset_mask": real.copy()}
-            obs, info = self.vector_env.reset(seed=seed, options=options)
+            obs, info = reset_vector_env(self.vector_env, seed, options)
         self._pending_seed = None
         if info is not None and not self._fields_known:
             self.info_fields = _infer_info_fields(info, n)
@@ -216,11 +214,12 @@ class GymVectorEnvWrapper(EnvBase):
         if self._root is None:
             self._root = self._empty_root()
         root = self._root
-        if obs is not None:
+        if info is not None:
             fresh = self._observation_td(obs, info)
             self._set_rows(root, fresh, real)
         if from_stash.any():
-            self._set_rows(root, self._stash, from_stash)
+            stash = cast(TensorDict, self._stash)  # rows are stashed once a stash exists
+            self._set_rows(root, stash, from_stash)
         if defer:
             self._pending |= real
         elif real.all():
@@ -330,7 +329,7 @@ class GymVectorEnvWrapper(EnvBase):
 
     def _gym_action(self, td: TensorDictBase) -> Any:
         arrays = [
-            tuple(non_tensor_values(td.get(leaf.key)))  # batched as gymnasium does: a tuple
+            tuple(object_values(td.get(leaf.key)))  # batched as gymnasium does: a tuple
             if leaf.is_object
             else td.get(leaf.key).detach().cpu().numpy()
             for leaf in self.action_leaves
@@ -375,7 +374,7 @@ class GymVectorEnvWrapper(EnvBase):
             )
         for leaf in self.obs_leaves:
             if leaf.is_object:
-                values = non_tensor_values(out.get(leaf.key))
+                values = object_values(out.get(leaf.key))
                 for i in np.flatnonzero(done):
                     values[i] = get_leaf(final_obs[i], leaf.path)
                 out.set(leaf.key, non_tensor(values, self.batch_size))
@@ -484,6 +483,7 @@ def _merge_infos(a: dict, b: dict) -> dict:
             out[key], out[f"_{key}"] = value, b[f"_{key}"]
             continue
         rows = b[f"_{key}"]
+        merged: dict | np.ndarray
         if isinstance(value, dict) and isinstance(out[key], dict):
             merged = _merge_infos(out[key], value)
         elif (

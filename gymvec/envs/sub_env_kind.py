@@ -7,7 +7,7 @@ gymnasium spaces from the specs, without importing this layer or torch itself.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from gymnasium import spaces
@@ -129,7 +129,7 @@ def spaces_of_env_base(summary: SubEnvSummary) -> tuple[spaces.Space, spaces.Spa
     """The gymnasium spaces of an ``EnvBase`` sub-env without spaces, from its specs."""
     from gymvec.spaces import spaces_of_specs
 
-    observation_spec, full_action_spec, _ = summary.specs
+    observation_spec, full_action_spec, _ = cast(tuple, summary.specs)  # summarize_env_base sets
     return spaces_of_specs(observation_spec, full_action_spec)
 
 

@@ -18,7 +18,7 @@ import copy
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -32,6 +32,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
+from gymvec.common.vector_reset import reset_vector_env
 from gymvec.integrations import sub_env_ops
 
 __all__ = ["SB3VecEnv", "to_sb3"]
@@ -262,7 +263,7 @@ class SB3VecEnv(VecEnv):
         seeds = self._next_seed()
         groups = _option_groups(self._options)
         if len(groups) == 1:  # one options dict for all: one reset
-            obs, infos = self.vector_env.reset(seed=seeds, options=groups[0][0])
+            obs, infos = reset_vector_env(self.vector_env, seeds, groups[0][0])
             self.reset_infos = _unpack_infos(infos, self.num_envs)
         else:
             # A vector env resets with one options dict: one masked reset per distinct one.
@@ -272,15 +273,14 @@ class SB3VecEnv(VecEnv):
                 # gymnasium's SyncVectorEnv cannot batch the observations of sub-envs never
                 # reset: first all without options, then again those with options (seeded
                 # ones with the same seed)
-                obs, infos = self.vector_env.reset(seed=seeds)
+                obs, infos = reset_vector_env(self.vector_env, seeds)
                 self.reset_infos = _unpack_infos(infos, self.num_envs)
                 groups = [(options, indices) for options, indices in groups if options]
             for options, indices in groups:
                 mask = np.zeros(self.num_envs, dtype=bool)
                 mask[indices] = True
-                obs, infos = self.vector_env.reset(
-                    seed=seeds, options={**(options or {}), "reset_mask": mask}
-                )
+                masked = {**(options or {}), "reset_mask": mask}
+                obs, infos = reset_vector_env(self.vector_env, seeds, masked)
                 unpacked = _unpack_infos(infos, self.num_envs)
                 for i in indices:
                     self.reset_infos[i] = unpacked[i]
@@ -319,7 +319,8 @@ class SB3VecEnv(VecEnv):
                 raise ValueError(
                     f"actions: expected one action per env ({self.num_envs}), got {len(actions)}"
                 )
-            return concatenate(space, list(actions), create_empty_array(space, self.num_envs))
+            empty = create_empty_array(space, self.num_envs)  # a dict or a tuple here
+            return concatenate(space, list(actions), cast("dict[str, Any] | tuple", empty))
         # A dict (or tuple) of batched arrays: already gymnasium's layout.
         return _as_arrays(actions)
 
@@ -356,8 +357,9 @@ class SB3VecEnv(VecEnv):
             unpacked = _unpack_infos(infos["final_info"], self.num_envs)
         final_infos = {}
         for i in finished:
-            has_info = unpacked is not None and _has_entry(infos, "final_info", i)
-            info = unpacked[i] if has_info else {}
+            info = {}
+            if unpacked is not None and _has_entry(infos, "final_info", i):
+                info = unpacked[i]
             last = infos["final_obs"][i]
             # an array, the usual case, copies faster than deepcopy copies it
             info["terminal_observation"] = (

@@ -4,15 +4,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase
+from torchrl.data import Composite as TorchRLComposite
 from torchrl.envs import EnvBase as TorchRLEnvBase
 from torchrl.envs import TransformedEnv
 from torchrl.envs.batched_envs import BatchedEnvBase as TorchRLBatchedEnv
 
 from gymvec.envs.base import DONE_KEYS, EnvBase, _merge_reset, set_next
+from gymvec.specs import Composite
 from gymvec.torchrl.gymvec_wrapper import GymvecWrapper
 from gymvec.torchrl.specs import from_torchrl_spec
 
@@ -56,12 +59,10 @@ class TorchRLEnvWrapper(EnvBase):
         self.torchrl_env = env
         self.num_envs = env.batch_size.numel()
         dims = len(env.batch_size)
-        self.observation_spec = from_torchrl_spec(
-            env.full_observation_spec, dims, "observation_spec"
-        )
-        self.full_action_spec = from_torchrl_spec(env.full_action_spec, dims, "full_action_spec")
+        self.observation_spec = _composite(env.full_observation_spec, dims, "observation_spec")
+        self.full_action_spec = _composite(env.full_action_spec, dims, "full_action_spec")
         self.reward_spec = from_torchrl_spec(env.reward_spec, dims, "reward_spec")
-        self.done_spec = from_torchrl_spec(env.full_done_spec, dims, "done_spec")
+        self.done_spec = _composite(env.full_done_spec, dims, "done_spec")
         self._root: TensorDictBase | None = None
         self._finished = np.zeros(self.num_envs, dtype=bool)
         self._pending_seed: int | None = None
@@ -134,7 +135,7 @@ class TorchRLEnvWrapper(EnvBase):
         self._check_action(td)
         env = self.torchrl_env
         resetting = torch.from_numpy(self._finished.copy()).reshape(*self.batch_size, 1)
-        request = self._root.copy()
+        request = self._current_root().copy()
         request.set("_reset", resetting.to(env.device))
         reset_root = env.reset(request)
         reset_root.pop("_reset", None)
@@ -159,11 +160,14 @@ class TorchRLEnvWrapper(EnvBase):
 
     def _step_input(self, td: TensorDictBase) -> TensorDictBase:
         """The last root with ``td``'s entries (the actions) in it: what torchrl steps from."""
-        if self._root is None:
-            raise RuntimeError("TorchRLEnvWrapper: call reset() before step()")
-        step_input = self._root.copy()
+        step_input = self._current_root().copy()
         step_input.update(td.exclude("next"))
         return step_input
+
+    def _current_root(self) -> TensorDictBase:
+        if self._root is None:
+            raise RuntimeError("TorchRLEnvWrapper: call reset() before step()")
+        return self._root
 
     def _close(self) -> None:
         self.torchrl_env.close(raise_if_closed=False)
@@ -171,6 +175,11 @@ class TorchRLEnvWrapper(EnvBase):
     def __repr__(self) -> str:
         inner = type(self.torchrl_env).__name__
         return f"{type(self).__name__}({inner}, batch_size={tuple(self.batch_size)})"
+
+
+def _composite(spec: TorchRLComposite, batch_dims: int, path: str) -> Composite:
+    """``from_torchrl_spec`` of one of torchrl's full specs (Composites, converted to one)."""
+    return cast(Composite, from_torchrl_spec(spec, batch_dims, path))
 
 
 def _done_rows(next_td: TensorDictBase, n: int) -> np.ndarray:

@@ -124,6 +124,17 @@ def test_set_seed_then_reset_equals_gymnasium_reset_seed(env_id):
     assert_obs_equal(env.reset(), ref.reset()[0])
 
 
+def test_set_seed_refuses_a_list_of_seeds():
+    # one env: a list is refused at set_seed (gymnasium would refuse it only at the reset)
+    env = GymEnv("CartPole-v1")
+    with pytest.raises(TypeError, match="one env"):
+        env.set_seed([1, 2])
+    env.set_seed(4)
+    obs, _ = gym.make("CartPole-v1").reset(seed=4)
+    assert_obs_equal(env.reset(), obs)
+    env.close()
+
+
 def _push_right(td):
     return td.set("action", torch.ones(td.batch_size, dtype=torch.int64))
 

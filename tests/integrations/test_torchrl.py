@@ -495,6 +495,8 @@ def test_from_torchrl_unwraps_a_gymvec_wrapper_and_refuses_lists_of_seeds():
         assert isinstance(wrapper, TorchRLEnvWrapper)
         with pytest.raises(ValueError, match="one int seed"):
             wrapper.set_seed([1, 2])
+        with pytest.raises(RuntimeError, match="call reset"):  # not an AttributeError on None
+            wrapper.autoreset_step(wrapper.rand_action())
     finally:
         wrapper.close()
 
