@@ -194,7 +194,7 @@ class Worker:
         self.wake, self.done = wake, done
         self.spin = Spin(spin_s)
         self.parent = parent if parent is not None else ParentWatch()
-        self.handlers = {
+        self.handlers: dict[int, Callable[[], Any]] = {
             Command.RUN: self.run,
             Command.RUN_WITH_PAYLOAD: self.run_with_payload,
             Command.REQUEST: self.request,
@@ -245,6 +245,7 @@ class Worker:
         """Run the pending first-ready rows, lowest ticket first, publishing each one as
         soon as it is done; returns once none is pending (rows sent meanwhile included)."""
         words = self.row_words  # Python ints: a few are read per row, for a handful of rows
+        assert words is not None  # (a worker that serves first-ready rows is given them)
         start = self.group.start
         rows = range(self.group.stop - start)
         while True:
