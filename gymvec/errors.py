@@ -8,7 +8,7 @@ import multiprocessing
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from gymnasium.error import ClosedEnvironmentError
 
@@ -251,3 +251,14 @@ class UnsupportedSpaceError(TypeError, ValueError):
     for such spaces (code that tells the case by them keeps working), and the ``ValueError``
     that the same class raises for custom spaces.
     """
+
+
+_T = TypeVar("_T")
+
+
+def expect_set(value: _T | None, what: str) -> _T:
+    """``value``, which an earlier step of the same call has set (``what`` says which); a
+    RuntimeError naming it if not: a gymvec bug, never the caller's."""
+    if value is None:
+        raise RuntimeError(f"gymvec internal error: {what} is not set")
+    return value

@@ -75,11 +75,11 @@ def layout_of(
 ) -> tuple[dict[str, InfoField], BufferLayout]:
     """The info fields every task declares alike, and the buffers' layout for the keys of
     every task."""
-    first = summaries[0]
+    declared = [s.info_fields or {} for s in summaries]  # (probe asks each for its fields)
     info_fields = {
         name: field
-        for name, field in first.info_fields.items()
-        if all(s.info_fields.get(name) == field for s in summaries)
+        for name, field in declared[0].items()
+        if all(fields.get(name) == field for fields in declared)
     }
     layout = BufferLayout(
         num_envs,

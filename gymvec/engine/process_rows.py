@@ -28,7 +28,7 @@ from gymvec.engine.worker import (
     Status,
 )
 from gymvec.engine.worker_handles import WorkerHandle
-from gymvec.errors import SubEnvTimeoutError, WorkerError
+from gymvec.errors import SubEnvTimeoutError, WorkerError, expect_set
 
 _ERROR = int(Status.ERROR)
 
@@ -105,7 +105,9 @@ class ProcessRows:
                 words[row, TICKET] = self._tickets
             woken[handle.index] = handle
         if local:
-            (self.local.resend_some if resend else self.local.send_some)(local)
+            # (the rows no worker holds are this process's)
+            executor = expect_set(self.local, "the local share of first-ready rows")
+            (executor.resend_some if resend else executor.send_some)(local)
         for handle in woken.values():  # after every ticket: one wake-up runs them all
             handle.post(Command.RUN_SOME)
             self.unsettled.add(handle)
@@ -175,9 +177,9 @@ class ProcessRows:
         finished = self._finished
         for row in new:
             gathered[row] = 1
-            handle = self.handle_of_row[row]
+            handle = self._worker_of(row)
             base = row * ROW_WORDS
-            payload = self._message(handle, row) if ints[base + ROW_REPLY] else None
+            payload: Any = self._message(handle, row) if ints[base + ROW_REPLY] else None
             if ints[base + ROW_STATUS] == _ERROR:
                 finished[row] = handle.raised(payload)
             else:
@@ -224,7 +226,7 @@ class ProcessRows:
         if ready.acquire(True, poll):
             return
         busy = [row for row in rows if not self._gathered[row]]
-        for handle in dict.fromkeys(self.handle_of_row[row] for row in busy):
+        for handle in dict.fromkeys(self._worker_of(row) for row in busy):
             if not handle.process.is_alive():
                 self._gather(rows)  # what it finished before it died still counts
                 self._lose_worker(handle)
@@ -232,7 +234,7 @@ class ProcessRows:
         if deadline is not None and time.monotonic() >= deadline:
             self._gather(rows)  # one last look: a row may have finished just now
             busy = [row for row in rows if not self._gathered[row]]
-            handles = dict.fromkeys(self.handle_of_row[row] for row in busy)
+            handles = dict.fromkeys(self._worker_of(row) for row in busy)
             workers = sorted(handle.index for handle in handles)
             raise SubEnvTimeoutError(
                 f"first-ready wait: fewer than {min_get} sub-envs finished in time; "
@@ -242,6 +244,10 @@ class ProcessRows:
                     for h in handles
                 ],
             )
+
+    def _worker_of(self, row: int) -> WorkerHandle:
+        """The worker that holds ``row`` (one past this process's share)."""
+        return expect_set(self.handle_of_row[row], f"the worker of row {row}")
 
     def _lose_worker(self, handle: WorkerHandle) -> None:
         """``handle``'s worker is gone: its rows in flight are lost."""

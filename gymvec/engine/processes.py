@@ -17,11 +17,11 @@ import platform
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from gymvec.engine import pickling
+from gymvec.engine import calls, pickling
 from gymvec.engine.commands import Extras
 from gymvec.engine.executor import (
     Blocks,
@@ -53,7 +53,16 @@ from gymvec.engine.worker_handles import (  # noqa: F401  (WorkerHandle: process
     stop_workers,
     unlink_semaphore,
 )
-from gymvec.errors import ClosedEnvError, SpaceMismatchError, SubEnvTimeoutError, WorkerError
+from gymvec.errors import (
+    ClosedEnvError,
+    SpaceMismatchError,
+    SubEnvTimeoutError,
+    WorkerError,
+    expect_set,
+)
+
+if TYPE_CHECKING:
+    from multiprocessing.synchronize import BoundedSemaphore, Semaphore
 
 WORKER_SPIN_S = 200e-6  # how long an idle worker spins before it blocks
 PARENT_SPIN_S = 100e-6  # how long the parent spins on a worker's answer before it blocks
@@ -112,12 +121,12 @@ class ProcessExecutor(Executor):
         self.closing = False  # close() began (maybe in another thread: see closed_error)
         worker_spin_s, parent_spin_s = options.spin_seconds(len(worker_bounds))
         self.parent_spin = Spin(parent_spin_s)
-        self.sync_memory = None
-        self.concurrency = None  # a semaphore that max_concurrency groups share
+        self.sync_memory: Any = None  # (a ctypes array)
+        self.concurrency: BoundedSemaphore | None = None  # one that max_concurrency groups share
         # first-ready commands (see process_rows.py): the row words, the semaphore a
         # finished row posts
-        self.rows_memory = None
-        self.ready = None
+        self.rows_memory: Any = None
+        self.ready: Semaphore | None = None
         deadline = time.monotonic() + options.startup_timeout  # this process's share included
         try:
             self._start(worker_env_fns, worker_bounds, blocks, options, worker_spin_s)
@@ -180,7 +189,8 @@ class ProcessExecutor(Executor):
                 rows_memory=self.rows_memory,
                 ready=self.ready,
             )
-            process = ctx.Process(
+            # (typeshed's BaseContext lacks Process, which every context of get_context has)
+            process = ctx.Process(  # type: ignore[attr-defined]
                 target=worker_main,
                 name=f"gymvec-worker-{w}",
                 args=(args, child_conn, wake, done),
@@ -243,7 +253,7 @@ class ProcessExecutor(Executor):
         handle.ready = True
 
     # ---- commands -----------------------------------------------------------------------------
-    def send(self, call: Call) -> None:
+    def send(self, call: calls.Command) -> None:
         """Start the command on every worker; reset options and the object actions (each
         worker's rows) travel with it. A worker known gone fails it before any is posted."""
         for handle in self.handles:
@@ -266,7 +276,7 @@ class ProcessExecutor(Executor):
             for handle, payload in zip(self.handles, payloads):
                 handle.post(Command.RUN_WITH_PAYLOAD, payload)
 
-    def run_local(self, call: Call, timeout: float | None = None) -> int | None:
+    def run_local(self, call: calls.Command, timeout: float | None = None) -> int | None:
         """Run this process's share of the command (once, even if the wait is resumed; its
         error is raised by :meth:`wait`); returns the stop of its rows (0: none here). It
         cannot be cut short: past ``timeout`` it raises TimeoutError after it."""
@@ -294,7 +304,7 @@ class ProcessExecutor(Executor):
             )
         return local.bounds[-1][1] if local is not None else 0
 
-    def wait(self, call: Call, timeout: float | None = None) -> dict[int, Extras]:
+    def wait(self, call: calls.Command, timeout: float | None = None) -> dict[int, Extras]:
         """Collect every worker's answer (running this process's share first, where
         :meth:`run_local` has not). The share stepped in this process counts against
         ``timeout``, though it cannot be cut short: a wait that outlasts ``timeout`` raises
@@ -309,19 +319,20 @@ class ProcessExecutor(Executor):
             raise closed_error()
         return extras
 
-    def _wait(self, call: Call, timeout: float | None) -> dict[int, Extras]:
+    def _wait(self, call: calls.Command, timeout: float | None) -> dict[int, Extras]:
         deadline = None if timeout is None else time.monotonic() + timeout
         if call.extras is None:  # not run yet
             self.run_local(call, timeout)
+        extras = expect_set(call.extras, "the extras of a command (run_local began it)")
         try:
-            error = self._collect(deadline, into=call.extras)
+            error = self._collect(deadline, into=extras)
         except TimeoutError:
             raise self.busy_error(call, timeout) from None
         if call.local_error is not None:  # the sub-env's own exception, as SerialEnv raises it
             raise call.local_error
         if error is not None:
             raise error
-        return call.extras
+        return extras
 
     def drain(self, call: Call, timeout: float | None = None) -> None:
         """End a call whose wait was interrupted: read the worker processes' answers and drop
@@ -345,7 +356,7 @@ class ProcessExecutor(Executor):
         busy = [
             (h.index, h.process.pid, list(range(h.start, h.stop))) for h in self.handles if h.busy()
         ]
-        what = f"{call.name} request" if call.kind == "request" else call.kind
+        what = f"{call.name} request" if isinstance(call, Request) else call.kind
         where = "; ".join(f"sub-envs {_rows(r)} (worker {w}, pid {pid})" for w, pid, r in busy)
         return SubEnvTimeoutError(
             f"the {what} did not finish within {timeout} s; still busy: {where}", busy
@@ -377,7 +388,7 @@ class ProcessExecutor(Executor):
                     handle.answered = handle.seq
             if reply:
                 if on_reply is None:
-                    into.update(reply)
+                    expect_set(into, "a command wait's extras").update(reply)
                 else:
                     on_reply(handle, reply)
         return error
@@ -410,13 +421,15 @@ class ProcessExecutor(Executor):
 
         deadline = None if timeout is None else time.monotonic() + timeout
         local, asked = call.plan
+        results = expect_set(call.results, "a request's results (request_send began it)")
         if local is not None and not call.local_done:  # while the workers run theirs
             call.local_done = True
             positions, sub_indices, kwargs = local
+            share = expect_set(self.local, "the local share a request asked")
             try:
-                answers = run_request(self.local.groups[0], call.name, sub_indices, kwargs)
+                answers = run_request(share.groups[0], call.name, sub_indices, kwargs)
                 for p, answer in zip(positions, answers):
-                    call.results[p] = answer
+                    results[p] = answer
             except Exception as exc:
                 call.local_error = exc
         positions_of = {handle.index: positions for handle, positions in asked}
@@ -427,7 +440,7 @@ class ProcessExecutor(Executor):
                 errors.append(handle.raised(reply[1]))
             else:
                 for p, answer in zip(positions_of[handle.index], reply[1]):
-                    call.results[p] = answer
+                    results[p] = answer
 
         try:
             died = self._collect(deadline, on_reply, [handle for handle, _ in asked])
@@ -440,7 +453,7 @@ class ProcessExecutor(Executor):
         error = next((e for e in errors if e is not None), died)
         if error is not None:
             raise error
-        return call.results
+        return results
 
     # ---- first-ready commands (see process_rows.py) ---------------------------------------------
     def send_some(self, rows: Sequence[int]) -> None:

@@ -31,6 +31,7 @@ from gymvec.engine.commands import Control, Extras
 from gymvec.engine.executor import (
     Blocks,
     Call,
+    Command,
     Executor,
     Request,
     first_ready_objects_error,
@@ -46,6 +47,7 @@ from gymvec.errors import (
     SpaceMismatchError,
     SubEnvTimeoutError,
     WorkerError,
+    expect_set,
     sub_env_error,
 )
 
@@ -187,7 +189,8 @@ class RayHandle:
 
     def receive(self, reply: bytes | tuple, lane: int, extras: dict[int, Extras]) -> None:
         """Copy an answer of ``run`` into the buffers; its extras into ``extras``."""
-        if type(reply) is bytes:
+        share_extras: dict[int, Extras] | None
+        if isinstance(reply, bytes):
             parts, share_extras = reply, None
         else:
             _, parts, share_extras = reply
@@ -350,7 +353,7 @@ class RayExecutor(Executor):
         return [summary for handle in self.handles for summary in handle.summaries]
 
     # ---- commands -----------------------------------------------------------------------------
-    def send(self, call: Call) -> None:
+    def send(self, call: Command) -> None:
         """One remote call per actor; reset options and object actions (each actor's rows)
         travel cloudpickled with it, all pickled before any call is made."""
         options, objects = call.options, call.action_objects
@@ -368,7 +371,7 @@ class RayExecutor(Executor):
         for handle, payload in zip(self.handles, payloads):
             handle.ref = handle.post(payload, ship_next)
 
-    def wait(self, call: Call, timeout: float | None = None) -> dict[int, Extras]:
+    def wait(self, call: Command, timeout: float | None = None) -> dict[int, Extras]:
         """Collect every actor's answer into the buffers (nothing runs in this process)."""
         handles = [handle for handle in self.handles if handle.ref is not None]
         replies = self._gather(handles, timeout, call.kind)
@@ -521,6 +524,7 @@ class RayExecutor(Executor):
             handle.ref = handle.actor.request.remote(payload)
 
     def request_wait(self, call: Request, timeout: float | None = None) -> list:
+        results = expect_set(call.results, "a request's results (request_send began it)")
         handles = [handle for handle, _ in call.plan]
         replies = self._gather(handles, timeout, f"request {call.name!r}")
         error = None
@@ -531,10 +535,10 @@ class RayExecutor(Executor):
                 error = error or handle.raised(reply[1])
             else:
                 for p, answer in zip(positions, reply[1]):
-                    call.results[p] = answer
+                    results[p] = answer
         if error is not None:
             raise error
-        return call.results
+        return results
 
     # ---- lifetime -----------------------------------------------------------------------------
     def close(self) -> None:

@@ -130,15 +130,15 @@ class RayWorker:
             env_fns = cloudpickle.loads(spec.env_fns_payload)
             if spec.env_specs_payload is not None:
                 add_missing_env_specs(cloudpickle.loads(spec.env_specs_payload))
-            self._build(env_fns, spec)
-            ready = ready_message(self.executor.summaries())
+            self.executor = executor = self._build(env_fns, spec)
+            ready = ready_message(executor.summaries())
         except SpaceMismatchError as exc:  # not the worker's fault: raised as it is
             return ("mismatch", (str(exc), exc.kind))
         except BaseException as exc:
             return ("error", error_detail(exc))
         return ("ready", ready, _node_id())
 
-    def _build(self, env_fns: list[Callable[[], Any]], spec: WorkerSpec) -> None:
+    def _build(self, env_fns: list[Callable[[], Any]], spec: WorkerSpec) -> Executor:
         share = ShareLayout(spec.parent_layout, len(env_fns))
         layout = share.layout
         processes = min(spec.worker_processes, len(env_fns))
@@ -154,8 +154,7 @@ class RayWorker:
             control_memory, dtype=np.uint8, count=Control.nbytes(len(env_fns))
         )
         if processes == 1:
-            self.executor = LocalExecutor.build([env_fns], [0], blocks)
-            return
+            return LocalExecutor.build([env_fns], [0], blocks)
         from gymvec.engine.processes import ProcessExecutor, ProcessOptions
 
         sizes = [len(part) for part in np.array_split(np.arange(len(env_fns)), processes)]
@@ -163,7 +162,14 @@ class RayWorker:
         bounds = [(end - size, end) for size, end in zip(sizes, ends)]
         options = ProcessOptions(start_method=spec.start_method, local_worker=True)
         groups = [env_fns[start:stop] for start, stop in bounds]
-        self.executor = ProcessExecutor(groups, bounds, blocks, options)
+        return ProcessExecutor(groups, bounds, blocks, options)
+
+    def _started(self) -> Executor:
+        """The executor of the share's sub-envs (one not started or closed raises, as the
+        call's error)."""
+        if self.executor is None:
+            raise RuntimeError(f"RayEnv worker {self.index} has no sub-envs (closed)")
+        return self.executor
 
     def close(self) -> tuple | None:
         """Close the sub-envs (and the share's processes); a close error comes back."""
@@ -204,8 +210,9 @@ class RayWorker:
         if touched is None:
             touched = self._touch.setdefault(modes, _touched(modes))
         try:
-            self.executor.send(call)
-            extras = self.executor.wait(call)
+            executor = self._started()
+            executor.send(call)
+            extras = executor.wait(call)
         except BaseException as exc:
             return ("error", error_detail(exc))
         root, next_, autoreset = touched
@@ -230,8 +237,9 @@ class RayWorker:
         values = kwargs.pop("values", None)
         call = Request(name, indices, kwargs, values)
         try:
-            self.executor.request_send(call)
-            return ("ok", self.executor.request_wait(call))
+            executor = self._started()
+            executor.request_send(call)
+            return ("ok", executor.request_wait(call))
         except Exception as exc:
             return ("raise", error_detail(exc))
 

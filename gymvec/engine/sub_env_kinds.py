@@ -130,7 +130,7 @@ def summarize(env: Any, declared_infos: bool = False) -> SubEnvSummary:
 def spaces_of_summary(summary: SubEnvSummary) -> tuple[spaces.Space, spaces.Space]:
     """The gymnasium observation and action space of a sub-env (from its specs where it is
     a gymvec ``EnvBase`` without spaces)."""
-    if summary.observation_space is not None:
+    if summary.observation_space is not None and summary.action_space is not None:
         return summary.observation_space, summary.action_space
     if not _KINDS:
         raise TypeError("a sub-env summary without spaces, and no sub-env kind to read its specs")

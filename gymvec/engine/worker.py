@@ -49,7 +49,7 @@ import cloudpickle
 from gymvec.engine.buffers import BufferLayout, Buffers
 from gymvec.engine.commands import Control
 from gymvec.engine.subenvs import SubEnvGroup, SubEnvSummary, run_request
-from gymvec.errors import SpaceMismatchError, error_detail
+from gymvec.errors import SpaceMismatchError, error_detail, expect_set
 
 SYNC_WORDS = 8  # int64 words per worker: one 64-byte cache line
 # BUILDING: 1 + the sub-env whose factory runs during start-up (0: none), for the start-up error
@@ -194,7 +194,7 @@ class Worker:
         self.wake, self.done = wake, done
         self.spin = Spin(spin_s)
         self.parent = parent if parent is not None else ParentWatch()
-        self.handlers = {
+        self.handlers: dict[int, Callable[[], Any]] = {
             Command.RUN: self.run,
             Command.RUN_WITH_PAYLOAD: self.run_with_payload,
             Command.REQUEST: self.request,
@@ -244,7 +244,8 @@ class Worker:
     def run_some(self) -> None:
         """Run the pending first-ready rows, lowest ticket first, publishing each one as
         soon as it is done; returns once none is pending (rows sent meanwhile included)."""
-        words = self.row_words  # Python ints: a few are read per row, for a handful of rows
+        # Python ints: a few are read per row, for a handful of rows
+        words = expect_set(self.row_words, "the row words of a worker serving first-ready rows")
         start = self.group.start
         rows = range(self.group.stop - start)
         while True:

@@ -87,7 +87,7 @@ class WorkerHandle:
             wait_for(self.words, DONE_SEQ, self.seq, self.done, spin, self.alive, timeout)
         except PeerDied:
             raise self.died() from None
-        reply = None
+        reply: Any = None  # (an ErrorDetail where the worker raised)
         try:
             # Answered from here on: an interrupt below either cuts the reply (the worker is
             # stopped) or comes after it was read whole; never is a reply read twice.

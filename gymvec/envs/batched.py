@@ -136,7 +136,7 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         self._pending_seeds: list[int | None] | None = None
         self.last_extras: dict[int, Extras] = {}
         self._sent: dict[int, TensorDictBase] = {}  # first-ready steps: each row as sent
-        self._row_specs: dict[tuple, TensorSpec] = {}  # (key, K) -> the leaf spec of K rows
+        self._row_specs: dict[tuple | str, TensorSpec] = {}  # see FirstReadyBatches
         self.engine = BatchEngine(factories, backend, timeout=timeout)
         try:
             self._set_specs(self.engine.summaries)

@@ -8,7 +8,7 @@ it uses the batched env's engine, buffers, views and specs, which ``BatchedEnvBa
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -16,7 +16,13 @@ from tensordict import TensorDict, TensorDictBase
 
 from gymvec.common.fastpath import tensordict_unchecked
 from gymvec.engine.commands import Autoreset
-from gymvec.specs import non_tensor, non_tensor_values, torch_to_numpy_dtype
+from gymvec.specs import non_tensor, object_values
+
+if TYPE_CHECKING:
+    from gymvec.engine.buffers import Buffers
+    from gymvec.engine.commands import Extras
+    from gymvec.engine.engine import BatchEngine
+    from gymvec.specs import Composite, TensorSpec
 
 _CPU = torch.device("cpu")
 ENV_INDEX = "env_index"  # the first-ready rows' sub-env indices (int64 [K])
@@ -24,6 +30,30 @@ ENV_INDEX = "env_index"  # the first-ready rows' sub-env indices (int64 [K])
 
 class FirstReadyBatches:
     """The first-ready verbs of a batched env (see the module)."""
+
+    if TYPE_CHECKING:  # what the host class (BatchedEnvBase, an EnvBase) provides
+        engine: BatchEngine
+        num_envs: int
+        device: torch.device
+        heterogeneous: bool
+        full_action_spec: Composite
+        reward_spec: TensorSpec
+        last_extras: dict[int, Extras]
+        _pending_seeds: list[int | None] | None
+        _sent: dict[int, TensorDictBase]
+        # (key, K) -> the leaf spec of K rows; "of" -> the full_action_spec they came from
+        _row_specs: dict[tuple | str, TensorSpec]
+        _root_arrays: dict
+        _next_arrays: dict
+        _reward_array: np.ndarray
+        _action_keys: list[tuple]
+        _action_arrays: list[np.ndarray]
+        _object_action_keys: list[tuple[tuple, tuple]]  # (tensordict key, buffer key)
+
+        @property
+        def buffers(self) -> Buffers: ...
+
+        def _check_open(self) -> None: ...
 
     def async_step_send(self, td: TensorDictBase) -> None:
         """Step the sub-envs that ``td["env_index"]`` names (int64 ``[K]``; without it, all
@@ -63,9 +93,10 @@ class FirstReadyBatches:
         ready = self.engine.async_recv("step", min_get, timeout=timeout)
         rows = ready.indices
         self.last_extras = ready.extras
-        out = torch.stack([self._sent.pop(row) for row in rows.tolist()])
+        # (a TensorDict: torch.stack dispatches to tensordict's, which torch's stubs cannot say)
+        out = cast(TensorDictBase, torch.stack([self._sent.pop(row) for row in rows.tolist()]))
         next_out = self._rows_output(self._next_arrays, rows, self.buffers.next.objects)
-        reward = self._reward_array[rows].astype(torch_to_numpy_dtype(self.reward_spec.dtype))
+        reward = self._reward_array[rows].astype(self.reward_spec.numpy_dtype)
         next_out.set("reward", torch.from_numpy(reward).to(self.device))
         out.set("next", next_out)
         return out
@@ -139,7 +170,7 @@ class FirstReadyBatches:
         for key, buffer_key in self._object_action_keys:
             action = td.get(key, None)
             self.full_action_spec[key].unbatch().expand(k).validate(action, key)
-            self.engine.write_action_rows(buffer_key, rows, non_tensor_values(action))
+            self.engine.write_action_rows(buffer_key, rows, object_values(action))
 
     def _rows_output(self, arrays: dict, rows: np.ndarray, objects: dict) -> TensorDictBase:
         """Copies of the rows ``rows`` of ``arrays`` (a tree, see ``_numpy_tree``), with the
