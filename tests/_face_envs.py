@@ -286,6 +286,35 @@ class CountEnv(gym.Env):
         return self.count, int(action), self.count == self.max_count, False, {}
 
 
+class LooseDtypeEnv(gym.Env):
+    """A float32 Box whose observations come back as float64 arrays when ``loose`` (many
+    envs do that), else as float32; episodes of ``length`` steps, observation = the count."""
+
+    observation_space = spaces.Box(0.0, 100.0, (3,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, loose: bool, length: int):
+        self.dtype = np.float64 if loose else np.float32
+        self.length = length
+        self.count = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.full(3, self.count + 0.1, dtype=self.dtype)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.count = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.count += 1
+        return self._obs(), 1.0, self.count == self.length, False, {}
+
+
+def make_loose_dtype(loose: bool, length: int) -> gym.Env:
+    return LooseDtypeEnv(loose, length)
+
+
 class UnreadyEnv(gym.Env):
     """Cannot step before ``limit`` is set (gymnasium's own tests set such attributes with
     ``set_attr`` after building the vector env); with ``needs_options``, cannot reset without

@@ -28,7 +28,8 @@ class Mode(enum.IntFlag):
     RESET_INTO_NEXT = 16  # resets write "next": reset obs and info, reward 0, flags False
     SEED = 32  # RESET uses the seed in the control block
     KEEP_FINAL_OBS = 64  # with AUTORESET: a finished sub-env's last observation, as it returned
-    # it, goes back with the answer (gymnasium's SAME_STEP hands that object out)
+    # it, goes back with the answer where "next"'s buffer row does not hold it exactly
+    # (gymnasium's SAME_STEP hands that object out; see drivers.final_obs_to_keep)
 
 
 # Plain ints for the hot loops: IntFlag arithmetic costs microseconds per operation.
@@ -155,9 +156,10 @@ class Extras:
     ``root``/``next``: the entries of the info it returned that have no buffer field (see
     ``common.infos``), for the info of a reset into the root and for the info of a step (or
     of a reset into "next"). ``final_obs``: with KEEP_FINAL_OBS, the last observation of a
-    sub-env the step reset, as the sub-env returned it. ``objects``: the values of object
-    observation leaves (see ``BufferLayout``) that a worker process sends back,
-    ``(root values, next values)``; the engine stores them and clears the field.
+    sub-env the step reset, as the sub-env returned it, unless "next"'s buffer row holds it
+    exactly (an array of the row's dtype and shape), where it is left. ``objects``: the
+    values of object observation leaves (see ``BufferLayout``) that a worker process sends
+    back, ``(root values, next values)``; the engine stores them and clears the field.
     """
 
     root: dict | None = None

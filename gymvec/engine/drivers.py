@@ -55,6 +55,17 @@ from gymvec.errors import SpaceMismatchError
 # needs them (a gymvec EnvBase sub-env has already imported them by being built).
 
 
+def final_obs_to_keep(value: Any, form: tuple | None, lane: int) -> Any:
+    """What KEEP_FINAL_OBS sends back of a finished sub-env's last observation ``value``:
+    NOTHING where "next"'s own buffer row holds it exactly (an ndarray of the row's dtype and
+    shape ``form``, written outside any observation lane), for front ends read it there; else
+    ``value`` itself, as the sub-env returned it. Most steps that finish a sub-env then send
+    nothing beside the buffers."""
+    if lane == 0 and type(value) is np.ndarray and (value.dtype, value.shape) == form:
+        return NOTHING
+    return value
+
+
 def _row_store(slot: Slot, leaf: Any) -> Any:
     return slot.objects[leaf.key] if leaf.is_object else slot.obs[leaf.key]
 
@@ -86,6 +97,10 @@ class GymDriver:
             store.shape[1:] if isinstance(store, np.ndarray) else None for store in self.next_obs
         ]
         self.plain_obs = len(self.obs_paths) == 1 and self.obs_paths[0] == ()
+        # The dtype and shape of the one observation array (None: other observations): its
+        # buffer row holds an ndarray observation of that form exactly (final_obs_to_keep).
+        store = self.next_obs[0] if self.plain_obs else None
+        self.obs_form = (store.dtype, store.shape[1:]) if isinstance(store, np.ndarray) else None
         self.action_space = gym_env.action_space
         self.action_leaves = space_leaves(gym_env.action_space, ("action",))
         self.action_arrays = [
@@ -245,8 +260,10 @@ class CommandRunner:
         return [k for k in stepping if drivers[k].step()]
 
     def final_obs(self, k: int) -> Any:
-        """The last observation sub-env ``k`` returned from a step, as it returned it."""
-        return self.drivers[k].step_value
+        """What KEEP_FINAL_OBS sends back of row ``k``'s last observation (see
+        :func:`final_obs_to_keep`)."""
+        driver = self.drivers[k]
+        return final_obs_to_keep(driver.step_value, driver.obs_form, self.lane)
 
     def run(self, modes: bytes, seeds: np.ndarray, options: dict | None) -> dict[int, Extras]:
         """Carry out ``modes`` (one byte per row); returns the extras by sub-env index."""
@@ -338,6 +355,7 @@ class BatchStep(CommandRunner):
         self.wide_actions = None if wide is None else (wide[0][rows], wide[1][start : start + 1])
         self.wide_in_use = None if wide is None else wide[1][rows]  # per row: first-ready
         self.obs = drivers[0].next_obs[0][rows]
+        self.obs_form = drivers[0].obs_form
         slot = buffers.next
         self.reward, self.done = buffers.reward[rows], slot.done[rows]
         self.terminated, self.truncated = slot.terminated[rows], slot.truncated[rows]
@@ -401,9 +419,11 @@ class BatchStep(CommandRunner):
             self.sync_root(self.rows)  # then the resets overwrite their rows
             for k in done_rows:
                 driver = drivers[k]
-                if driver.extras is None:
-                    driver.extras = Extras()
-                driver.extras.final_obs = self.last_obs[k]
+                final = self.final_obs(k)
+                if final is not NOTHING:
+                    if driver.extras is None:
+                        driver.extras = Extras()
+                    driver.extras.final_obs = final
                 driver.reset(root, None, None)
             return take_extras(drivers) if done_rows or self.wrote_extras else {}
         if not modes.translate(None, self.step_or_next_reset):  # only those two modes
@@ -432,7 +452,7 @@ class BatchStep(CommandRunner):
         return self._write([steps[k](action) for k, action in zip(stepping, actions)], stepping)
 
     def final_obs(self, k: int) -> Any:
-        return self.last_obs[k]
+        return final_obs_to_keep(self.last_obs[k], self.obs_form, self.lane)
 
     def sync_root(self, rows: Any) -> None:
         # this runner's steps and resets write the lane in use (see use_lane)

@@ -275,8 +275,9 @@ class BatchEngine:
     ) -> None:
         """Step every sub-env with the actions in ``buffers.action`` (see :class:`Autoreset`
         for what happens to finished sub-envs); the transitions land in ``buffers.next``.
-        After a SAME_STEP step the root is current for every sub-env, and each sub-env it
-        reset has its last observation, as it returned it, in its extras (``final_obs``).
+        After a SAME_STEP step the root is current for every sub-env, and the last
+        observation of each sub-env it reset is in ``buffers.next``, or, where that cannot hold
+        it exactly, in its extras as the sub-env returned it (``final_obs``).
 
         ``handout``: the caller hands "next"'s observations out: they go to a free
         observation lane where there is one (see :class:`Received`). Object actions

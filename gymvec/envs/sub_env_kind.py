@@ -75,6 +75,7 @@ class TensorDictDriver:
         self.extras: Extras | None = None
         self.next_value: Any = NOTHING  # its observations are in the buffers only
         self.step_value: Any = NOTHING
+        self.obs_form = None  # (see GymDriver: its observations are the buffers' own)
         self._pending_seed: int | None = None
 
     def fields_changed(self) -> None:

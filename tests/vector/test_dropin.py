@@ -127,6 +127,25 @@ def test_same_step_final_obs_are_in_the_single_space(vector_cls):
     env.close()
 
 
+@pytest.mark.parametrize("loose", [False, True], ids=["float32-obs", "float64-obs"])
+def test_same_step_final_obs_as_the_sub_envs_returned_them(vector_cls, loose):
+    """An observation its buffer row holds exactly is read back from it; one it does not (a
+    float64 array for a float32 space) travels as the object returned: either way
+    ``final_obs`` equals SyncVectorEnv's, dtype included."""
+    fns = [functools.partial(fe.make_loose_dtype, loose, length) for length in (2, 3, 2)]
+    ends = fe.run_against_sync(vector_cls, fns, AutoresetMode.SAME_STEP, steps=7)
+    assert (ends >= 2).all()
+    env = vector_cls(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    env.reset(seed=0)
+    env.step(np.zeros(3, dtype=np.int64))
+    *_, infos = env.step(np.zeros(3, dtype=np.int64))
+    assert infos["_final_obs"].tolist() == [True, False, True]
+    expected = np.float64 if loose else np.float32
+    assert [obs.dtype for obs in infos["final_obs"][[0, 2]]] == [expected, expected]
+    np.testing.assert_array_equal(infos["final_obs"][0], np.full(3, 2.1, expected))
+    env.close()
+
+
 # ---- observation_mode ---------------------------------------------------------------------
 def bounds_fns(highs, sizes=(3, 3, 3)):
     return [functools.partial(fe.make_bounds, h, s) for h, s in zip(highs, sizes)]
