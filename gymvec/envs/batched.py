@@ -39,9 +39,8 @@ from gymvec.specs import (
     TensorSpec,
     info_spec_of,
     non_tensor,
-    non_tensor_values,
+    object_values,
     stack_specs,
-    torch_to_numpy_dtype,
 )
 
 _CPU = torch.device("cpu")
@@ -252,7 +251,7 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         for key, buffer_key in self._object_action_keys:
             action = td.get(key, None)
             self.full_action_spec[key].validate(action, key)
-            self.engine.write_action(buffer_key, non_tensor_values(action))
+            self.engine.write_action(buffer_key, object_values(action))
 
     def _action_slots(self) -> list[ActionSlot]:
         """(key, leaf spec, buffer view, its numpy array, the spec's array check) per action
@@ -283,7 +282,7 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
                     view[i].copy_(row.get(key))
             for key, buffer_key in self._object_action_keys:
                 if key in keys["action"]:
-                    values = non_tensor_values(row.get(key))
+                    values = object_values(row.get(key))
                     self.engine.write_action_rows(buffer_key, np.array([i]), values)
 
     def _handout(self) -> bool:
@@ -336,7 +335,7 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         plan = self._flat_plan_made
         if plan is not None and plan.reward_spec is self.reward_spec:
             return plan
-        reward_dtype = self._reward_numpy_dtype()
+        reward_dtype = self.reward_spec.numpy_dtype
         sources = [*self._next_arrays.values(), self._reward_array]
         made = [(array.shape, array.dtype) for array in sources[:-1]]
         made.append((self._reward_array.shape, reward_dtype))
@@ -414,7 +413,7 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
             reward = self._reward_view.to(self.device, self.reward_spec.dtype, copy=True)
             out.set("reward", reward)
         else:
-            reward = self._reward_array.astype(self._reward_numpy_dtype())
+            reward = self._reward_array.astype(self.reward_spec.numpy_dtype)
             made = {"reward": torch.from_numpy(reward)}
             lane_key = self._lane_key
             if lane is not None and lane_key is not None:
@@ -426,16 +425,9 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         """``_next_output`` of flat trees on the CPU, without lanes."""
         from_numpy = torch.from_numpy
         entries = {key: from_numpy(array.copy()) for key, array in self._next_arrays.items()}
-        reward = self._reward_array.astype(self._reward_numpy_dtype())
+        reward = self._reward_array.astype(self.reward_spec.numpy_dtype)
         entries["reward"] = from_numpy(reward)
         return tensordict_unchecked(entries, self.batch_size, _CPU, flat=True)
-
-    def _reward_numpy_dtype(self) -> np.dtype:
-        """The reward spec's dtype, in numpy (rewards are cast to it on the way out)."""
-        dtype = self.reward_spec.dtype
-        if dtype is None:
-            raise TypeError(f"reward_spec: expected a spec with a dtype, got {self.reward_spec}")
-        return torch_to_numpy_dtype(dtype)
 
     def _per_task(self, out: TensorDictBase) -> TensorDictBase:
         """In a heterogeneous batch, a lazy stack where each sub-env keeps only its keys."""

@@ -29,7 +29,7 @@ from gymvec.engine.layout_probe import masked_seeds
 from gymvec.envs.base import EnvBase, copy_shared_rows
 from gymvec.envs.sub_env_kind import buffer_tensordict
 from gymvec.spaces import spaces_of_specs
-from gymvec.specs import info_fields_of, non_tensor, non_tensor_values, spec_leaves
+from gymvec.specs import info_fields_of, non_tensor, object_values, spec_leaves
 
 
 @runtime_checkable
@@ -291,7 +291,7 @@ class TensorDictEngine:
         object observations."""
         copy_shared_rows(target, source, rows, skip=("next", "action"))
         for key, objects in slot.objects.items():
-            values = non_tensor_values(source.get(key)) or []
+            values = object_values(source.get(key))
             for i in np.flatnonzero(rows).tolist():
                 objects[i] = values[i]
 
