@@ -202,16 +202,16 @@ class Slot:
         # splitting the contiguous last axis of a strided view: a view, never a copy
         self.info[name] = raw.view(field.dtype).reshape(len(raw), *field.shape)
 
-    def copy_rows(self, other: Slot, rows: Any, lane: np.ndarray | None = None) -> None:
-        """Copy ``other``'s observations, infos and flags at ``rows`` into this slot; the
-        observations from ``lane`` instead where given (an observation lane, see
-        ``BufferLayout``: its batch has one observation array)."""
-        for key, array in self.obs.items():
-            array[rows] = (other.obs[key] if lane is None else lane)[rows]
-        for key, objects in self.objects.items():
-            source = other.objects[key]
-            for i in _row_indices(rows, len(objects)):
-                objects[i] = source[i]
+    def copy_rows(self, other: Slot, rows: Any, observations: bool = True) -> None:
+        """Copy ``other``'s observations (unless ``observations`` is False), infos and flags
+        at ``rows`` into this slot."""
+        if observations:
+            for key, array in self.obs.items():
+                array[rows] = other.obs[key][rows]
+            for key, objects in self.objects.items():
+                source = other.objects[key]
+                for i in _row_indices(rows, len(objects)):
+                    objects[i] = source[i]
         for name, array in self.info.items():
             array[rows] = other.info[name][rows]
         self.info_present[rows] = other.info_present[rows]

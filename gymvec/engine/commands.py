@@ -24,11 +24,13 @@ class Mode(enum.IntFlag):
     STEP = 1  # step with the action in the buffers; the transition goes to "next"
     RESET = 2  # reset; the result goes to the root (or to "next" with RESET_INTO_NEXT)
     AUTORESET = 4  # with STEP: if the sub-env finished, reset it into the root
-    SYNC_ROOT = 8  # root <- next for a sub-env that was not reset into the root
+    SYNC_ROOT = 8  # root <- next for a sub-env that was not reset into the root (but the
+    # observations, in a command into an observation lane: the lane holds them)
     RESET_INTO_NEXT = 16  # resets write "next": reset obs and info, reward 0, flags False
     SEED = 32  # RESET uses the seed in the control block
     KEEP_FINAL_OBS = 64  # with AUTORESET: a finished sub-env's last observation, as it returned
-    # it, goes back with the answer where "next"'s buffer row does not hold it exactly
+    # it, goes back with the answer where the buffer row the step wrote ("next"'s own, or the
+    # observation lane's) does not hold it exactly
     # (gymnasium's SAME_STEP hands that object out; see drivers.final_obs_to_keep)
 
 
@@ -41,12 +43,13 @@ _INT64 = np.iinfo(np.int64)
 
 # SAME_STEP's modes, whichever front end steps: the finished sub-envs reset into the root, with
 # their last observation kept, and the root of the others brought up to date, so that after
-# the step the root holds every sub-env's current observation and "next" every transition.
+# the step the root holds every sub-env's current observation (in a step into an observation
+# lane, the lane holds those of the others) and "next" every transition.
 SAME_STEP_MODES = STEP | AUTORESET | KEEP_FINAL_OBS | SYNC_ROOT
 
 # The modes of a command whose observations may go to an observation lane: each writes its
 # sub-env's "next" observation (so the lane holds the whole batch after it); a SYNC_ROOT
-# among them reads the lane (see ``CommandRunner.sync_root``).
+# among them leaves the root's observations to the lane (see ``CommandRunner.sync_root``).
 LANE_MODES = frozenset((STEP, SAME_STEP_MODES, RESET_NEXT))
 
 # NEXT_STEP's modes from the bytes of the finished flags: False -> step, True -> reset

@@ -55,13 +55,13 @@ from gymvec.errors import SpaceMismatchError
 # needs them (a gymvec EnvBase sub-env has already imported them by being built).
 
 
-def final_obs_to_keep(value: Any, form: tuple | None, lane: int) -> Any:
+def final_obs_to_keep(value: Any, form: tuple | None) -> Any:
     """What KEEP_FINAL_OBS sends back of a finished sub-env's last observation ``value``:
-    NOTHING where "next"'s own buffer row holds it exactly (an ndarray of the row's dtype and
-    shape ``form``, written outside any observation lane), for front ends read it there; else
-    ``value`` itself, as the sub-env returned it. Most steps that finish a sub-env then send
-    nothing beside the buffers."""
-    if lane == 0 and type(value) is np.ndarray and (value.dtype, value.shape) == form:
+    NOTHING where the buffer row the step wrote holds it exactly (an ndarray of the row's
+    dtype and shape ``form``; the row is "next"'s own, or the observation lane's the command
+    wrote), for front ends read it there; else ``value`` itself, as the sub-env returned
+    it. Most steps that finish a sub-env then send nothing beside the buffers."""
+    if type(value) is np.ndarray and (value.dtype, value.shape) == form:
         return NOTHING
     return value
 
@@ -263,7 +263,7 @@ class CommandRunner:
         """What KEEP_FINAL_OBS sends back of row ``k``'s last observation (see
         :func:`final_obs_to_keep`)."""
         driver = self.drivers[k]
-        return final_obs_to_keep(driver.step_value, driver.obs_form, self.lane)
+        return final_obs_to_keep(driver.step_value, driver.obs_form)
 
     def run(self, modes: bytes, seeds: np.ndarray, options: dict | None) -> dict[int, Extras]:
         """Carry out ``modes`` (one byte per row); returns the extras by sub-env index."""
@@ -320,10 +320,12 @@ class CommandRunner:
         return take_extras(drivers)
 
     def sync_root(self, rows: Any) -> None:
-        """Copy "next" into the root at ``rows`` (buffer rows): SYNC_ROOT. The drivers of
-        this runner write lane 0 during a command (``run`` hands the rows to the lane after
-        it), so "next"'s own observations are the current ones."""
-        self.root.copy_rows(self.next, rows)
+        """Copy "next" into the root at ``rows`` (buffer rows): SYNC_ROOT. In a command into
+        an observation lane, all but the observations: the lane holds them, its caller reads
+        them there, and the engine books these rows' root as stale (a later SYNC_ROOT copies
+        them from lane 0, which the runner gives the observations back first, see
+        ``use_lane``). So a step into a lane copies no observation twice."""
+        self.root.copy_rows(self.next, rows, observations=not self.lane)
 
     def reset_into_next(self, k: int) -> None:
         """Sub-env ``k`` was just reset into "next" (a hook for :class:`BatchStep`)."""
@@ -452,11 +454,7 @@ class BatchStep(CommandRunner):
         return self._write([steps[k](action) for k, action in zip(stepping, actions)], stepping)
 
     def final_obs(self, k: int) -> Any:
-        return final_obs_to_keep(self.last_obs[k], self.obs_form, self.lane)
-
-    def sync_root(self, rows: Any) -> None:
-        # this runner's steps and resets write the lane in use (see use_lane)
-        self.root.copy_rows(self.next, rows, self.obs_lanes[self.lane] if self.lane else None)
+        return final_obs_to_keep(self.last_obs[k], self.obs_form)
 
     def reset_into_next(self, k: int) -> None:
         self.last_obs[k] = self.drivers[k].next_value

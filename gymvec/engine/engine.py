@@ -276,12 +276,16 @@ class BatchEngine:
         """Step every sub-env with the actions in ``buffers.action`` (see :class:`Autoreset`
         for what happens to finished sub-envs); the transitions land in ``buffers.next``.
         After a SAME_STEP step the root is current for every sub-env, and the last
-        observation of each sub-env it reset is in ``buffers.next``, or, where that cannot hold
-        it exactly, in its extras as the sub-env returned it (``final_obs``).
+        observation of each sub-env it reset is in ``buffers.next`` (or the lane, below), or,
+        where that cannot hold it exactly, in its extras as the sub-env returned it
+        (``final_obs``).
 
         ``handout``: the caller hands "next"'s observations out: they go to a free
-        observation lane where there is one (see :class:`Received`). Object actions
-        (``buffers.action_objects``, see ``BufferLayout``) travel with the command.
+        observation lane where there is one (see :class:`Received`). A SAME_STEP step into a
+        lane leaves the root's observations of the sub-envs it did not reset in the lane
+        only (``Received.observations``; the root buffer holds those of the reset ones): one
+        copy fewer of every observation. Object actions (``buffers.action_objects``, see
+        ``BufferLayout``) travel with the command.
         """
         modes = step_modes(autoreset, self.finished, self.any_finished)
         command = Command("step", autoreset)
@@ -425,7 +429,10 @@ class BatchEngine:
                 if self.any_finished:
                     self.finished[:] = False
                     self.any_finished = False
-                self.root_stale.fill(False)
+                if command.lane:  # but the observations, which stay in the lane
+                    np.logical_not(self.buffers.next.done, out=self.root_stale)
+                else:
+                    self.root_stale.fill(False)
             else:
                 flags = self.buffers.next.done.tobytes()
                 self._finished_bytes[:] = flags

@@ -322,7 +322,7 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         next_out = self._next_output(lane)
         set_next(td, next_out)
         if any_set(done):
-            return td, self._root_output()
+            return td, self._root_output(lane)
         # Nobody was reset: the next root holds the same values as "next", so it may share
         # its tensors (as step_mdp would), which saves copying every observation twice.
         if self.heterogeneous:  # a lazy stack
@@ -388,11 +388,19 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         set_next(td, outputs.next)
         return outputs.root
 
-    def _root_output(self) -> TensorDictBase:
-        """A copy of the root (observations, infos, flags) on ``self.device``."""
+    def _root_output(self, lane: np.ndarray | None = None) -> TensorDictBase:
+        """A copy of the root (observations, infos, flags) on ``self.device``. ``lane``: the
+        observation lane a SAME_STEP step wrote, which holds the root's observations of the
+        sub-envs it did not reset (see ``BatchEngine.step_send``)."""
         # Outputs never alias the buffers, which the next command overwrites.
         if self.device.type != "cpu":
             out = self._root_view.to(self.device)
+        elif lane is not None and self._lane_key is not None:
+            observations = lane.copy()
+            reset = np.flatnonzero(self.buffers.next.done)
+            observations[reset] = self._root_arrays[self._lane_key][reset]
+            made = {self._lane_key: torch.from_numpy(observations)}
+            out = _fresh_tree(self._root_arrays, self.batch_size, made)
         else:
             out = _fresh_tree(self._root_arrays, self.batch_size)
         return self._per_task(self._with_objects(out, self.buffers.root.objects))

@@ -288,7 +288,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 kept = extras.get(i)  # the object the sub-env returned, where it came back
                 if kept is not None and kept.final_obs is not NOTHING:
                     final_obs[i] = kept.final_obs
-                else:
+                else:  # "next"'s own row: SAME_STEP steps take no lane here (_handout)
                     final_obs[i] = self._single_observation(self.buffers.next, i)
             infos["final_obs"], infos["_final_obs"] = final_obs, finished.copy()
             infos["final_info"] = self._infos(self.buffers.next, finished, final_extras)

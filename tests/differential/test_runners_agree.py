@@ -8,7 +8,8 @@ into the root or "next", seeded or not, root syncs) and arbitrary mixes of them 
 BatchStep's fast branches (every row steps; SAME_STEP; NEXT_STEP's steps and resets) and its
 fallback to the general phases are all reached. Observations are large enough for observation
 lanes: a command whose modes may go to a lane goes to a drawn one, as the engine would send it
-(SAME_STEP's root sync then reads the lane). Runs in this process: no worker processes.
+(SAME_STEP's root sync then leaves the observations in the lane, and both runners must leave
+the root's as they were). Runs in this process: no worker processes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from gymvec.engine.commands import (
     LANE_MODES,
     NOTHING,
     RESET,
+    RESET_INTO_NEXT,
     RESET_NEXT,
     SEED,
     STEP,
@@ -165,7 +167,24 @@ def test_batch_step_and_the_general_runner_agree(sequence) -> None:
             if runner.lane != lane:  # as a sub-env group follows the control block's lane word
                 runner.use_lane(lane)
         seeds_array = np.array(seeds, dtype=np.int64)
+        root_before = fast_buffers.root.obs[("observation",)].copy()
         extras_fast = fast.run(modes, seeds_array, None)
         extras_general = general.run(modes, seeds_array, None)
         _assert_same_buffers(fast_buffers, general_buffers, lane, context)
         _assert_same_extras(extras_fast, extras_general, context)
+        _assert_root_synced(fast_buffers, modes, lane, root_before, context)
+
+
+def _assert_root_synced(
+    buffers: Buffers, modes: bytes, lane: int, root_before: np.ndarray, context: str
+) -> None:
+    """SYNC_ROOT of a row not reset into the root: its root observation is "next"'s, or, in a
+    command into a lane, stays as it was (the lane holds it)."""
+    root = buffers.root.obs[("observation",)]
+    for k, mode in enumerate(modes):
+        reset_into_root = mode & RESET and not mode & RESET_INTO_NEXT
+        autoreset = mode & STEP and mode & AUTORESET and buffers.next.done[k]
+        if not mode & SYNC_ROOT or reset_into_root or autoreset:
+            continue
+        expected = root_before[k] if lane else buffers.obs_lanes[0][k]
+        np.testing.assert_array_equal(root[k], expected, f"{context} root row {k}")

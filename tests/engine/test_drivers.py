@@ -18,7 +18,7 @@ FORM = (np.dtype(np.float32), (4,))
 
 
 def test_an_observation_the_row_holds_exactly_stays_in_the_buffers() -> None:
-    assert final_obs_to_keep(np.ones(4, np.float32), FORM, lane=0) is NOTHING
+    assert final_obs_to_keep(np.ones(4, np.float32), FORM) is NOTHING
 
 
 @pytest.mark.parametrize(
@@ -27,13 +27,12 @@ def test_an_observation_the_row_holds_exactly_stays_in_the_buffers() -> None:
     ids=["wider-dtype", "other-shape", "list", "scalar"],
 )
 def test_an_observation_the_row_changes_travels_as_returned(value) -> None:
-    assert final_obs_to_keep(value, FORM, lane=0) is value
+    assert final_obs_to_keep(value, FORM) is value
 
 
-def test_an_observation_written_into_a_lane_travels_as_returned() -> None:
+def test_an_observation_of_a_tree_travels_as_returned() -> None:
     value = np.ones(4, np.float32)
-    assert final_obs_to_keep(value, FORM, lane=1) is value  # "next"'s own row is not written
-    assert final_obs_to_keep(value, None, lane=0) is value  # not one observation array
+    assert final_obs_to_keep(value, None) is value  # not one observation array
 
 
 class ShapeShifter(gym.Env):

@@ -196,17 +196,24 @@ def in_lane_tensor(tensor: torch.Tensor, batch) -> bool:
     return any(tensor.data_ptr() == a.ctypes.data for a in batch.buffers.handed_out_lanes())
 
 
+def same_step_pair(kind: str, seed: int, action_seed: int) -> tuple:
+    """A batch of ``kind`` and a SAME_STEP SyncVectorEnv on the image envs, both reset with
+    ``seed`` (the reference's action space seeded with ``action_seed``), and the batch's root."""
+    batch = BATCHES[kind](image_fns())
+    ref = SyncVectorEnv(image_fns(), autoreset_mode=AutoresetMode.SAME_STEP)
+    ref.action_space.seed(action_seed)
+    obs, _ = ref.reset(seed=seed)
+    batch.set_seed(seed)
+    root = batch.reset()
+    np.testing.assert_array_equal(root["observation"].numpy(), obs)
+    return batch, ref, root
+
+
 @pytest.mark.parametrize("kind", list(BATCHES))
 def test_tensordict_outputs_take_lanes_and_what_is_kept_stays(kind, no_leaks):
     # step_and_maybe_reset: "next"'s observations come from a lane, the root shares them (or,
     # after resets, copies them with the reset rows); equal to SAME_STEP SyncVectorEnv.
-    batch = BATCHES[kind](image_fns())
-    ref = SyncVectorEnv(image_fns(), autoreset_mode=AutoresetMode.SAME_STEP)
-    ref.action_space.seed(5)
-    obs, _ = ref.reset(seed=4)
-    batch.set_seed(4)
-    root = batch.reset()
-    np.testing.assert_array_equal(root["observation"].numpy(), obs)
+    batch, ref, root = same_step_pair(kind, seed=4, action_seed=5)
     kept, from_lanes, ends = [], 0, 0
     for t in range(40):
         action = ref.action_space.sample()
@@ -282,4 +289,28 @@ def test_torch_output_takes_lanes_too(no_leaks):
     for held, then in kept:
         np.testing.assert_array_equal(held.numpy(), then)
     env.close()
+    ref.close()
+
+
+@pytest.mark.parametrize("kind", list(BATCHES))
+def test_tensordict_partial_resets_after_same_step_lanes_show_every_root(kind, no_leaks):
+    # step_and_maybe_reset leaves the root's observations of the sub-envs it did not reset in
+    # the lane it hands out as "next"; the caller writes into it; a partial reset then returns
+    # the root of every sub-env: those not reset must show what their env returned last.
+    batch, ref, root = same_step_pair(kind, seed=8, action_seed=3)
+    from_lanes = 0
+    for t in range(18):
+        action = ref.action_space.sample()
+        td, root = batch.step_and_maybe_reset(root.set("action", torch.as_tensor(action)))
+        obs = ref.step(action)[0]
+        np.testing.assert_array_equal(root["observation"].numpy(), obs, err_msg=f"step {t}")
+        from_lanes += in_lane_tensor(td["next", "observation"], batch)
+        td["next", "observation"].zero_()  # the caller's tensor (and the root may share it)
+        if t % 3 == 2:
+            mask = np.arange(4) == t % 4
+            root = batch.reset(root.set("_reset", torch.as_tensor(mask).unsqueeze(-1)))
+            obs, _ = ref.reset(options={"reset_mask": mask})
+            np.testing.assert_array_equal(root["observation"].numpy(), obs, err_msg=f"reset {t}")
+    assert from_lanes >= 12
+    batch.close()
     ref.close()
