@@ -549,3 +549,42 @@ def test_a_timeout_names_the_busy_worker_and_close_ends_within_seconds():
         began = time.monotonic()
         env.close()
         assert time.monotonic() - began < 20
+
+
+def test_large_observations_through_lanes_equal_serial_env_after_callers_write_them():
+    # Image observations go to observation lanes; a SAME_STEP step leaves the root's
+    # observations of the sub-envs it did not reset in the lane (the caller's to write into
+    # afterwards): the next root and a later partial reset show what the sub-envs returned.
+    import _face_envs as fe
+
+    import gymvec.bench.envs  # noqa: F401  (registers GymvecBench/ImageObs-v0)
+
+    fns = fe.env_fns("GymvecBench/ImageObs-v0", 4, lengths=(3, 4, 5, 6), num_frames=3)
+    env = RayEnv(2, fns, envs_per_worker=2)
+    ref = SerialEnv(1, fns, envs_per_worker=4)
+    try:
+        for batch in (env, ref):
+            batch.set_seed(5)
+        root, ref_root = env.reset(), ref.reset()
+        assert_same_td(root, ref_root)
+        lanes = [a.ctypes.data for a in env.buffers.handed_out_lanes()]
+        torch.manual_seed(1)
+        from_lanes = 0
+        for t in range(14):
+            action = env.rand_action()["action"]
+            td, root = env.step_and_maybe_reset(root.set("action", action))
+            ref_td, ref_root = ref.step_and_maybe_reset(ref_root.set("action", action.clone()))
+            assert_same_td(td, ref_td)
+            assert_same_td(root, ref_root)
+            from_lanes += td["next", "observation"].data_ptr() in lanes
+            td["next", "observation"].zero_()  # (the roots may share it: both written)
+            ref_td["next", "observation"].zero_()
+            if t % 4 == 3:
+                mask = torch.arange(4).unsqueeze(-1) == t % 3
+                root = env.reset(root.set("_reset", mask))
+                ref_root = ref.reset(ref_root.set("_reset", mask.clone()))
+                assert_same_td(root, ref_root)
+        assert from_lanes >= 10
+    finally:
+        env.close()
+        ref.close()
