@@ -63,9 +63,9 @@ class Autoreset(enum.Enum):
     NEXT_STEP: a sub-env that finished at its previous step is reset instead of stepped; the
         reset is this step's result in "next" (reward 0, flags False), as gymnasium's
         NEXT_STEP autoreset reports it.
-    SAME_STEP: a sub-env that finishes is reset in the same step, into the root, and its
-        last observation comes back in its extras; "next" keeps every transition and the root
-        ends up current for every sub-env (gymnasium's SAME_STEP,
+    SAME_STEP: a sub-env that finishes is reset in the same step, into the root, its last
+        observation kept (see ``Mode.KEEP_FINAL_OBS``); "next" keeps every transition and the
+        root ends up current for every sub-env (gymnasium's SAME_STEP,
         ``EnvBase.step_and_maybe_reset``).
     """
 
@@ -159,8 +159,8 @@ class Extras:
     ``root``/``next``: the entries of the info it returned that have no buffer field (see
     ``common.infos``), for the info of a reset into the root and for the info of a step (or
     of a reset into "next"). ``final_obs``: with KEEP_FINAL_OBS, the last observation of a
-    sub-env the step reset, as the sub-env returned it, unless "next"'s buffer row holds it
-    exactly (an array of the row's dtype and shape), where it is left. ``objects``: the
+    sub-env the step reset, as the sub-env returned it, unless the buffer row the step wrote
+    ("next"'s own, or the observation lane's) holds it exactly, where it is left. ``objects``: the
     values of object observation leaves (see ``BufferLayout``) that a worker process sends
     back, ``(root values, next values)``; the engine stores them and clears the field.
     """

@@ -259,11 +259,19 @@ class CommandRunner:
         drivers = self.drivers
         return [k for k in stepping if drivers[k].step()]
 
-    def final_obs(self, k: int) -> Any:
-        """What KEEP_FINAL_OBS sends back of row ``k``'s last observation (see
-        :func:`final_obs_to_keep`)."""
+    def last_observation(self, k: int) -> Any:
+        """The observation row ``k``'s sub-env returned from its last step, as it returned it."""
+        return self.drivers[k].step_value
+
+    def keep_final_obs(self, k: int) -> None:
+        """KEEP_FINAL_OBS for row ``k``, which just finished: its last observation goes into
+        its driver's extras, unless its buffer row holds it (see :func:`final_obs_to_keep`)."""
         driver = self.drivers[k]
-        return final_obs_to_keep(driver.step_value, driver.obs_form)
+        final = final_obs_to_keep(self.last_observation(k), driver.obs_form)
+        if final is not NOTHING:
+            if driver.extras is None:
+                driver.extras = Extras()
+            driver.extras.final_obs = final
 
     def run(self, modes: bytes, seeds: np.ndarray, options: dict | None) -> dict[int, Extras]:
         """Carry out ``modes`` (one byte per row); returns the extras by sub-env index."""
@@ -294,12 +302,7 @@ class CommandRunner:
         for k in done_rows:
             if modes[k] & AUTORESET:
                 if modes[k] & KEEP_FINAL_OBS:
-                    final = self.final_obs(k)
-                    if final is not NOTHING:
-                        driver = drivers[k]
-                        if driver.extras is None:
-                            driver.extras = Extras()
-                        driver.extras.final_obs = final
+                    self.keep_final_obs(k)
                 drivers[k].reset(root, None, None)
                 root_written[k] = True
         if uniform is None or uniform & RESET:
@@ -357,7 +360,6 @@ class BatchStep(CommandRunner):
         self.wide_actions = None if wide is None else (wide[0][rows], wide[1][start : start + 1])
         self.wide_in_use = None if wide is None else wide[1][rows]  # per row: first-ready
         self.obs = drivers[0].next_obs[0][rows]
-        self.obs_form = drivers[0].obs_form
         slot = buffers.next
         self.reward, self.done = buffers.reward[rows], slot.done[rows]
         self.terminated, self.truncated = slot.terminated[rows], slot.truncated[rows]
@@ -420,13 +422,8 @@ class BatchStep(CommandRunner):
             done_rows = self._write(results, range(len(modes)))
             self.sync_root(self.rows)  # then the resets overwrite their rows
             for k in done_rows:
-                driver = drivers[k]
-                final = self.final_obs(k)
-                if final is not NOTHING:
-                    if driver.extras is None:
-                        driver.extras = Extras()
-                    driver.extras.final_obs = final
-                driver.reset(root, None, None)
+                self.keep_final_obs(k)
+                drivers[k].reset(root, None, None)
             return take_extras(drivers) if done_rows or self.wrote_extras else {}
         if not modes.translate(None, self.step_or_next_reset):  # only those two modes
             # the few sub-envs that reset swap their step for their reset, and one pass
@@ -453,8 +450,8 @@ class BatchStep(CommandRunner):
         actions = [wide[k] if in_use[k] else narrow[k] for k in stepping]
         return self._write([steps[k](action) for k, action in zip(stepping, actions)], stepping)
 
-    def final_obs(self, k: int) -> Any:
-        return final_obs_to_keep(self.last_obs[k], self.obs_form)
+    def last_observation(self, k: int) -> Any:
+        return self.last_obs[k]  # (its drivers' step_value is not set: _write keeps them here)
 
     def reset_into_next(self, k: int) -> None:
         self.last_obs[k] = self.drivers[k].next_value
