@@ -19,7 +19,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from gymnasium.vector import AutoresetMode
 
-from gymvec.engine.processes import (
+from gymvec.backends.processes.executor import (
     ProcessOptions,
     check_start_method,
     check_timeout,

@@ -47,12 +47,27 @@ from typing import Any
 
 import numpy as np
 
+from gymvec.backends.backend import Backend, ExecutorStart, process_backend, serial_backend
+from gymvec.backends.executor import Executor, SharedMemory
 from gymvec.common.arrays import any_set
 from gymvec.common.infos import InfoField
-from gymvec.engine.backends import Backend, ExecutorStart, process_backend, serial_backend
-from gymvec.engine.buffers import Buffers, LaneChoice
-from gymvec.engine.calls import CallLife, Command, InfoPlaces, Into, Ready, Received
-from gymvec.engine.commands import (
+from gymvec.engine.first_ready import FirstReady
+from gymvec.engine.info_learning import InfoLearner
+from gymvec.engine.requests import Requests
+from gymvec.errors import ClosedEnvError
+from gymvec.subenvs.factories import SubEnvFactories
+from gymvec.subenvs.kinds import SubEnvSummary, spaces_of_summaries
+from gymvec.subenvs.probe import (
+    KeptEnv,
+    expand_seeds,
+    heterogeneous,
+    layout_of,
+    masked_seeds,
+    probe,
+)
+from gymvec.wire.buffers import Buffers, LaneChoice
+from gymvec.wire.calls import CallLife, Command, InfoPlaces, Into, Ready, Received
+from gymvec.wire.commands import (
     RESET,
     RESET_NEXT,
     SYNC_ROOT,
@@ -62,21 +77,6 @@ from gymvec.engine.commands import (
     lane_modes,
     step_modes,
 )
-from gymvec.engine.executor import Blocks, Executor
-from gymvec.engine.factories import SubEnvFactories
-from gymvec.engine.first_ready import FirstReady
-from gymvec.engine.info_learning import InfoLearner
-from gymvec.engine.layout_probe import (
-    KeptEnv,
-    expand_seeds,
-    heterogeneous,
-    layout_of,
-    masked_seeds,
-    probe,
-)
-from gymvec.engine.requests import Requests
-from gymvec.engine.sub_env_kinds import SubEnvSummary, spaces_of_summaries
-from gymvec.errors import ClosedEnvError
 
 __all__ = [
     "OBS_LANES",
@@ -112,10 +112,10 @@ class BatchEngine:
     factories of their own (their spaces are checked then). Info fields are those the
     sub-envs declare; :meth:`learn_info_fields` adds those of their first results.
 
-    Parts: ``life`` (:class:`~gymvec.engine.calls.CallLife`: the call in flight),
+    Parts: ``life`` (:class:`~gymvec.wire.calls.CallLife`: the call in flight),
     ``first_ready`` (:class:`~gymvec.engine.first_ready.FirstReady`: first-ready commands),
     ``learner`` (:class:`~gymvec.engine.info_learning.InfoLearner`), ``lanes``
-    (:class:`~gymvec.engine.buffers.LaneChoice`: the observation lane in use).
+    (:class:`~gymvec.wire.buffers.LaneChoice`: the observation lane in use).
     """
 
     def __init__(
@@ -151,7 +151,7 @@ class BatchEngine:
         self.buffers = Buffers(self.layout, memory)
         self.control = Control(self.num_envs, control_memory)
         self._mode_bytes = self.control.mode.data
-        self.blocks = Blocks(self.layout, memory, control_memory, self.buffers, self.control)
+        self.shared = SharedMemory(self.layout, memory, control_memory, self.buffers, self.control)
         try:
             if factories.single_factory():
                 summaries = [probed[0]] * self.num_envs
@@ -197,7 +197,7 @@ class BatchEngine:
             raise ClosedEnvError("the env is closed: create a new one to go on")
         if self._executor is None:
             self._executor = self.backend.start(
-                ExecutorStart.of(self.factories, self.blocks, self._kept)
+                ExecutorStart.of(self.factories, self.shared, self._kept)
             )
             if self.backend.collect_on_exit:
                 # Stop the workers (and free a memmap file) even if the user never closes

@@ -16,9 +16,9 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from gymnasium import spaces
 
-from gymvec.engine.buffers import BufferLayout, Buffers
-from gymvec.engine.calls import InfoPlaces, Into, Ready, Received
-from gymvec.engine.commands import Autoreset
+from gymvec.wire.buffers import BufferLayout, Buffers
+from gymvec.wire.calls import InfoPlaces, Into, Ready, Received
+from gymvec.wire.commands import Autoreset
 
 
 @runtime_checkable

@@ -21,11 +21,7 @@ from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from gymvec.common.arrays import any_set
 from gymvec.common.fastpath import get_str, tensordict_unchecked
-from gymvec.engine.buffers import Buffers
-from gymvec.engine.commands import Autoreset, Extras
 from gymvec.engine.engine import Backend, BatchEngine, expand_seeds, process_backend, serial_backend
-from gymvec.engine.factories import SubEnvFactories, check_count
-from gymvec.engine.subenvs import SubEnvSummary
 from gymvec.envs.base import EnvBase, make_done_spec, make_reward_spec, set_next
 from gymvec.envs.first_ready_batches import ENV_INDEX, FirstReadyBatches  # noqa: F401
 from gymvec.envs.gym_env import observation_spec_from_space
@@ -42,6 +38,10 @@ from gymvec.specs import (
     object_values,
     stack_specs,
 )
+from gymvec.subenvs.factories import SubEnvFactories, check_count
+from gymvec.subenvs.group import SubEnvSummary
+from gymvec.wire.buffers import Buffers
+from gymvec.wire.commands import Autoreset, Extras
 
 _CPU = torch.device("cpu")
 

@@ -143,10 +143,10 @@ def _ray_vec(
     timeout: float | None,
 ) -> GymnasiumVectorEnv:
     """The gymnasium face over an engine whose sub-envs run on Ray actors (torch-free)."""
+    from gymvec.backends.ray.executor import RayOptions, connect, import_ray, ray_backend
     from gymvec.engine.engine import BatchEngine
-    from gymvec.engine.factories import SubEnvFactories
-    from gymvec.engine.ray_executor import RayOptions, connect, import_ray, ray_backend
     from gymvec.options import check_num_workers, check_timeout, spread
+    from gymvec.subenvs.factories import SubEnvFactories
     from gymvec.vector.vector_env import GymnasiumVectorEnv
 
     import_ray()  # before anything is built: without Ray, say how to install it
@@ -171,8 +171,8 @@ def _ray_vec(
 def gymvec_option_names() -> frozenset[str]:
     """The keyword arguments of gymvec's env constructors and ``make_vec``: what a keyword
     argument meant for the env is checked against."""
-    from gymvec.engine.processes import ProcessOptions
-    from gymvec.engine.ray_executor import RayOptions
+    from gymvec.backends.processes.executor import ProcessOptions
+    from gymvec.backends.ray.executor import RayOptions
     from gymvec.vector.dropin import ParallelVectorEnv
 
     names = set(inspect.signature(ParallelVectorEnv.__init__).parameters)

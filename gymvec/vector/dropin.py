@@ -29,7 +29,6 @@ from gymnasium.vector.utils import batch_differing_spaces
 
 from gymvec.common.structure import observation_leaves, refuse_object_leaves, space_leaves
 from gymvec.engine.engine import BatchEngine, Received, process_backend, serial_backend
-from gymvec.engine.factories import SubEnvFactories
 from gymvec.errors import ClosedEnvError, SpaceMismatchError, SubEnvTimeoutError
 from gymvec.options import (
     GYMNASIUM_FACE,
@@ -39,6 +38,7 @@ from gymvec.options import (
     spread,
     suggest_keywords,
 )
+from gymvec.subenvs.factories import SubEnvFactories
 from gymvec.vector.vector_env import GymnasiumVectorEnv
 
 

@@ -46,10 +46,10 @@ from typing import Any
 
 import cloudpickle
 
-from gymvec.engine.buffers import BufferLayout, Buffers
-from gymvec.engine.commands import Control
-from gymvec.engine.subenvs import SubEnvGroup, SubEnvSummary, run_request
 from gymvec.errors import SpaceMismatchError, error_detail, expect_set
+from gymvec.subenvs.group import SubEnvGroup, SubEnvSummary, run_request
+from gymvec.wire.buffers import BufferLayout, Buffers
+from gymvec.wire.commands import Control
 
 SYNC_WORDS = 8  # int64 words per worker: one 64-byte cache line
 # BUILDING: 1 + the sub-env whose factory runs during start-up (0: none), for the start-up error

@@ -1,6 +1,6 @@
 """Where an engine's buffers live and where its sub-envs run: :class:`Backend`.
 
-A backend makes the memory blocks and, from an :class:`ExecutorStart` (what to build and
+A backend makes the shared memory and, from an :class:`ExecutorStart` (what to build and
 where the rows go), starts the executor. It never sees the engine.
 """
 
@@ -10,10 +10,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from gymvec.engine.buffers import MemmapMemory, private_memory
-from gymvec.engine.executor import Blocks, Executor, LocalExecutor
-from gymvec.engine.factories import SubEnvFactories
-from gymvec.engine.layout_probe import KeptEnv
+from gymvec.backends.executor import Executor, SharedMemory
+from gymvec.backends.local import LocalExecutor
+from gymvec.subenvs.factories import SubEnvFactories
+from gymvec.subenvs.probe import KeptEnv
+from gymvec.wire.buffers import MemmapMemory, private_memory
 
 EnvFn = Callable[[], Any]
 
@@ -22,19 +23,19 @@ EnvFn = Callable[[], Any]
 class ExecutorStart:
     """What a backend needs to start an executor: each worker's sub-env factories (worker
     0's first one hands over the env built to learn the layout where ``Backend.first_here``
-    kept it), each worker's rows, and the memory blocks."""
+    kept it), each worker's rows, and the shared memory."""
 
     worker_env_fns: list[list[EnvFn]]
     bounds: list[tuple[int, int]]
-    blocks: Blocks
+    shared: SharedMemory
 
     @classmethod
-    def of(cls, factories: SubEnvFactories, blocks: Blocks, kept: KeptEnv) -> ExecutorStart:
+    def of(cls, factories: SubEnvFactories, shared: SharedMemory, kept: KeptEnv) -> ExecutorStart:
         """Each worker's factories, sub-env 0's handing over ``kept`` where it holds an env."""
         fns = [factories.worker_env_fns(w) for w in range(factories.num_workers)]
         if kept.env is not None:
             fns[0] = [kept.first_of(fns[0][0]), *fns[0][1:]]
-        return cls(fns, factories.worker_bounds, blocks)
+        return cls(fns, factories.worker_bounds, shared)
 
 
 @dataclasses.dataclass
@@ -42,7 +43,7 @@ class Backend:
     """Where an engine's buffers live and where its sub-envs run.
 
     ``new_memory(nbytes)`` makes a block; ``start(ExecutorStart)`` starts the executor;
-    ``release()`` frees what the blocks hold beyond the process (a memmap file).
+    ``release()`` frees what the memory holds beyond the process (a memmap file).
     ``collect_on_exit``: stop the executor when the engine is garbage (worker processes).
     ``first_here``: sub-env 0 runs in this process, so the env built to learn the layout
     can become sub-env 0.
@@ -62,7 +63,7 @@ def serial_backend() -> Backend:
     def start(plan: ExecutorStart) -> Executor:
         # One group for all sub-envs: in one process, workers would only add loop overhead.
         fns = [fn for fns in plan.worker_env_fns for fn in fns]
-        return LocalExecutor.build([fns], [0], plan.blocks)
+        return LocalExecutor.build([fns], [0], plan.shared)
 
     return Backend("serial", private_memory, start, first_here=True)
 
@@ -70,8 +71,11 @@ def serial_backend() -> Backend:
 def process_backend(options: Any, memmap: bool = False) -> Backend:
     """Sub-envs in worker processes (``options``: a ``ProcessOptions``), buffers in shared
     memory (or, with ``memmap``, in a temporary file)."""
-    from gymvec.engine.buffers import shared_memory
-    from gymvec.engine.processes import ProcessExecutor, refuse_start_while_importing_main
+    from gymvec.backends.processes.executor import (
+        ProcessExecutor,
+        refuse_start_while_importing_main,
+    )
+    from gymvec.wire.buffers import shared_memory
 
     refuse_start_while_importing_main()  # before anything is built
 
@@ -85,7 +89,7 @@ def process_backend(options: Any, memmap: bool = False) -> Backend:
         return memory
 
     def start(plan: ExecutorStart) -> Executor:
-        return ProcessExecutor(plan.worker_env_fns, plan.bounds, plan.blocks, options)
+        return ProcessExecutor(plan.worker_env_fns, plan.bounds, plan.shared, options)
 
     def release() -> None:
         for memory in memmaps:

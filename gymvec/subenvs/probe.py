@@ -11,10 +11,10 @@ import numpy as np
 
 from gymvec.common.infos import InfoField
 from gymvec.common.structure import LeafSpec
-from gymvec.engine.buffers import BufferLayout
-from gymvec.engine.factories import SubEnvFactories
-from gymvec.engine.sub_env_kinds import SubEnvSummary, check_sub_env, summarize
 from gymvec.errors import SpaceMismatchError
+from gymvec.subenvs.factories import SubEnvFactories
+from gymvec.subenvs.kinds import SubEnvSummary, check_sub_env, summarize
+from gymvec.wire.buffers import BufferLayout
 
 
 def probe(

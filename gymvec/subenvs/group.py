@@ -11,17 +11,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from gymvec.engine.buffers import Buffers
-from gymvec.engine.commands import Control, Extras
-from gymvec.engine.drivers import command_runner, make_driver
-from gymvec.engine.sub_env_kinds import (  # noqa: F401 (re-exported)
+from gymvec.errors import SpaceMismatchError, WorkerError, local_sub_env_error
+from gymvec.subenvs.drivers import command_runner, make_driver
+from gymvec.subenvs.kinds import (  # noqa: F401 (re-exported)
     SubEnvSummary,
     check_sub_env,
     gym_env_of,
     spaces_of_summary,
     summarize,
 )
-from gymvec.errors import SpaceMismatchError, WorkerError, local_sub_env_error
+from gymvec.wire.buffers import Buffers
+from gymvec.wire.commands import Control, Extras
 
 
 class SubEnvGroup:
