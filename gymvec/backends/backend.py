@@ -13,6 +13,7 @@ from typing import Any
 from gymvec.backends.executor import Executor, SharedMemory
 from gymvec.backends.local import LocalExecutor
 from gymvec.subenvs.factories import SubEnvFactories
+from gymvec.subenvs.layout import WorkerLayout
 from gymvec.subenvs.probe import KeptEnv
 from gymvec.wire.buffers import MemmapMemory, private_memory
 
@@ -28,14 +29,23 @@ class ExecutorStart:
     worker_env_fns: list[list[EnvFn]]
     bounds: list[tuple[int, int]]
     shared: SharedMemory
+    worker_rows: list[tuple[int, ...]]  # per worker, the rows of each of its sub-envs
 
     @classmethod
-    def of(cls, factories: SubEnvFactories, shared: SharedMemory, kept: KeptEnv) -> ExecutorStart:
-        """Each worker's factories, sub-env 0's handing over ``kept`` where it holds an env."""
+    def of(
+        cls,
+        factories: SubEnvFactories,
+        layout: WorkerLayout,
+        shared: SharedMemory,
+        kept: KeptEnv,
+    ) -> ExecutorStart:
+        """Each worker's factories, sub-env 0's handing over ``kept`` where it holds an env;
+        rows as ``layout`` plans them."""
         fns = [factories.worker_env_fns(w) for w in range(factories.num_workers)]
         if kept.env is not None:
             fns[0] = [kept.first_of(fns[0][0]), *fns[0][1:]]
-        return cls(fns, factories.worker_bounds, shared)
+        rows = [layout.rows_of_worker(w) for w in range(layout.num_workers)]
+        return cls(fns, list(layout.worker_rows), shared, rows)
 
 
 @dataclasses.dataclass
@@ -63,7 +73,8 @@ def serial_backend() -> Backend:
     def start(plan: ExecutorStart) -> Executor:
         # One group for all sub-envs: in one process, workers would only add loop overhead.
         fns = [fn for fns in plan.worker_env_fns for fn in fns]
-        return LocalExecutor.build([fns], [0], plan.shared)
+        rows = [size for sizes in plan.worker_rows for size in sizes]
+        return LocalExecutor.build([fns], [0], plan.shared, rows=[rows])
 
     return Backend("serial", private_memory, start, first_here=True)
 
@@ -89,7 +100,9 @@ def process_backend(options: Any, memmap: bool = False) -> Backend:
         return memory
 
     def start(plan: ExecutorStart) -> Executor:
-        return ProcessExecutor(plan.worker_env_fns, plan.bounds, plan.shared, options)
+        return ProcessExecutor(
+            plan.worker_env_fns, plan.bounds, plan.shared, options, plan.worker_rows
+        )
 
     def release() -> None:
         for memory in memmaps:

@@ -38,9 +38,11 @@ class LocalExecutor(Executor):
         starts: list[int],
         shared: SharedMemory,
         workers: list[int] | None = None,
+        rows: Sequence[Sequence[int]] | None = None,
     ) -> LocalExecutor:
         """Groups of sub-envs built here; ``workers``: the worker each group stands for
-        (named in its errors; None: the groups are no workers, as ``SerialEnv``'s)."""
+        (named in its errors; None: the groups are no workers, as ``SerialEnv``'s);
+        ``rows``: per group, the rows of each sub-env (default one each)."""
         groups: list[SubEnvGroup] = []
         try:
             for g, (fns, start) in enumerate(zip(env_fns_per_group, starts)):
@@ -51,6 +53,7 @@ class LocalExecutor(Executor):
                     start,
                     shared.buffers,
                     shared.control,
+                    rows=None if rows is None else rows[g],
                     worker_index=worker,
                     where=where if worker is None else f"worker {worker}, {where}",
                 )

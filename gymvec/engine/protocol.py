@@ -87,6 +87,9 @@ class Engine(Protocol):
 
     def adopt_info_fields(self, places: InfoPlaces) -> None: ...
 
+    def check_blocks(self, requested: str, what: str, first_ready: bool = False) -> None:
+        """A ValueError where a block sub-env cannot be run as ``requested`` exactly."""
+
     def request_send(
         self, name: str, indices: Sequence[int] | None = None, /, **kwargs: Any
     ) -> None: ...

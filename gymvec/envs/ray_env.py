@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 from gymvec.envs.batched import BatchedEnvBase
 from gymvec.options import TENSORDICT_API, check_start_method, check_timeout, suggest_keywords
 from gymvec.specs import DeviceLike
-from gymvec.subenvs.factories import check_count
+from gymvec.subenvs.layout import check_count
 
 if TYPE_CHECKING:  # Ray is imported only when a RayEnv is built
     from gymvec.backends.ray.executor import RayExecutor

@@ -142,6 +142,9 @@ class TensorDictEngine:
     def learn_info_fields(self) -> None:
         """Nothing to learn: the env's ``info_spec`` fixes its info fields."""
 
+    def check_blocks(self, requested: str, what: str, first_ready: bool = False) -> None:
+        """Nothing to check here: a batched env checks its blocks when it is built."""
+
     def adopt_info_fields(self, places: dict) -> None:
         """Never called: nothing is learnt (see :meth:`learn_info_fields`)."""
 

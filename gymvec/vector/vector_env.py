@@ -100,6 +100,9 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self.copy = copy
         self.num_envs = engine.num_envs
         self.batch_size = self._check_batch_size(batch_size)
+        engine.check_blocks(
+            self.autoreset_mode.name.lower(), type(self).__name__, self.batch_size < self.num_envs
+        )
         self.metadata = dict(engine.metadata)
         self.metadata["autoreset_mode"] = self.autoreset_mode
         self.render_mode = engine.render_mode

@@ -51,6 +51,7 @@ from gymvec.backends.processes.worker import (
     sync_words,
     worker_main,
 )
+from gymvec.common.cores import usable_cores
 from gymvec.errors import (
     ClosedEnvError,
     SpaceMismatchError,
@@ -67,13 +68,6 @@ if TYPE_CHECKING:
 
 WORKER_SPIN_S = 200e-6  # how long an idle worker spins before it blocks
 PARENT_SPIN_S = 100e-6  # how long the parent spins on a worker's answer before it blocks
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +102,7 @@ class ProcessExecutor(Executor):
         worker_bounds: per worker, its row range.
         shared: the shared buffers and control block.
         options: how the processes run.
+        worker_rows: per worker, the rows of each of its sub-envs (default one each).
     """
 
     def __init__(
@@ -116,7 +111,9 @@ class ProcessExecutor(Executor):
         worker_bounds: list[tuple[int, int]],
         shared: SharedMemory,
         options: ProcessOptions,
+        worker_rows: Sequence[Sequence[int]] | None = None,
     ):
+        rows = worker_rows or [[1] * len(fns) for fns in worker_env_fns]
         self.handles: list[WorkerHandle] = []
         self.local: LocalExecutor | None = None
         self.closing = False  # close() began (maybe in another thread: see closed_error)
@@ -130,9 +127,11 @@ class ProcessExecutor(Executor):
         self.ready: Semaphore | None = None
         deadline = time.monotonic() + options.startup_timeout  # this process's share included
         try:
-            self._start(worker_env_fns, worker_bounds, shared, options, worker_spin_s)
+            self._start(worker_env_fns, worker_bounds, shared, options, worker_spin_s, rows)
             if options.local_worker:  # built while the workers build theirs
-                self.local = LocalExecutor.build([worker_env_fns[0]], [0], shared, workers=[0])
+                self.local = LocalExecutor.build(
+                    [worker_env_fns[0]], [0], shared, workers=[0], rows=[rows[0]]
+                )
             self._wait_ready(deadline, options)
         except BaseException:
             self.close()
@@ -159,6 +158,7 @@ class ProcessExecutor(Executor):
         shared: SharedMemory,
         options: ProcessOptions,
         spin_s: float,
+        rows: Sequence[Sequence[int]],
     ) -> None:
         ctx = mp.get_context(options.start_method)
         first_process = 1 if options.local_worker else 0
@@ -189,6 +189,7 @@ class ProcessExecutor(Executor):
                 concurrency=self.concurrency,
                 rows_memory=self.rows_memory,
                 ready=self.ready,
+                rows=tuple(rows[w]),
             )
             # (typeshed's BaseContext lacks Process, which every context of get_context has)
             process = ctx.Process(  # type: ignore[attr-defined]

@@ -448,6 +448,7 @@ class WorkerArgs:
     concurrency: Any = None
     rows_memory: Any = None  # the row words of every sub-env (first-ready commands)
     ready: Any = None  # the semaphore a finished first-ready row posts
+    rows: tuple[int, ...] | None = None  # the rows of each sub-env (blocks fill several)
 
 
 def worker_main(args: WorkerArgs, conn, wake, done) -> None:
@@ -472,7 +473,13 @@ def worker_main(args: WorkerArgs, conn, wake, done) -> None:
         buffers.ship_objects = True
         where = f"worker {args.index}, pid {os.getpid()}"
         group = SubEnvGroup(
-            env_fns, args.start, buffers, control, worker_index=args.index, where=where
+            env_fns,
+            args.start,
+            buffers,
+            control,
+            rows=args.rows,
+            worker_index=args.index,
+            where=where,
         )
         ready = ready_message(group.summaries())
     except SpaceMismatchError as exc:  # not the worker's fault: the parent raises it as is

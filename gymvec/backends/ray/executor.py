@@ -245,6 +245,7 @@ class RayExecutor(Executor):
         worker_bounds: list[tuple[int, int]],
         shared: SharedMemory,
         options: RayOptions,
+        worker_rows: Sequence[Sequence[int]] | None = None,
     ):
         self.ray = ray = connect(options.address)
         self.options = options
@@ -262,7 +263,8 @@ class RayExecutor(Executor):
             for w, (start, stop) in enumerate(worker_bounds):
                 actor = actor_class.options(**actor_options, **strategies[w]).remote(w)
                 self.handles.append(RayHandle(w, start, stop, actor, shared))
-            self._start(worker_env_fns)
+            rows = worker_rows or [[1] * len(fns) for fns in worker_env_fns]
+            self._start(worker_env_fns, rows)
         except BaseException:
             self.close()
             raise
@@ -310,12 +312,15 @@ class RayExecutor(Executor):
             for w in range(num_workers)
         ]
 
-    def _start(self, worker_env_fns: list[list[Callable[[], Any]]]) -> None:
+    def _start(
+        self, worker_env_fns: list[list[Callable[[], Any]]], rows: Sequence[Sequence[int]]
+    ) -> None:
         ray, options = self.ray, self.options
         specs = env_specs_payload()
         refs = []
-        for handle, fns in zip(self.handles, worker_env_fns):
+        for handle, fns, sizes in zip(self.handles, worker_env_fns, rows):
             spec = WorkerSpec(
+                rows=tuple(sizes),
                 index=handle.index,
                 env_fns_payload=pickling.dumps(fns),
                 parent_layout=self.shared.layout,
@@ -580,6 +585,6 @@ def ray_backend(options: RayOptions) -> Any:
     from gymvec.backends.backend import Backend, ExecutorStart
 
     def start(plan: ExecutorStart) -> Executor:
-        return RayExecutor(plan.worker_env_fns, plan.bounds, plan.shared, options)
+        return RayExecutor(plan.worker_env_fns, plan.bounds, plan.shared, options, plan.worker_rows)
 
     return Backend("ray", private_memory, start, collect_on_exit=True)
