@@ -93,17 +93,22 @@ class LocalExecutor(Executor):
         queued = set(self.queue)  # (the rows sent were not in flight: none was queued)
         self.queue.extend(row for row in rows if row not in queued)
 
-    def run_next(self) -> int:
-        """Run the first row queued; returns it (its extras wait in ``finished``)."""
+    def run_next(self) -> list[int]:
+        """Run the first row queued, with the rest of its unit (a block's rows: see
+        ``SubEnvGroup.unit_of``); returns the rows run (their extras wait in ``finished``)."""
         row = self.queue.popleft()
         group = self.groups[group_of(row, self.bounds)]
+        unit = group.unit_of(row)
+        if len(unit) > 1:  # the unit's other rows were queued with it: they run now
+            self.queue = deque(r for r in self.queue if r not in unit)
         try:
             extras = group.run(None, only=row)
         except BaseException:  # raised, or interrupted mid-command: its state is unknown
-            self._lost.append(row)
+            self._lost.extend(unit)
             raise
-        self.finished[row] = extras.get(row)
-        return row
+        for r in unit:
+            self.finished[r] = extras.get(r)
+        return list(unit)
 
     def wait_some(
         self,

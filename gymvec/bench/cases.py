@@ -88,5 +88,10 @@ CASES.update(
     }
 )
 
+# Blocks (a vector env per worker): CartPole's numpy vector env over 16,384 rows in 2 workers,
+# against the same vector env alone in one process and envpool's CartPole (where installed).
+BLOCKS_BACKENDS = ("vector-entry-point", "gymvec-blocks", "envpool")
+CASES["blocks"] = Case("blocks", "CartPole-v1", 16384, num_workers=2, backends=BLOCKS_BACKENDS)
+
 # What a bare `python -m gymvec.bench` runs.
 DEFAULT_CASES = ("cartpole-8", "cartpole-32")

@@ -40,6 +40,7 @@ NAMES = {
     "gymvec-first-ready": "ParallelVectorEnv(batch_size=...)",
     "collector-gymvec": "torchrl's Collector over gymvec's ParallelEnv",
     "gymvec-ray": "RayEnv",
+    "gymvec-blocks": "blocks (make_vec vectorization_mode='vector_entry_point')",
 }
 REFERENCES = {
     "gymvec-serial": ("bare-loop", "the framework-free loop"),
@@ -47,7 +48,10 @@ REFERENCES = {
     "gymvec-td": ("bare-parallel", "the framework-free lock-step loop"),
     "gymvec-sb3": ("bare-parallel", "the framework-free lock-step loop"),
     "gymvec-first-ready": ("bare-first-ready", "the framework-free first-ready pool"),
+    "gymvec-blocks": ("vector-entry-point", "the vector env alone in one process"),
 }
+# Other vectorizers a runner's verdict measures it against, where they ran.
+RIVALS = {"gymvec-blocks": (("envpool", "envpool"),)}
 
 
 def no_headroom(case_result: CaseResult) -> float | None:
@@ -92,6 +96,11 @@ def _runner_verdict(case_result: CaseResult, result: RunnerResult) -> str | None
     if reference is not None and timed_reference is not None:
         ratio = paired_ratio(result, [timed_reference])
         parts.append(f"{ratio:.2f} of {reference[1]} ({reference[0]})")
+    for rival, label in RIVALS.get(result.runner, ()):
+        timed_rival = _timed(case_result, rival)
+        if timed_rival is not None:
+            ratio = paired_ratio(result, [timed_rival])
+            parts.append(f"{ratio:.2f}x {label} ({'faster' if ratio >= 1 else 'slower'})")
     if not parts:
         return None
     return f"{what}: {', '.join(parts)}"

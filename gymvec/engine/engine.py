@@ -140,6 +140,9 @@ class BatchEngine:
         probed, kept, self.worker_layout = probe(factories, self.multi_task, backend.first_here)
         self._kept = KeptEnv(kept)
         self.num_envs = self.worker_layout.num_rows  # rows: a block fills several
+        sizes = set(self.worker_layout.rows_per_sub_env)
+        # first-ready commands send whole blocks: they need blocks of one size (0: mixed sizes)
+        self.unit_size = sizes.pop() if len(sizes) == 1 else 0
         self.worker_bounds = list(self.worker_layout.worker_rows)
         try:
             self.info_fields: dict[str, InfoField]
@@ -238,15 +241,19 @@ class BatchEngine:
         """The sub-envs with a first-ready command in flight (int64)."""
         return self.first_ready.flying_rows
 
-    def check_blocks(self, requested: str, what: str, first_ready: bool = False) -> None:
+    def check_blocks(self, requested: str, what: str, batch_size: int | None = None) -> None:
         """A ValueError naming both modes where a block sub-env cannot carry out the
         ``requested`` autoreset ("next_step", "same_step", "disabled", or "explicit" for
-        resets by mask alone) exactly (see ``subenvs.block``), or first-ready batches."""
+        resets by mask alone) exactly (see ``subenvs.block``); with first-ready batches of
+        ``batch_size`` rows, unless blocks are of one size that divides it."""
         blocks = {id(s): s for s in self.summaries if s.block}
-        if blocks and first_ready:
+        size = self.unit_size
+        if blocks and batch_size is not None and (size == 0 or batch_size % size):
+            sizes = sorted(set(self.worker_layout.rows_per_sub_env))
             raise ValueError(
-                f"{what}: first-ready batches (batch_size < num_envs) over blocks are not "
-                "supported yet: step blocks in lock-step"
+                f"{what}: first-ready batches over blocks send and return whole blocks: they "
+                f"need blocks of one size and a batch_size that is a multiple of it; got "
+                f"batch_size={batch_size} and sub-envs of {sizes} rows"
             )
         for summary in blocks.values():
             check_block_mode(summary.metadata, requested, what)

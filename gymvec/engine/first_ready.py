@@ -52,6 +52,8 @@ class FirstReady:
         self.flying = 0  # how many are in flight
         self.needs_reset = np.zeros(n, dtype=bool)  # states an error or interrupt left unknown
         self.dirty = False  # some sub-env is in flight or needs a reset
+        # with blocks: the rows each command must send together (see units_of_rows)
+        self.unit_size = engine.unit_size
 
     def clear(self) -> None:
         """Nothing is in flight any more (the sub-envs were closed)."""
@@ -190,6 +192,8 @@ class FirstReady:
             life.reset_required = False
             self.dirty = True
         rows = checked_rows(indices, self.num_envs)
+        if self.unit_size != 1:
+            check_whole_units(rows, self.unit_size)
         if self.flying:
             busy = rows[self.flight[rows] != IDLE]
             if busy.size:
@@ -291,6 +295,25 @@ class FirstReady:
                 f"first-ready commands are in flight for sub-envs "
                 f"{self.flying_rows.tolist()}: receive them first (async_recv())"
             )
+
+
+def check_whole_units(rows: np.ndarray, size: int) -> None:
+    """A ValueError unless ``rows`` are whole blocks of ``size`` rows (``[k * size, (k + 1) *
+    size)``): a block's rows are sent and come back together (``size`` 0: sub-envs of
+    several sizes, which first-ready commands do not take)."""
+    if size == 0:
+        raise ValueError(
+            "first-ready commands over blocks need blocks of one size (and no single envs "
+            "beside them): this batch mixes sizes"
+        )
+    firsts, counts = np.unique(rows // size, return_counts=True)
+    split = firsts[counts != size]
+    if split.size:
+        block = int(split[0])
+        raise ValueError(
+            f"env_index: rows {block * size}..{(block + 1) * size - 1} form one block, sent "
+            f"and received together; got {int(counts[counts != size][0])} of its {size} rows"
+        )
 
 
 def checked_rows(indices: Any, n: int) -> np.ndarray:

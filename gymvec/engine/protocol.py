@@ -87,7 +87,7 @@ class Engine(Protocol):
 
     def adopt_info_fields(self, places: InfoPlaces) -> None: ...
 
-    def check_blocks(self, requested: str, what: str, first_ready: bool = False) -> None:
+    def check_blocks(self, requested: str, what: str, batch_size: int | None = None) -> None:
         """A ValueError where a block sub-env cannot be run as ``requested`` exactly."""
 
     def request_send(

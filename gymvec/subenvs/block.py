@@ -244,6 +244,8 @@ class BlockRunner(CommandRunner):
     def _write_infos(self, slot: Slot, infos: dict, rows: np.ndarray) -> None:
         """gymnasium's vector infos (an array per entry and a ``_name`` mask) into the rows
         ``rows`` marks: learnt fields with one write each, other entries per row as extras."""
+        if not infos and not self.fields:
+            return
         present = slot.info_present[self.rows]
         present[rows] = False
         per_row: dict[int, dict] = {}

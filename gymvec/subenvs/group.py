@@ -160,13 +160,22 @@ class SubEnvGroup:
             tb = tb.tb_next
         return None
 
+    def unit_of(self, row: int) -> range:
+        """The rows that run together with ``row`` in a first-ready command: its block's, or
+        ``row`` alone."""
+        j = self.env_of_row[row - self.start]
+        first = self.firsts[j]
+        return range(first, first + (self.envs[j].num_envs if is_block(self.envs[j]) else 1))
+
     def run(self, options: dict | None, only: int | None = None) -> dict[int, Extras]:
-        """Carry out the mode bytes of this group's rows (with ``only``: of sub-env ``only``
-        alone, a first-ready command); returns the extras by sub-env index."""
+        """Carry out the mode bytes of this group's rows (with ``only``: of the rows of
+        ``only``'s unit alone, a first-ready command: see :meth:`unit_of`); returns the
+        extras by row."""
         modes = self.modes.tobytes()  # bytes index as ints
         if only is not None:  # a zero byte does nothing: the other rows are left alone
-            k = only - self.start
-            modes = bytes(k) + modes[k : k + 1] + bytes(len(modes) - k - 1)
+            unit = self.unit_of(only)
+            a, b = unit.start - self.start, unit.stop - self.start
+            modes = bytes(a) + modes[a:b] + bytes(len(modes) - b)
         runner = self.runner
         if self.obs_lanes and runner.lane != self.lane_word[0]:
             runner.use_lane(int(self.lane_word[0]))  # the lane this command writes

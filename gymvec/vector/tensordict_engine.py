@@ -142,7 +142,7 @@ class TensorDictEngine:
     def learn_info_fields(self) -> None:
         """Nothing to learn: the env's ``info_spec`` fixes its info fields."""
 
-    def check_blocks(self, requested: str, what: str, first_ready: bool = False) -> None:
+    def check_blocks(self, requested: str, what: str, batch_size: int | None = None) -> None:
         """Nothing to check here: a batched env checks its blocks when it is built."""
 
     def adopt_info_fields(self, places: dict) -> None:

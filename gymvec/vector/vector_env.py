@@ -100,8 +100,11 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self.copy = copy
         self.num_envs = engine.num_envs
         self.batch_size = self._check_batch_size(batch_size)
+        first_ready = self.batch_size < self.num_envs
         engine.check_blocks(
-            self.autoreset_mode.name.lower(), type(self).__name__, self.batch_size < self.num_envs
+            self.autoreset_mode.name.lower(),
+            type(self).__name__,
+            self.batch_size if first_ready else None,
         )
         self.metadata = dict(engine.metadata)
         self.metadata["autoreset_mode"] = self.autoreset_mode

@@ -317,3 +317,43 @@ def test_a_block_returning_the_wrong_length_names_the_shapes():
 def test_a_block_of_another_size_than_planned_says_how_to_declare_it():
     with pytest.raises(ValueError, match=r"planned 1 row.*BlockFactory"):
         SerialVectorEnv([be.cartpole, lambda: be.cartpole_block(2)])
+
+
+# ---- first-ready batches ------------------------------------------------------------------------
+@pytest.mark.parametrize("cls", [SerialVectorEnv, ParallelVectorEnv])
+def test_first_ready_batches_return_whole_blocks_each_as_stepped_alone(cls):
+    kwargs = {"num_workers": 2} if cls is ParallelVectorEnv else {}
+    envs = cls([be.sync_block_fn(2)] * 4, batch_size=4, **kwargs)
+    alone = [be.sync_block(2) for _ in range(4)]
+    try:
+        envs.async_reset(seed=SEED)
+        # what each block shows next: first its reset, then the step it was sent
+        expected = {k: block.reset(seed=SEED + 2 * k)[0] for k, block in enumerate(alone)}
+        rng, counts = np.random.default_rng(6), np.zeros(8, dtype=int)
+        for _ in range(STEPS):
+            obs, _, _, _, info = envs.recv()
+            ids = info["env_id"]
+            blocks = np.unique(ids // 2)
+            assert len(ids) == 4 and all(np.sum(ids // 2 == b) == 2 for b in blocks), ids
+            a = actions(rng, 4)
+            for b in blocks.tolist():
+                pos = np.flatnonzero(ids // 2 == b)
+                np.testing.assert_array_equal(obs[pos], expected[b][ids[pos] % 2])
+                block_actions = np.empty(2, dtype=np.int64)
+                block_actions[ids[pos] % 2] = a[pos]
+                expected[b] = alone[b].step(block_actions)[0]
+            envs.send(a, ids)
+            counts[ids] += 1
+        assert counts.min() > 0
+        envs.recv()
+        with pytest.raises(ValueError, match=r"rows 0..1 form one block.*1 of its 2 rows"):
+            envs.send(np.zeros(1, dtype=np.int64), np.array([0]))
+    finally:
+        envs.close()
+
+
+def test_first_ready_batch_size_must_be_a_multiple_of_the_block_size():
+    with pytest.raises(ValueError, match=r"multiple of it; got batch_size=3.*\[2\] rows"):
+        SerialVectorEnv([be.sync_block_fn(2)] * 4, batch_size=3)
+    with pytest.raises(ValueError, match=r"batch_size=2.*\[1, 2\] rows"):
+        SerialVectorEnv([BlockFactory(be.sync_block_fn(2), 2), be.cartpole], batch_size=2)

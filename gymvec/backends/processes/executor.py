@@ -94,6 +94,18 @@ class ProcessOptions:
         return (WORKER_SPIN_S, PARENT_SPIN_S) if spin else (0.0, 0.0)
 
 
+def _units(worker_rows: Sequence[Sequence[int]]) -> list[range] | None:
+    """Per row, the rows of its sub-env (see ``ProcessRows``); None where each has one."""
+    sizes = [size for sizes in worker_rows for size in sizes]
+    if all(size == 1 for size in sizes):
+        return None
+    units: list[range] = []
+    for size in sizes:
+        unit = range(len(units), len(units) + size)
+        units += [unit] * size
+    return units
+
+
 class ProcessExecutor(Executor):
     """Starts and drives the worker processes of a batch.
 
@@ -149,6 +161,7 @@ class ProcessExecutor(Executor):
             self.concurrency,
             self.parent_spin,
             objects,
+            _units(rows),
         )
 
     def _start(

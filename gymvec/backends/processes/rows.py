@@ -46,6 +46,8 @@ class ProcessRows:
         concurrency: the semaphore of ``max_concurrency`` (None: no limit).
         spin: how the parent spins before it blocks.
         objects: whether the sub-envs take object actions (which these commands cannot send).
+        units: per row, the rows that run with it (a block's), or None where every sub-env
+            is one row.
     """
 
     def __init__(
@@ -57,8 +59,10 @@ class ProcessRows:
         concurrency: Any,
         spin: Spin,
         objects: bool,
+        units: list[range] | None = None,
     ):
         self.handles, self.local = handles, local
+        self.units = units
         self.ready, self.concurrency, self.parent_spin = ready, concurrency, spin
         self._objects = objects
         num_envs = len(rows_memory) // (ROW_WORDS * 8)
@@ -134,14 +138,15 @@ class ProcessRows:
         while len(done) < min_get:
             if local is not None and local.queue:
                 if self.concurrency is None:
-                    row = local.run_next()
+                    ran = local.run_next()
                 else:
                     with self.concurrency:
-                        row = local.run_next()
-                finished[row] = local.finished.pop(row)
-                if row in wanted:
-                    done.append(row)
-                    self._raise_failed([row])
+                        ran = local.run_next()
+                for row in ran:
+                    finished[row] = local.finished.pop(row)
+                ran = [row for row in ran if row in wanted]
+                done += ran
+                self._raise_failed(ran)
                 continue
             waiting = [row for row in waiting if not gathered[row]]
             if not waiting:  # the engine's books say otherwise: never wait for nothing
@@ -167,13 +172,17 @@ class ProcessRows:
         """The rows of ``rows`` that their workers finished since the last look, in the order
         sent; each goes into ``_finished`` with its extras (or its error)."""
         ints, gathered = self.row_ints, self._gathered
-        new = [
-            row
-            for row in rows
-            if not gathered[row]
-            and ints[row * ROW_WORDS + FINISHED] >= ints[row * ROW_WORDS + TICKET]
-        ]
-        if len(new) > 1:
+
+        def over(row: int) -> bool:
+            return ints[row * ROW_WORDS + FINISHED] >= ints[row * ROW_WORDS + TICKET]
+
+        new = [row for row in rows if not gathered[row] and over(row)]
+        units = self.units
+        if units is not None:  # a block's rows count once all of them are published
+            new = [row for row in new if all(over(r) for r in units[row])]
+            if len(new) > 1:  # together, in the order their units were sent
+                new.sort(key=lambda row: (ints[units[row][0] * ROW_WORDS + TICKET], row))
+        elif len(new) > 1:
             new.sort(key=lambda row: ints[row * ROW_WORDS + TICKET])
         finished = self._finished
         for row in new:

@@ -243,11 +243,13 @@ class Worker:
 
     def run_some(self) -> None:
         """Run the pending first-ready rows, lowest ticket first, publishing each one as
-        soon as it is done; returns once none is pending (rows sent meanwhile included)."""
+        soon as it is done; returns once none is pending (rows sent meanwhile included). A
+        block's rows run together, once the parent has handed each of them its ticket."""
         # Python ints: a few are read per row, for a handful of rows
         words = expect_set(self.row_words, "the row words of a worker serving first-ready rows")
-        start = self.group.start
-        rows = range(self.group.stop - start)
+        group = self.group
+        start = group.start
+        rows = range(group.stop - start)
         while True:
             if self.words[FIELDS] > self.fields_read:
                 self.adopt_fields()
@@ -257,22 +259,33 @@ class Worker:
             if not pending:
                 return None
             k = min(pending, key=lambda k: words[k * ROW_WORDS + TICKET])
-            base = k * ROW_WORDS
-            ticket = words[base + TICKET]
-            status, payload = Status.OK, None
+            unit = [row - start for row in group.unit_of(start + k)]
+            if len(unit) > 1 and not set(unit) <= set(pending):
+                continue  # the parent is still handing out this block's tickets
+            tickets = [words[u * ROW_WORDS + TICKET] for u in unit]
             try:
-                extras = self.run(None, only=start + k)
-                if extras:  # pickled before the row is published: failing is its error
-                    payload = ForkingPickler.dumps((start + k, extras[start + k]))
+                extras = self.run(None, only=start + k) or {}
+                # pickled before the rows are published: failing is their error
+                payloads = [
+                    (Status.OK, ForkingPickler.dumps((start + u, extras[start + u])))
+                    if start + u in extras
+                    else (Status.OK, None)
+                    for u in unit
+                ]
             except BaseException as exc:
-                payload = ForkingPickler.dumps((start + k, error_detail(exc, start + k)))
-                status = Status.ERROR
-            words[base + ROW_STATUS] = int(status)
-            words[base + ROW_REPLY] = int(payload is not None)
-            words[base + FINISHED] = ticket
-            self.ready.release()
-            if payload is not None:  # after the post, as a command's reply
-                self.conn.send_bytes(payload)
+                payloads = [
+                    (Status.ERROR, ForkingPickler.dumps((start + u, error_detail(exc, start + u))))
+                    for u in unit
+                ]
+            for u, ticket, (status, payload) in zip(unit, tickets, payloads):
+                base = u * ROW_WORDS
+                words[base + ROW_STATUS] = int(status)
+                words[base + ROW_REPLY] = int(payload is not None)
+                words[base + FINISHED] = ticket
+                self.ready.release()
+            for _status, payload in payloads:
+                if payload is not None:  # after the posts, as a command's reply
+                    self.conn.send_bytes(payload)
 
     def adopt_fields(self) -> None:
         """Adopt the info fields the parent sent while first-ready rows were in flight (see
