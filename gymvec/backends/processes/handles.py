@@ -20,6 +20,9 @@ import os
 import signal
 import sys
 import time
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from multiprocessing.synchronize import Semaphore
 from typing import Any
 
 from gymvec.backends.processes.worker import (
@@ -52,7 +55,17 @@ MAIN_REIMPORT_EXIT = 78
 class WorkerHandle:
     """The parent's end of one worker process."""
 
-    def __init__(self, index: int, start: int, stop: int, process, conn, wake, done, words):
+    def __init__(
+        self,
+        index: int,
+        start: int,
+        stop: int,
+        process: BaseProcess,
+        conn: Connection,
+        wake: Semaphore,
+        done: Semaphore,
+        words: memoryview,
+    ) -> None:
         self.index, self.start, self.stop = index, start, stop
         self.process, self.conn = process, conn
         self.wake, self.done = wake, done
@@ -155,7 +168,7 @@ class WorkerHandle:
             self.process.close()
         unlink_semaphore(self.wake)
         unlink_semaphore(self.done)
-        self.process = self.wake = self.done = None
+        del self.process, self.wake, self.done  # dropped: nothing of them is to be used again
 
 
 def stop_workers(handles: list[WorkerHandle], grace_s: float = CLOSE_GRACE_S) -> Exception | None:
@@ -184,7 +197,7 @@ def stop_workers(handles: list[WorkerHandle], grace_s: float = CLOSE_GRACE_S) ->
         except WorkerError as exc:
             if exc.worker_traceback is not None:  # raised, not died
                 error = error or exc
-    processes = [handle.process for handle in handles if handle.process._popen is not None]
+    processes = [handle.process for handle in handles if _started(handle.process)]
     left = join_all(processes, deadline)
     for process in left:
         terminate(process)
@@ -209,8 +222,13 @@ def join_all(processes: list, deadline: float) -> list:
     return [process for process in left if process.exitcode is None]
 
 
-def terminate(process) -> None:
-    if process._popen is not None and process.exitcode is None:
+def _started(process: BaseProcess) -> bool:
+    """Whether ``process.start()`` ran (one whose start failed has nothing to wait for)."""
+    return process._popen is not None  # type: ignore[attr-defined]  # (private: typeshed lacks it)
+
+
+def terminate(process: BaseProcess) -> None:
+    if _started(process) and process.exitcode is None:
         process.terminate()
 
 
