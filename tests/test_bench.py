@@ -401,7 +401,7 @@ def _case_result(samples: dict[str, list[float]], name: str = "cartpole-32"):
 
 
 def test_verdict_in_words_against_sync_and_the_framework_free_loop():
-    from gymvec.bench.verdict import verdict_lines
+    from gymvec.bench.reporting.verdict import verdict_lines
 
     case_result = _case_result(
         {
@@ -420,7 +420,7 @@ def test_verdict_in_words_against_sync_and_the_framework_free_loop():
 
 @pytest.mark.parametrize("free, warned", [(1.8, False), (1.1, True), (0.63, True)])
 def test_no_headroom_warning_when_bare_free_is_not_clearly_above_sync(free, warned):
-    from gymvec.bench.verdict import no_headroom, verdict_lines
+    from gymvec.bench.reporting.verdict import no_headroom, verdict_lines
 
     case_result = _case_result(
         {"gym-sync": [100.0] * 3, "gymvec-parallel": [80.0] * 3, "bare-free": [100 * free] * 3}
@@ -448,7 +448,7 @@ def test_cli_first_screen_explains_the_columns_and_ends_with_a_verdict(capsys):
 
 
 def test_progress_eta_from_the_pace_so_far():
-    from gymvec.bench.progress import Progress
+    from gymvec.bench.reporting.progress import Progress
 
     progress = Progress(total=6, enabled=False)
     assert progress.eta() == "ETA ?"
@@ -460,7 +460,7 @@ def test_progress_eta_from_the_pace_so_far():
 @pytest.mark.parametrize("suffix, magic", [(".png", b"\x89PNG"), (".svg", b"<svg")])
 def test_plot_writes_the_chart(tmp_path, suffix, magic):
     pytest.importorskip("matplotlib")
-    from gymvec.bench.plot import plot_cases, plot_sweep
+    from gymvec.bench.reporting.plot import plot_cases, plot_sweep
 
     case_result = _case_result({"gym-sync": [100.0] * 2, "gymvec-parallel": [150.0] * 2})
     path = tmp_path / f"bench{suffix}"

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from gymvec.bench.bare import FINISHED, FREE_LAG, BareLoop, BareParallel
 from gymvec.bench.envs import IMAGE_OBS_ID
 from gymvec.bench.runners import make_env_fns
+from gymvec.bench.runners.bare import FINISHED, FREE_LAG, BareLoop, BareParallel
 
 
 def _rollout(env, steps: int, num_envs: int, num_actions: int = 2) -> list[tuple]:
@@ -134,7 +134,7 @@ def test_bare_first_ready_steps_each_sub_env_as_it_would_alone(no_leaks):
     # (same-step autoreset, seeded seed + index), two sub-envs per process. It runs until
     # every sub-env came back more than 5 times: a process that starts late (a loaded
     # machine) must not starve its sub-envs out of a fixed number of batches.
-    from gymvec.bench.bare_first_ready import BareFirstReady
+    from gymvec.bench.runners.bare_first_ready import BareFirstReady
 
     n, seed = 4, 5
     pool = BareFirstReady(make_env_fns("CartPole-v1", n), batch_size=2, num_workers=2)
@@ -167,7 +167,7 @@ def test_bare_first_ready_steps_each_sub_env_as_it_would_alone(no_leaks):
 
 
 def test_bare_first_ready_raises_instead_of_hanging_when_a_process_dies(no_leaks):
-    from gymvec.bench.bare_first_ready import BareFirstReady
+    from gymvec.bench.runners.bare_first_ready import BareFirstReady
 
     pool = BareFirstReady(make_env_fns("CartPole-v1", 2), batch_size=2)
     try:

@@ -4,9 +4,6 @@ Importing this package registers the bench envs (``GymvecBench/BusyStep-v0``,
 ``GymvecBench/ImageObs-v0``) with gymnasium.
 """
 
-# The Ray, tianshou and blocks runners register themselves (each framework is imported only
-# when one of its runners is built).
-from gymvec.bench import blocks, ray_runners, tianshou_runners  # noqa: E402, F401, I001
 from gymvec.bench.cases import CASES, DEFAULT_CASES, Case
 from gymvec.bench.envs import BusyStepEnv, ImageObsEnv, register_bench_envs
 from gymvec.bench.harness import CaseResult, RunnerResult, Settings, run_case, run_cases

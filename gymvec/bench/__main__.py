@@ -19,13 +19,13 @@ from collections.abc import Sequence
 
 from gymvec.bench.cases import CASES, DEFAULT_CASES, Case
 from gymvec.bench.harness import Settings, run_cases
-from gymvec.bench.plot import plot_problem
-from gymvec.bench.progress import Progress
-from gymvec.bench.report import format_sweep, format_table, to_json, write_json
+from gymvec.bench.reporting.plot import plot_problem
+from gymvec.bench.reporting.progress import Progress
+from gymvec.bench.reporting.report import format_sweep, format_table, to_json, write_json
+from gymvec.bench.reporting.verdict import LEGEND, verdict_lines
 from gymvec.bench.runners import RUNNERS, usable_cores
 from gymvec.bench.soak import CONFIGS as SOAK_CONFIGS
 from gymvec.bench.soak import SOAK_STEPS
-from gymvec.bench.verdict import LEGEND, verdict_lines
 
 STARTUP_CASE = "startup"
 # --sweep's runners: gym-async starts one process per sub-env, too many at 512
@@ -252,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         write_json(args.json, to_json(case_results, settings))
     if args.plot:
-        from gymvec.bench.plot import plot_cases, plot_sweep
+        from gymvec.bench.reporting.plot import plot_cases, plot_sweep
 
         (plot_sweep if args.sweep else plot_cases)(case_results, args.plot)
         print(f"chart: {args.plot}")

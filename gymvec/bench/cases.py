@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from gymvec.bench.envs import BUSY_LATENCY_ID, BUSY_STEP_ID, IMAGE_OBS_ID, LATENCY_ID
 
-# Framework-free references (bench.bare): what one core, gymvec's parallel layout with nothing
+# Framework-free references (runners.bare): what one core, gymvec's parallel layout with nothing
 # else in it, and that layout's processes not waiting for each other, reach in the same run.
 BARE_RUNNERS = ("bare-loop", "bare-parallel", "bare-free")
 

@@ -19,13 +19,13 @@ from typing import Any
 from gymnasium.vector.utils import batch_space
 
 from gymvec.bench.cases import Case
-from gymvec.bench.progress import Progress
+from gymvec.bench.reporting.progress import Progress
 from gymvec.bench.resources import process_tree_mb
 from gymvec.bench.runners import RUNNERS, Runner, RunnerOptions, make_env
 
 GYM_SYNC = "gym-sync"
 GYM_RUNNERS = ("gym-sync", "gym-async")
-# What the machine gives the case's split with no lock-step at all (see bench.bare).
+# What the machine gives the case's split with no lock-step at all (see runners.bare).
 CEILING = "bare-free"
 
 

@@ -55,7 +55,7 @@ from gymvec.engine.first_ready import FirstReady
 from gymvec.engine.info_learning import InfoLearner
 from gymvec.engine.requests import Requests
 from gymvec.errors import ClosedEnvError
-from gymvec.subenvs.block import check_block_mode
+from gymvec.subenvs.block import check_blocks
 from gymvec.subenvs.factories import SubEnvFactories
 from gymvec.subenvs.kinds import SubEnvSummary, spaces_of_summaries
 from gymvec.subenvs.probe import (
@@ -242,21 +242,8 @@ class BatchEngine:
         return self.first_ready.flying_rows
 
     def check_blocks(self, requested: str, what: str, batch_size: int | None = None) -> None:
-        """A ValueError naming both modes where a block sub-env cannot carry out the
-        ``requested`` autoreset ("next_step", "same_step", "disabled", or "explicit" for
-        resets by mask alone) exactly (see ``subenvs.block``); with first-ready batches of
-        ``batch_size`` rows, unless blocks are of one size that divides it."""
-        blocks = {id(s): s for s in self.summaries if s.block}
-        size = self.unit_size
-        if blocks and batch_size is not None and (size == 0 or batch_size % size):
-            sizes = sorted(set(self.worker_layout.rows_per_sub_env))
-            raise ValueError(
-                f"{what}: first-ready batches over blocks send and return whole blocks: they "
-                f"need blocks of one size and a batch_size that is a multiple of it; got "
-                f"batch_size={batch_size} and sub-envs of {sizes} rows"
-            )
-        for summary in blocks.values():
-            check_block_mode(summary.metadata, requested, what)
+        """A ValueError where a block cannot run as ``requested`` (see ``check_blocks``)."""
+        check_blocks(self.summaries, self.worker_layout, requested, what, batch_size)
 
     def local_envs(self) -> list[Any]:
         """The sub-envs that live in this process (all of them for the serial backend)."""

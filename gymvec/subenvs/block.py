@@ -14,6 +14,7 @@ block's ``reset(options={"reset_mask": done})``), explicit resets through ``rese
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -23,6 +24,8 @@ from gymnasium.vector import AutoresetMode
 from gymvec.common.structure import build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.errors import UnsupportedSpaceError
 from gymvec.subenvs.drivers import CommandRunner
+from gymvec.subenvs.kinds import SubEnvSummary
+from gymvec.subenvs.layout import WorkerLayout
 from gymvec.wire.buffers import Buffers, Slot
 from gymvec.wire.commands import (
     AUTORESET,
@@ -63,6 +66,30 @@ def check_block_mode(metadata: dict, requested: str, what: str) -> None:
             f"autoreset_mode={' or '.join(fits)} (for gymnasium.make_vec: "
             f"vector_kwargs={{'autoreset_mode': ...}})"
         )
+
+
+def check_blocks(
+    summaries: Sequence[SubEnvSummary],
+    layout: WorkerLayout,
+    requested: str,
+    what: str,
+    batch_size: int | None = None,
+) -> None:
+    """For each block among a batch's sub-envs (``summaries``, one per row), a ValueError
+    naming both modes where it cannot carry out the ``requested`` autoreset ("next_step",
+    "same_step", "disabled", or "explicit" for resets by mask alone) exactly; with
+    first-ready batches of ``batch_size`` rows, unless every sub-env has the same size and
+    it divides ``batch_size`` (a block's rows are sent and return together)."""
+    blocks = {id(s): s for s in summaries if s.block}
+    sizes = sorted(set(layout.rows_per_sub_env))
+    if blocks and batch_size is not None and (len(sizes) > 1 or batch_size % sizes[0]):
+        raise ValueError(
+            f"{what}: first-ready batches over blocks send and return whole blocks: they "
+            f"need blocks of one size and a batch_size that is a multiple of it; got "
+            f"batch_size={batch_size} and sub-envs of {sizes} rows"
+        )
+    for summary in blocks.values():
+        check_block_mode(summary.metadata, requested, what)
 
 
 class BlockRunner(CommandRunner):

@@ -344,8 +344,9 @@ class BatchStep(CommandRunner):
     policy (``commands.step_modes``) skip the phases: every sub-env steps (and, SAME_STEP, the
     root is brought up to date and those that finished reset into it, their final
     observations kept), or (NEXT_STEP) some step and the others reset into "next", their
-    reset counting as a transition with reward 0 and flags False. ``tests/test_runners_agree``
-    checks them against the phases on generated commands.
+    reset counting as a transition with reward 0 and flags False.
+    ``tests/differential/test_runners_agree.py`` checks them against the phases on generated
+    commands.
     """
 
     def __init__(self, drivers: list[GymDriver], buffers: Buffers, start: int, stop: int):

@@ -92,8 +92,8 @@ ROW_MODES = [
 
 
 @st.composite
-def commands(draw: st.DrawFn) -> tuple[bytes, list[int], list[int]]:
-    """One command: mode bytes, actions, seeds."""
+def commands(draw: st.DrawFn) -> tuple[bytes, list[int], list[int], int]:
+    """One command: mode bytes, actions, seeds, the observation lane (0: none)."""
     how = draw(st.sampled_from(["policy", "uniform", "mixed"]))
     if how == "policy":  # what the engine sends for a policy
         finished = np.array(draw(st.lists(st.booleans(), min_size=N, max_size=N)))

@@ -35,9 +35,9 @@ from gymvec.backends.processes.handles import (  # noqa: F401  (WorkerHandle: pr
     CLOSE_GRACE_S,
     WorkerHandle,
     refuse_start_while_importing_main,
-    start_failure,
     stop_workers,
     unlink_semaphore,
+    wait_ready,
 )
 from gymvec.backends.processes.rows import ProcessRows
 from gymvec.backends.processes.worker import (
@@ -54,7 +54,6 @@ from gymvec.backends.processes.worker import (
 from gymvec.common.cores import usable_cores
 from gymvec.errors import (
     ClosedEnvError,
-    SpaceMismatchError,
     SubEnvTimeoutError,
     WorkerError,
     expect_set,
@@ -144,7 +143,7 @@ class ProcessExecutor(Executor):
                 self.local = LocalExecutor.build(
                     [worker_env_fns[0]], [0], shared, workers=[0], rows=[rows[0]]
                 )
-            self._wait_ready(deadline, options)
+            wait_ready(self.handles, deadline, options.startup_timeout, options.factory_timeout)
         except BaseException:
             self.close()
             raise
@@ -224,48 +223,6 @@ class ProcessExecutor(Executor):
 
     def local_envs(self) -> list[Any]:
         return [] if self.local is None else self.local.local_envs()
-
-    def _wait_ready(self, deadline: float, options: ProcessOptions) -> None:
-        """Wait for every worker's first message: all against one deadline, and each one's
-        factories against ``factory_timeout`` from the moment the first of them begins
-        (launching the interpreter and its imports does not count there)."""
-        pending = list(self.handles)
-        began: dict[WorkerHandle, float] = {}  # when each worker's first factory began
-        factory_s = options.factory_timeout
-        while pending:
-            now = time.monotonic()
-            if now >= deadline:
-                raise startup_timeout_error(pending, options.startup_timeout)
-            left = deadline - now
-            if factory_s is not None:
-                for handle in pending:
-                    if handle not in began and handle.building() is not None:
-                        began[handle] = now
-                late = [h for h in began if h in pending and now - began[h] >= factory_s]
-                if late:
-                    raise startup_timeout_error(late, factory_s)
-                left = min(left, 0.05)  # (to see factories begin)
-            waits = [h.conn for h in pending] + [h.process.sentinel for h in pending]
-            ready = mp.connection.wait(waits, left)
-            for handle in [h for h in pending if h.conn in ready or h.process.sentinel in ready]:
-                if handle.conn not in ready:
-                    raise start_failure(handle)
-                self._read_ready(handle)
-                pending.remove(handle)
-
-    @staticmethod
-    def _read_ready(handle: WorkerHandle) -> None:
-        try:
-            kind, detail = cloudpickle.loads(handle.conn.recv_bytes())
-        except (EOFError, OSError):  # it died before its first message
-            raise start_failure(handle) from None
-        if kind == "mismatch":
-            message, what = detail
-            raise SpaceMismatchError(f"worker {handle.index}: {message}", kind=what)
-        if kind == "error":
-            raise handle.raised(detail, what="create_env_fn")
-        handle.summaries = detail
-        handle.ready = True
 
     # ---- commands -----------------------------------------------------------------------------
     def send(self, call: calls.Command) -> None:
@@ -537,20 +494,6 @@ os.register_at_fork(after_in_child=_forget_workers_in_child)
 def closed_error() -> ClosedEnvError:
     return ClosedEnvError(
         "the env was closed (from another thread) while this call waited: create a new one to go on"
-    )
-
-
-def startup_timeout_error(pending: list[WorkerHandle], timeout: float) -> SubEnvTimeoutError:
-    """The error for workers not ready in time: it names the sub-env whose factory each one
-    still runs."""
-    parts = []
-    for handle in pending:
-        row = handle.building()
-        what = f"sub-env {row}'s factory is still running" if row is not None else "starting"
-        parts.append(f"{what} (worker {handle.index}, pid {handle.process.pid})")
-    return SubEnvTimeoutError(
-        f"start-up did not finish within {timeout} s: " + "; ".join(parts),
-        [(h.index, h.process.pid, list(range(h.start, h.stop))) for h in pending],
     )
 
 

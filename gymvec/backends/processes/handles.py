@@ -1,4 +1,5 @@
-"""The parent's end of the worker processes: one :class:`WorkerHandle` each, and how they stop.
+"""The parent's end of the worker processes: one :class:`WorkerHandle` each, how they start
+(:func:`wait_ready`: their first message) and how they stop.
 
 Guarantees kept here (docs/troubleshooting.md gives the figures):
 
@@ -20,7 +21,12 @@ import os
 import signal
 import sys
 import time
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from multiprocessing.synchronize import Semaphore
 from typing import Any
+
+import cloudpickle
 
 from gymvec.backends.processes.worker import (
     BUILDING,
@@ -35,7 +41,14 @@ from gymvec.backends.processes.worker import (
     Status,
     wait_for,
 )
-from gymvec.errors import ErrorDetail, MainModuleError, WorkerError, sub_env_error
+from gymvec.errors import (
+    ErrorDetail,
+    MainModuleError,
+    SpaceMismatchError,
+    SubEnvTimeoutError,
+    WorkerError,
+    sub_env_error,
+)
 from gymvec.subenvs.group import SubEnvSummary
 
 _ERROR = int(Status.ERROR)
@@ -52,7 +65,17 @@ MAIN_REIMPORT_EXIT = 78
 class WorkerHandle:
     """The parent's end of one worker process."""
 
-    def __init__(self, index: int, start: int, stop: int, process, conn, wake, done, words):
+    def __init__(
+        self,
+        index: int,
+        start: int,
+        stop: int,
+        process: BaseProcess,
+        conn: Connection,
+        wake: Semaphore,
+        done: Semaphore,
+        words: memoryview,
+    ) -> None:
         self.index, self.start, self.stop = index, start, stop
         self.process, self.conn = process, conn
         self.wake, self.done = wake, done
@@ -155,7 +178,7 @@ class WorkerHandle:
             self.process.close()
         unlink_semaphore(self.wake)
         unlink_semaphore(self.done)
-        self.process = self.wake = self.done = None
+        del self.process, self.wake, self.done  # dropped: nothing of them is to be used again
 
 
 def stop_workers(handles: list[WorkerHandle], grace_s: float = CLOSE_GRACE_S) -> Exception | None:
@@ -184,7 +207,7 @@ def stop_workers(handles: list[WorkerHandle], grace_s: float = CLOSE_GRACE_S) ->
         except WorkerError as exc:
             if exc.worker_traceback is not None:  # raised, not died
                 error = error or exc
-    processes = [handle.process for handle in handles if handle.process._popen is not None]
+    processes = [handle.process for handle in handles if _started(handle.process)]
     left = join_all(processes, deadline)
     for process in left:
         terminate(process)
@@ -209,8 +232,13 @@ def join_all(processes: list, deadline: float) -> list:
     return [process for process in left if process.exitcode is None]
 
 
-def terminate(process) -> None:
-    if process._popen is not None and process.exitcode is None:
+def _started(process: BaseProcess) -> bool:
+    """Whether ``process.start()`` ran (one whose start failed has nothing to wait for)."""
+    return process._popen is not None  # type: ignore[attr-defined]  # (private: typeshed lacks it)
+
+
+def terminate(process: BaseProcess) -> None:
+    if _started(process) and process.exitcode is None:
         process.terminate()
 
 
@@ -262,4 +290,66 @@ def main_reimport_error(handle: WorkerHandle) -> MainModuleError:
         'and runs the env under `if __name__ == "__main__":` (or in a function called from '
         "there).",
         worker_index=handle.index,
+    )
+
+
+def wait_ready(
+    handles: list[WorkerHandle],
+    deadline: float,
+    startup_timeout: float,
+    factory_timeout: float | None,
+) -> None:
+    """Wait for every worker's first message: all against one deadline (``startup_timeout``
+    after the start), and each one's factories against ``factory_timeout`` from the moment
+    the first of them begins (launching the interpreter and its imports does not count
+    there)."""
+    pending = list(handles)
+    began: dict[WorkerHandle, float] = {}  # when each worker's first factory began
+    while pending:
+        now = time.monotonic()
+        if now >= deadline:
+            raise startup_timeout_error(pending, startup_timeout)
+        left = deadline - now
+        if factory_timeout is not None:
+            for handle in pending:
+                if handle not in began and handle.building() is not None:
+                    began[handle] = now
+            late = [h for h in began if h in pending and now - began[h] >= factory_timeout]
+            if late:
+                raise startup_timeout_error(late, factory_timeout)
+            left = min(left, 0.05)  # (to see factories begin)
+        waits = [h.conn for h in pending] + [h.process.sentinel for h in pending]
+        ready = mp.connection.wait(waits, left)
+        for handle in [h for h in pending if h.conn in ready or h.process.sentinel in ready]:
+            if handle.conn not in ready:
+                raise start_failure(handle)
+            _read_ready(handle)
+            pending.remove(handle)
+
+
+def _read_ready(handle: WorkerHandle) -> None:
+    try:
+        kind, detail = cloudpickle.loads(handle.conn.recv_bytes())
+    except (EOFError, OSError):  # it died before its first message
+        raise start_failure(handle) from None
+    if kind == "mismatch":
+        message, what = detail
+        raise SpaceMismatchError(f"worker {handle.index}: {message}", kind=what)
+    if kind == "error":
+        raise handle.raised(detail, what="create_env_fn")
+    handle.summaries = detail
+    handle.ready = True
+
+
+def startup_timeout_error(pending: list[WorkerHandle], timeout: float) -> SubEnvTimeoutError:
+    """The error for workers not ready in time: it names the sub-env whose factory each one
+    still runs."""
+    parts = []
+    for handle in pending:
+        row = handle.building()
+        what = f"sub-env {row}'s factory is still running" if row is not None else "starting"
+        parts.append(f"{what} (worker {handle.index}, pid {handle.process.pid})")
+    return SubEnvTimeoutError(
+        f"start-up did not finish within {timeout} s: " + "; ".join(parts),
+        [(h.index, h.process.pid, list(range(h.start, h.stop))) for h in pending],
     )

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import cloudpickle
 import numpy as np
@@ -33,7 +33,7 @@ from gymvec.backends.processes.worker import (
 )
 from gymvec.common.arrays import any_set
 from gymvec.common.structure import OBJECT
-from gymvec.errors import SpaceMismatchError, error_detail
+from gymvec.errors import ErrorDetail, SpaceMismatchError, error_detail
 from gymvec.subenvs.layout import WorkerLayout
 from gymvec.wire.buffers import BufferLayout, Buffers, private_memory, shared_memory
 from gymvec.wire.calls import Command, Request
@@ -103,14 +103,16 @@ class WorkerSpec:
     rows: tuple[int, ...]  # the rows of each sub-env (a block fills several)
 
 
-def _touched(modes: bytes) -> tuple[bool, bool, bool]:
-    """Which parts of the share's block a command writes, by its mode bytes: (the root for
+def _touched(modes: bytes) -> tuple[Literal["step", "reset"], bool, bool, bool]:
+    """What a command is, by its mode bytes ("step" if any sub-env steps, else "reset"; the
+    driver sends only the bytes), and which parts of the share's block it writes (the root for
     sure, "next", the root where a sub-env finished: AUTORESET)."""
     kinds = set(modes)
+    kind: Literal["step", "reset"] = "step" if any(m & STEP for m in kinds) else "reset"
     root = any(m & SYNC_ROOT or (m & RESET and not m & RESET_INTO_NEXT) for m in kinds)
     next_ = any(m & (STEP | RESET_INTO_NEXT) for m in kinds)
     autoreset = any(m & AUTORESET for m in kinds)
-    return root, next_, autoreset
+    return kind, root, next_, autoreset
 
 
 class RayWorker:
@@ -124,7 +126,7 @@ class RayWorker:
     def __init__(self, index: int):
         self.index = index
         self.executor: Executor | None = None
-        self._touch: dict[bytes, tuple[bool, bool, bool]] = {}
+        self._touch: dict[bytes, tuple[Literal["step", "reset"], bool, bool, bool]] = {}
 
     # ---- lifetime -----------------------------------------------------------------------------
     def start(self, spec: WorkerSpec) -> tuple:
@@ -201,7 +203,12 @@ class RayWorker:
         split = len(self.control_flat)
         self.control_flat[:] = np.frombuffer(packed, np.uint8, split)
         self.flat[share.action] = np.frombuffer(packed, np.uint8, offset=split)
-        call = Command("step")
+        modes = self.control.mode.tobytes()
+        touched = self._touch.get(modes)
+        if touched is None:
+            touched = self._touch.setdefault(modes, _touched(modes))
+        kind, root, next_, autoreset = touched
+        call = Command(kind)
         if payload is not None:
             options, objects = cloudpickle.loads(payload)
             if objects:
@@ -209,17 +216,12 @@ class RayWorker:
                     self.buffers.action_objects[key][:] = values
                 call.action_objects = self.buffers.action_objects
             call.options = options
-        modes = self.control.mode.tobytes()
-        touched = self._touch.get(modes)
-        if touched is None:
-            touched = self._touch.setdefault(modes, _touched(modes))
         try:
             executor = self._started()
             executor.send(call)
             extras = executor.wait(call)
         except BaseException as exc:
             return ("error", error_detail(exc))
-        root, next_, autoreset = touched
         if autoreset and not root:
             root = any_set(self.buffers.next.done)
         next_ = next_ or ship_next
@@ -233,10 +235,12 @@ class RayWorker:
         return ("ok", shipped, extras) if extras else shipped
 
     # ---- requests -----------------------------------------------------------------------------
-    def request(self, payload: bytes) -> tuple:
+    def request(
+        self, payload: bytes
+    ) -> tuple[Literal["ok"], list] | tuple[Literal["raise"], ErrorDetail]:
         """Answer a request for rows of this share: ``("ok", results)`` or
-        ``("raise", exception, traceback text)`` (the caller's error, a missing attribute
-        say, raised on the driver as it is)."""
+        ``("raise", detail)``, the ``ErrorDetail`` of the caller's error (a missing attribute,
+        say), raised on the driver as the sub-env's own exception."""
         name, indices, kwargs = cloudpickle.loads(payload)
         values = kwargs.pop("values", None)
         call = Request(name, indices, kwargs, values)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gymvec.bench.harness import CaseResult
-from gymvec.bench.verdict import no_headroom
+from gymvec.bench.reporting.verdict import no_headroom
 
 FORMATS = (".png", ".svg")
 MISSING = (

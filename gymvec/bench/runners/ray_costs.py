@@ -1,6 +1,6 @@
 """The constants of ``docs/scaling.md``'s throughput model, measured on the Ray at hand.
 
-``python -m gymvec.bench.ray_costs`` (add ``--address auto`` on a cluster) prints:
+``python -m gymvec.bench.runners.ray_costs`` (add ``--address auto`` on a cluster) prints:
 
 * the round trip of one actor call with the bytes one ``RayEnv`` command carries (no env
   work), for one actor;
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gymvec.bench.ray_runners import ensure_ray
+from gymvec.bench.runners.ray_runners import ensure_ray
 
 
 class Echo:
@@ -63,7 +63,7 @@ def time_calls(ray, actors: list, packed: bytes, answer_nbytes: int, rounds: int
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gymvec.bench.ray_costs")
+    parser = argparse.ArgumentParser(prog="python -m gymvec.bench.runners.ray_costs")
     parser.add_argument("--address", help="a running cluster (default: a local Ray)")
     parser.add_argument("--max-actors", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=300)

@@ -19,8 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from gymvec.bench.runners import Runner, RunnerOptions, VectorEnvRunner, make_env, worker_layout
-from gymvec.bench.runners import register_runner as _register
+from gymvec.bench.runners.base import (
+    Runner,
+    RunnerOptions,
+    VectorEnvRunner,
+    make_env,
+    worker_layout,
+)
+from gymvec.bench.runners.base import register_runner as _register
 
 
 def ensure_ray() -> Any:

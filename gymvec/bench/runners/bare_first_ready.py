@@ -2,7 +2,7 @@
 gymvec's first-ready runner in the same run.
 
 ``num_workers`` processes, each holding an even share of the sub-envs (the case's layout), numpy
-views of one ``RawArray`` as in ``bench.bare``, a wake-up semaphore per process and one
+views of one ``RawArray`` as in ``runners.bare``, a wake-up semaphore per process and one
 ``ready`` semaphore that every finished sub-env posts. ``send(actions, env_ids)`` writes the
 actions and a sequence number per sub-env and wakes the processes that hold them, which run
 their pending sub-envs one at a time in the order sent; ``recv()`` returns the first
@@ -10,7 +10,7 @@ their pending sub-envs one at a time in the order sent; ``recv()`` returns the f
 bare runners it resets a finished sub-env within its step, ignores infos, checks nothing, and
 does not hang when a process dies; it is a ceiling, not a vectorizer.
 
->>> from gymvec.bench.bare_first_ready import BareFirstReady
+>>> from gymvec.bench.runners.bare_first_ready import BareFirstReady
 >>> from gymvec.bench.runners import make_env_fns
 >>> pool = BareFirstReady(make_env_fns("CartPole-v1", 4), batch_size=2, num_workers=2)
 >>> pool.async_reset(seed=0)
@@ -32,7 +32,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from gymvec.bench.bare import (
+from gymvec.bench.runners.bare import (
     _BLOCK_POLL_S,
     COMMAND,
     FINISHED,

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from gymvec.bench.runners import Runner, RunnerOptions, SB3Runner, make_env_fns, worker_layout
-from gymvec.bench.runners import register_runner as _register
+from gymvec.bench.runners.base import Runner, RunnerOptions, SB3Runner, make_env_fns, worker_layout
+from gymvec.bench.runners.base import register_runner as _register
 
 
 class TianshouRunner(SB3Runner):

@@ -11,7 +11,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from gymvec.bench.runners import Runner, RunnerOptions, VectorEnvRunner, register_runner
+from gymvec.bench.runners.base import Runner, RunnerOptions, VectorEnvRunner, register_runner
 
 BLOCKS_RUNNERS = ("vector-entry-point", "gymvec-blocks", "envpool")
 

@@ -15,7 +15,7 @@ nothing and hand out fresh copies of the batch. They are ceilings to read gymvec
 against in the same run, not vectorizers: no spaces beyond arrays, no errors beyond not hanging
 when a worker dies.
 
->>> from gymvec.bench.bare import BareLoop
+>>> from gymvec.bench.runners.bare import BareLoop
 >>> from gymvec.bench.runners import make_env_fns
 >>> loop = BareLoop(make_env_fns("CartPole-v1", 4))
 >>> loop.reset(seed=0)
