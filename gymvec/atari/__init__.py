@@ -12,7 +12,8 @@ try:
     import cv2  # noqa: F401
 except ImportError as error:  # say which extra brings them
     raise ImportError(
-        f'gymvec.atari needs ale-py and opencv ({error.name} is missing): pip install "gymvec[atari]"'
+        f"gymvec.atari needs ale-py and opencv ({error.name} is missing): "
+        'pip install "gymvec[atari]"'
     ) from error
 
 from gymvec.atari.make import make_env, make_vec

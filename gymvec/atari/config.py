@@ -105,7 +105,7 @@ class AtariConfig:
         _check_int("noop_max", noop_max, minimum=0)
         _check_int("frame_skip", frame_skip, minimum=1)
         _check_int("stack_size", stack_size, minimum=1)
-        if _is_int(screen_size) and screen_size > 0:
+        if isinstance(screen_size, int | np.integer) and _is_int(screen_size) and screen_size > 0:
             size = (int(screen_size), int(screen_size))
         elif (
             isinstance(screen_size, tuple)
@@ -248,9 +248,13 @@ def _padding(config: AtariConfig, padding_type: Any) -> dict[str, Any]:
     high = 1.0 if config.scale_obs else 255
     frame_space = gym.spaces.Box(0, high, config.frame_shape, dtype=config.frame_dtype)
     if padding_type not in frame_space:
-        raise ValueError(
-            f"padding_type: expected 'reset', 'zero' or a frame in {frame_space}, got "
-            f"{padding_type!r}"
+        given = (
+            f"an array of shape {padding_type.shape} and dtype {padding_type.dtype}"
+            if isinstance(padding_type, np.ndarray)
+            else repr(padding_type)
         )
-    value = np.array(padding_type, dtype=config.frame_dtype)
+        raise ValueError(
+            f"padding_type: expected 'reset', 'zero' or a frame in {frame_space}, got {given}"
+        )
+    value: np.ndarray = np.array(padding_type, dtype=config.frame_dtype)
     return {"padding_type": "custom", "padding_value": value}

@@ -29,7 +29,7 @@ class FrameStacks:
         width, height = config.screen_size
         self.resized_shape = (num_games, height, width, *channels)
         self.tall_resize = _tall_resize_is_exact(config, num_games, tall)
-        self.stacks = np.zeros(
+        self.stacks: np.ndarray = np.zeros(
             (num_games, config.stack_size, *config.frame_shape), dtype=config.frame_dtype
         )
 
@@ -61,7 +61,9 @@ class FrameStacks:
             resized = resized.astype(np.float32) / 255.0
         return resized.reshape(self.num_games, *config.frame_shape)
 
-    def push(self, frames: np.ndarray, reset: np.ndarray | None, stepped: np.ndarray | None) -> None:
+    def push(
+        self, frames: np.ndarray, reset: np.ndarray | None, stepped: np.ndarray | None
+    ) -> None:
         """A new stack array: the games of ``stepped`` (all if None) drop their oldest frame and
         add their new one, the games of ``reset`` start from the padding and their new frame,
         the others keep theirs. A new array each time, so that an array handed out earlier is

@@ -64,7 +64,7 @@ class AtariGames:
     def _seed(self, ale: ale_py.ALEInterface, seed: int | None) -> np.random.Generator:
         """``AtariEnv.seed_game``: the noop RNG and ALE's RNG (sticky actions) from one seed."""
         np_seed, ale_seed = np.random.SeedSequence(seed).generate_state(n_words=2)
-        ale.setInt("random_seed", np.int32(ale_seed))
+        ale.setInt("random_seed", int(np.int32(ale_seed)))  # AtariEnv's wrap to int32
         return seeding.np_random(int(np_seed))[0]
 
     def _load(self, ale: ale_py.ALEInterface) -> None:

@@ -31,7 +31,7 @@ def block_factories(
     autoreset_mode: AutoresetMode,
     preprocessing: dict[str, Any],
     make_kwargs: dict[str, Any],
-) -> list[functools.partial[AtariVectorEnv]]:
+) -> list[Any]:  # factories of VectorEnvs (blocks), not of gym.Env
     """One factory per worker, each building an ``AtariVectorEnv`` of that worker's share of
     the rows (``gymvec.options.spread``: the shares gymvec gives workers of single envs).
 

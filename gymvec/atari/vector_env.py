@@ -105,7 +105,8 @@ class AtariVectorEnv(gym.vector.VectorEnv):
             0, high, self.config.frame_shape, dtype=self.config.frame_dtype
         )
         self.single_observation_space = batch_space(frame_space, self.config.stack_size)
-        self.single_action_space = gym.spaces.Discrete(len(self.games.action_set))
+        self.num_actions = len(self.games.action_set)
+        self.single_action_space = gym.spaces.Discrete(self.num_actions)
         self.observation_space = batch_space(self.single_observation_space, n)
         self.action_space = batch_space(self.single_action_space, n)
 
@@ -169,10 +170,8 @@ class AtariVectorEnv(gym.vector.VectorEnv):
             raise ValueError(
                 f"actions: expected {n} integer actions (shape ({n},)), got {actions!r}"
             )
-        if actions.min() < 0 or actions.max() >= self.single_action_space.n:
-            raise ValueError(
-                f"actions: expected values in [0, {self.single_action_space.n}), got {actions}"
-            )
+        if actions.min() < 0 or actions.max() >= self.num_actions:
+            raise ValueError(f"actions: expected values in [0, {self.num_actions}), got {actions}")
         mode = self.autoreset_mode
         reset = self._autoreset.copy() if mode == AutoresetMode.NEXT_STEP else None
         if mode == AutoresetMode.DISABLED and self._autoreset.any():
@@ -191,9 +190,7 @@ class AtariVectorEnv(gym.vector.VectorEnv):
         else:
             stepped_rows = list(range(n))
             stepped = None
-        self.games.step(
-            stepped_rows, actions, self._rewards, self._terminations, self._truncations
-        )
+        self.games.step(stepped_rows, actions, self._rewards, self._terminations, self._truncations)
         frames = self.frames.frames()
         self.frames.push(frames, reset, stepped)
         done = self._terminations | self._truncations
@@ -265,9 +262,7 @@ def _expand_seeds(seed: Any, n: int) -> list[int | None]:
         return [int(seed) + i for i in range(n)]
     if isinstance(seed, Sequence) and not isinstance(seed, str):
         if len(seed) != n:
-            raise ValueError(
-                f"seed: a list of seeds must have one per game ({n}), got {len(seed)}"
-            )
+            raise ValueError(f"seed: a list of seeds must have one per game ({n}), got {len(seed)}")
         return [None if s is None else int(s) for s in seed]
     raise TypeError(f"seed: expected None, an int or a list of {n} ints, got {seed!r}")
 

@@ -9,6 +9,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
 
+from gymvec.options import parse_autoreset_mode
+
 PREPROCESSING = (
     "noop_max",
     "frame_skip",
@@ -32,7 +34,8 @@ def reference(env_id: str, num_envs: int, autoreset_mode: Any = "NextStep", **kw
             AtariPreprocessing(env, **pre), stack_size, padding_type=padding_type
         )
 
-    return gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=autoreset_mode)
+    mode = parse_autoreset_mode(autoreset_mode)  # gymvec's spellings too ("same_step")
+    return gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=mode)
 
 
 def assert_same(got: Any, want: Any, where: str) -> None:
