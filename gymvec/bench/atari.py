@@ -15,8 +15,9 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import textwrap
+from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -28,9 +29,6 @@ from gymvec.bench.runners import (
     register_runner,
     usable_cores,
 )
-
-if TYPE_CHECKING:  # harness imports the cases, which import this module
-    from gymvec.bench.harness import CaseResult
 
 ATARI_ID = "ale_py:ALE/Pong-v5"  # "ale_py:" makes gym.make import ale-py, which registers it
 GAME = "pong"
@@ -168,7 +166,7 @@ def _emulator_loop(conn: Connection, num_games: int, seed: int) -> None:
         ale = ale_py.ALEInterface()
         ale.setFloat("repeat_action_probability", 0.0)
         ale.setInt("random_seed", seed + i)
-        ale.loadROM(ale_py.roms.get_rom_path(GAME))
+        ale.loadROM(str(ale_py.roms.get_rom_path(GAME)))
         ale.reset_game()
         ales.append(ale)
     action_set = [a.value for a in ales[0].getMinimalActionSet()]
@@ -263,13 +261,11 @@ def _block_procs(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
 
 
 # ---- the verdict ------------------------------------------------------------------------------
-def atari_verdict(case_result: CaseResult) -> list[str]:
-    """``atari-8``'s verdict: gymvec.atari (or, where it did not run, its block in plain
-    processes) against ALE's vector env and envpool, and its share of the emulator alone
-    beside ALE's; ratios paired within rounds (``harness.paired_ratio``)."""
-    from gymvec.bench.harness import paired_ratio
-
-    timed = {r.runner: r for r in case_result.results if r.samples}
+def atari_verdict(timed: Mapping[str, Any], paired_ratio: Callable[..., float]) -> list[str]:
+    """``atari-8``'s verdict from its timed runner results (by runner name): gymvec.atari (or,
+    where it did not run, its block in plain processes) against ALE's vector env and envpool,
+    and its share of the emulator alone beside ALE's; ratios paired within rounds
+    (``paired_ratio``: the harness's, passed in, as the harness imports the cases)."""
     ours = timed.get("atari-gymvec")
     which = "gymvec.atari"
     if ours is None:

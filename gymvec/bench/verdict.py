@@ -79,7 +79,8 @@ def verdict_lines(case_results: Sequence[CaseResult]) -> list[str]:
             if line:
                 lines.append(line)
         if name == "atari-8":
-            lines.extend(atari_verdict(case_result))
+            timed = {r.runner: r for r in case_result.results if r.samples}
+            lines.extend(atari_verdict(timed, paired_ratio))
     return lines
 
 
