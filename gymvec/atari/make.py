@@ -10,12 +10,9 @@ from gymnasium.vector import AutoresetMode
 
 from gymvec.atari.config import AtariConfig
 from gymvec.atari.vector_env import AtariVectorEnv
-from gymvec.options import (
-    check_num_workers,
-    default_num_workers,
-    parse_autoreset_mode,
-    spread,
-)
+from gymvec.options import parse_autoreset_mode
+from gymvec.subenvs.factories import BlockFactory
+from gymvec.subenvs.layout import WorkerLayout, check_count
 
 if TYPE_CHECKING:
     from gymvec.envs.batched import BatchedEnvBase
@@ -31,36 +28,40 @@ def block_factories(
     autoreset_mode: AutoresetMode,
     preprocessing: dict[str, Any],
     make_kwargs: dict[str, Any],
-) -> list[Any]:  # factories of VectorEnvs (blocks), not of gym.Env
+) -> list[BlockFactory]:
     """One factory per worker, each building an ``AtariVectorEnv`` of that worker's share of
-    the rows (``gymvec.options.spread``: the shares gymvec gives workers of single envs).
+    the rows (``WorkerLayout.plan``: the shares gymvec gives workers of single envs), and
+    saying its size, so that the engine plans the rows without building the blocks.
 
     The options are checked here, once, so that a bad one is raised in the caller's process.
     """
     AtariConfig.build(env_id, **preprocessing, **make_kwargs)
+    shares = WorkerLayout.plan(num_envs, num_workers=num_workers).sub_envs_per_worker
     return [
-        functools.partial(
-            AtariVectorEnv,
-            env_id,
+        BlockFactory(
+            functools.partial(
+                AtariVectorEnv,
+                env_id,
+                share,
+                autoreset_mode=autoreset_mode,
+                # the engine copies every observation into its shared buffers at once
+                copy=False,
+                **preprocessing,
+                **make_kwargs,
+            ),
             share,
-            autoreset_mode=autoreset_mode,
-            # the engine copies every observation into its shared buffers at once
-            copy=False,
-            **preprocessing,
-            **make_kwargs,
         )
-        for share in spread(num_envs, num_workers)
+        for share in shares
     ]
 
 
 def _workers(backend: str, num_envs: Any, num_workers: int | None) -> int:
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-        raise ValueError(f"num_envs: expected a positive int, got {num_envs!r}")
+    num_envs = check_count("num_envs", num_envs)
     if num_workers is None:
-        num_workers = default_num_workers(num_envs) if backend == "parallel" else 1
-    return check_num_workers(num_workers, num_envs)
+        num_workers = None if backend == "parallel" else 1
+    return WorkerLayout.plan(num_envs, num_workers=num_workers).num_workers
 
 
 def make_vec(

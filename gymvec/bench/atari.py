@@ -222,7 +222,7 @@ class ProcessesRunner(Runner):
     def reset(self, seed: int) -> None:
         if self.processes:
             return  # the processes keep stepping: their games autoreset
-        from gymvec.options import spread
+        from gymvec.subenvs.layout import spread
 
         ctx = multiprocessing.get_context("spawn")
         start = 0

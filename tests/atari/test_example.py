@@ -34,7 +34,6 @@ def test_atari_ppo_quick_sync():
     check(run("sync"), "sync")
 
 
-@pytest.mark.xfail(strict=False, reason="needs blocks")
 @pytest.mark.timeout(150)
 def test_atari_ppo_quick_gymvec():
     check(run("gymvec"), "gymvec")

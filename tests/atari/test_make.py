@@ -1,6 +1,5 @@
 """gymvec.atari.make_vec and make_env: one AtariVectorEnv block per worker, equal to
-SyncVectorEnv over the wrappers. Running blocks inside gymvec's batched envs needs the engine's
-blocks (API.md section 10): those tests are marked ``needs blocks``."""
+SyncVectorEnv over the wrappers, run as blocks inside gymvec's batched envs."""
 
 from __future__ import annotations
 
@@ -11,9 +10,7 @@ from gymnasium.vector import AutoresetMode
 
 from gymvec.atari import AtariVectorEnv
 from gymvec.atari.make import block_factories
-from gymvec.options import spread
-
-needs_blocks = pytest.mark.xfail(strict=False, reason="needs blocks")
+from gymvec.subenvs.layout import spread
 
 
 def test_factories_build_each_workers_share():
@@ -47,18 +44,16 @@ def test_blocks_seeded_from_their_first_row_equal_one_block():
             np.testing.assert_array_equal(np.concatenate([g[k] for g in got_parts]), want[k])
 
 
-@needs_blocks
 @pytest.mark.parametrize("mode", ["next_step", "same_step", "disabled"])
 def test_make_vec_serial_equals_the_wrappers(mode):
     envs = make_vec_("serial", mode)
     ref = reference("ALE/Pong-v5", 3, autoreset_mode=mode, max_num_frames_per_episode=200)
     try:
-        compare(envs, ref, 60, seed=0)
+        compare(envs, ref, 60, seed=0, reset_every=25)
     finally:
         envs.close()
 
 
-@needs_blocks
 @pytest.mark.timeout(60)
 def test_make_vec_parallel_equals_the_wrappers():
     envs = make_vec_("parallel", "next_step")
@@ -69,7 +64,6 @@ def test_make_vec_parallel_equals_the_wrappers():
         envs.close()
 
 
-@needs_blocks
 @pytest.mark.timeout(60)
 def test_make_env_tensordict_batch():
     from gymvec.atari import make_env
