@@ -7,6 +7,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Sequence
 
+from gymvec.bench.atari import atari_verdict
 from gymvec.bench.harness import CEILING, GYM_SYNC, CaseResult, RunnerResult, paired_ratio
 
 # bare-free at or below this many times SyncVectorEnv: no parallel headroom on this machine
@@ -81,6 +82,9 @@ def verdict_lines(case_results: Sequence[CaseResult]) -> list[str]:
             line = _runner_verdict(case_result, result)
             if line:
                 lines.append(line)
+        if name == "atari-8":
+            timed = {r.runner: r for r in case_result.results if r.samples}
+            lines.extend(atari_verdict(timed, paired_ratio))
     return lines
 
 

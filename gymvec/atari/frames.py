@@ -1,0 +1,110 @@
+"""The frames of an Atari block: every game's two screen buffers stacked vertically, max-pooled
+and resized together, and the frame stacks kept in ``FrameStackObservation``'s order."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+from gymvec.atari.config import AtariConfig
+
+
+class FrameStacks:
+    """``AtariPreprocessing._get_obs`` and ``FrameStackObservation`` for ``num_games`` games.
+
+    ``screens[k]`` holds every game's ``obs_buffer[k]``, one under the other. One
+    ``np.maximum`` pools them all, and one ``cv2.resize(..., INTER_AREA)`` of the tall image
+    resizes them all when that gives the pixels of one resize per game (checked once, at
+    construction: INTER_AREA's source windows then start at each game's first row, as for
+    210 rows to 84, an exact 2.5).
+    """
+
+    def __init__(self, config: AtariConfig, num_games: int, screen_height: int, screen_width: int):
+        self.config = config
+        self.num_games = num_games
+        self.screen_height = screen_height
+        channels = () if config.grayscale_obs else (3,)
+        tall = (num_games * screen_height, screen_width, *channels)
+        self.screens = [np.zeros(tall, dtype=np.uint8), np.zeros(tall, dtype=np.uint8)]
+        width, height = config.screen_size
+        self.resized_shape = (num_games, height, width, *channels)
+        self.tall_resize = _tall_resize_is_exact(config, num_games, tall)
+        self.stacks: np.ndarray = np.zeros(
+            (num_games, config.stack_size, *config.frame_shape), dtype=config.frame_dtype
+        )
+
+    def frames(self) -> np.ndarray:
+        """Every game's preprocessed frame, from its screen buffers (pooled in place, as the
+        wrapper does: a step that reads no screen returns the same frame again)."""
+        config = self.config
+        screens0 = self.screens[0]
+        if config.frame_skip > 1:
+            np.maximum(screens0, self.screens[1], out=screens0)
+        width, height = config.screen_size
+        if self.tall_resize:
+            resized = cv2.resize(
+                screens0, (width, height * self.num_games), interpolation=cv2.INTER_AREA
+            ).reshape(self.resized_shape)
+        else:
+            rows = self.screen_height
+            resized = np.stack(
+                [
+                    cv2.resize(
+                        screens0[i * rows : (i + 1) * rows],
+                        (width, height),
+                        interpolation=cv2.INTER_AREA,
+                    )
+                    for i in range(self.num_games)
+                ]
+            ).reshape(self.resized_shape)
+        if config.scale_obs:
+            resized = resized.astype(np.float32) / 255.0
+        return resized.reshape(self.num_games, *config.frame_shape)
+
+    def push(
+        self, frames: np.ndarray, reset: np.ndarray | None, stepped: np.ndarray | None
+    ) -> None:
+        """A new stack array: the games of ``stepped`` (all if None) drop their oldest frame and
+        add their new one, the games of ``reset`` start from the padding and their new frame,
+        the others keep theirs. A new array each time, so that an array handed out earlier is
+        never written again."""
+        old = self.stacks
+        new = np.empty_like(old)
+        if stepped is None:
+            new[:, :-1] = old[:, 1:]
+            new[:, -1] = frames
+        else:
+            new[:] = old
+            new[stepped, :-1] = old[stepped, 1:]
+            new[stepped, -1] = frames[stepped]
+        if reset is not None and reset.any():
+            padding_type = self.config.padding_type
+            if padding_type == "reset":
+                new[reset, :-1] = frames[reset][:, None]
+            elif padding_type == "zero":
+                new[reset, :-1] = 0
+            else:
+                new[reset, :-1] = self.config.padding_value
+            new[reset, -1] = frames[reset]
+        self.stacks = new
+
+
+def _tall_resize_is_exact(config: AtariConfig, num_games: int, tall: tuple[int, ...]) -> bool:
+    """Whether one resize of the stacked screens gives, pixel for pixel, one resize per game
+    (checked on random screens, whose pixels make any difference in INTER_AREA's weights
+    show)."""
+    if num_games == 1:
+        return True
+    width, height = config.screen_size
+    screen_height = tall[0] // num_games
+    screens = np.random.default_rng(0).integers(0, 256, size=tall, dtype=np.uint8)
+    together = cv2.resize(screens, (width, height * num_games), interpolation=cv2.INTER_AREA)
+    for i in range(num_games):
+        alone = cv2.resize(
+            screens[i * screen_height : (i + 1) * screen_height],
+            (width, height),
+            interpolation=cv2.INTER_AREA,
+        )
+        if not np.array_equal(together[i * height : (i + 1) * height], alone):
+            return False
+    return True

@@ -1,0 +1,169 @@
+"""``make_vec`` and ``make_env``: Atari games in gymvec's batched envs, one ``AtariVectorEnv``
+block per worker."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from gymnasium.vector import AutoresetMode
+
+from gymvec.atari.config import AtariConfig
+from gymvec.atari.vector_env import AtariVectorEnv
+from gymvec.options import parse_autoreset_mode
+from gymvec.subenvs.factories import BlockFactory
+from gymvec.subenvs.layout import WorkerLayout, check_count
+
+if TYPE_CHECKING:
+    from gymvec.envs.batched import BatchedEnvBase
+    from gymvec.vector.vector_env import GymnasiumVectorEnv
+
+BACKENDS = ("serial", "parallel")
+
+
+def block_factories(
+    env_id: str,
+    num_envs: int,
+    num_workers: int,
+    autoreset_mode: AutoresetMode,
+    preprocessing: dict[str, Any],
+    make_kwargs: dict[str, Any],
+) -> list[BlockFactory]:
+    """One factory per worker, each building an ``AtariVectorEnv`` of that worker's share of
+    the rows (``WorkerLayout.plan``: the shares gymvec gives workers of single envs), and
+    saying its size, so that the engine plans the rows without building the blocks.
+
+    The options are checked here, once, so that a bad one is raised in the caller's process.
+    """
+    AtariConfig.build(env_id, **preprocessing, **make_kwargs)
+    shares = WorkerLayout.plan(num_envs, num_workers=num_workers).sub_envs_per_worker
+    return [
+        BlockFactory(
+            functools.partial(
+                AtariVectorEnv,
+                env_id,
+                share,
+                autoreset_mode=autoreset_mode,
+                # the engine copies every observation into its shared buffers at once
+                copy=False,
+                **preprocessing,
+                **make_kwargs,
+            ),
+            share,
+        )
+        for share in shares
+    ]
+
+
+def _workers(backend: str, num_envs: Any, num_workers: int | None) -> int:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+    num_envs = check_count("num_envs", num_envs)
+    if num_workers is None:
+        num_workers = None if backend == "parallel" else 1
+    return WorkerLayout.plan(num_envs, num_workers=num_workers).num_workers
+
+
+def make_vec(
+    env_id: str,
+    num_envs: int = 1,
+    *,
+    noop_max: int = 30,
+    frame_skip: int = 4,
+    screen_size: int | tuple[int, int] = 84,
+    terminal_on_life_loss: bool = False,
+    grayscale_obs: bool = True,
+    grayscale_newaxis: bool = False,
+    scale_obs: bool = False,
+    stack_size: int = 4,
+    padding_type: Any = "reset",
+    backend: str = "parallel",
+    num_workers: int | None = None,
+    autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+    batch_size: int | None = None,
+    output: str = "numpy",
+    **make_kwargs: Any,
+) -> GymnasiumVectorEnv:
+    """``num_envs`` Atari games as a gymvec gymnasium ``VectorEnv``: one ``AtariVectorEnv``
+    block per worker (``ParallelVectorEnv``; ``SerialVectorEnv`` with ``backend="serial"``).
+
+    With the same seeds it equals ``SyncVectorEnv`` over ``FrameStackObservation(
+    AtariPreprocessing(gym.make(env_id, frameskip=1, **make_kwargs), ...), stack_size,
+    padding_type=padding_type)``. The preprocessing keywords are ``AtariPreprocessing``'s and
+    ``FrameStackObservation``'s; ``make_kwargs`` are ``gym.make``'s for ALE ids.
+
+    Example:
+        >>> from gymvec.atari import make_vec
+        >>> envs = make_vec("ALE/Pong-v5", 4, num_workers=2)  # doctest: +SKIP
+        >>> envs.reset(seed=0)[0].shape  # doctest: +SKIP
+        (4, 4, 84, 84)
+    """
+    from gymvec.vector.dropin import ParallelVectorEnv, SerialVectorEnv
+
+    workers = _workers(backend, num_envs, num_workers)
+    mode = parse_autoreset_mode(autoreset_mode)
+    preprocessing = dict(
+        noop_max=noop_max,
+        frame_skip=frame_skip,
+        screen_size=screen_size,
+        terminal_on_life_loss=terminal_on_life_loss,
+        grayscale_obs=grayscale_obs,
+        grayscale_newaxis=grayscale_newaxis,
+        scale_obs=scale_obs,
+        stack_size=stack_size,
+        padding_type=padding_type,
+    )
+    factories = block_factories(env_id, num_envs, workers, mode, preprocessing, make_kwargs)
+    if backend == "serial":
+        return SerialVectorEnv(factories, autoreset_mode=mode, batch_size=batch_size, output=output)
+    return ParallelVectorEnv(
+        factories,
+        num_workers=workers,
+        autoreset_mode=mode,
+        batch_size=batch_size,
+        output=output,
+    )
+
+
+def make_env(
+    env_id: str,
+    num_envs: int = 1,
+    *,
+    noop_max: int = 30,
+    frame_skip: int = 4,
+    screen_size: int | tuple[int, int] = 84,
+    terminal_on_life_loss: bool = False,
+    grayscale_obs: bool = True,
+    grayscale_newaxis: bool = False,
+    scale_obs: bool = False,
+    stack_size: int = 4,
+    padding_type: Any = "reset",
+    backend: str = "parallel",
+    num_workers: int | None = None,
+    **make_kwargs: Any,
+) -> BatchedEnvBase:
+    """``num_envs`` Atari games as a gymvec tensordict batched env (``ParallelEnv``, or
+    ``SerialEnv`` with ``backend="serial"``) of batch ``[num_envs]``, one ``AtariVectorEnv``
+    block per worker; ``"observation"`` is ``[num_envs, stack_size, H, W]`` for gray frames.
+    Options as :func:`make_vec`'s. Blocks are reset explicitly (DISABLED, with reset masks),
+    as the tensordict side resets sub-envs."""
+    from gymvec.envs.batched import ParallelEnv, SerialEnv
+
+    workers = _workers(backend, num_envs, num_workers)
+    preprocessing = dict(
+        noop_max=noop_max,
+        frame_skip=frame_skip,
+        screen_size=screen_size,
+        terminal_on_life_loss=terminal_on_life_loss,
+        grayscale_obs=grayscale_obs,
+        grayscale_newaxis=grayscale_newaxis,
+        scale_obs=scale_obs,
+        stack_size=stack_size,
+        padding_type=padding_type,
+    )
+    factories = block_factories(
+        env_id, num_envs, workers, AutoresetMode.DISABLED, preprocessing, make_kwargs
+    )
+    if backend == "serial":
+        return SerialEnv(workers, factories)
+    return ParallelEnv(workers, factories)

@@ -1,0 +1,92 @@
+"""gymvec.atari.make_vec and make_env: one AtariVectorEnv block per worker, equal to
+SyncVectorEnv over the wrappers, run as blocks inside gymvec's batched envs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _reference import compare, reference
+from gymnasium.vector import AutoresetMode
+
+from gymvec.atari import AtariVectorEnv
+from gymvec.atari.make import block_factories
+from gymvec.subenvs.layout import spread
+
+
+def test_factories_build_each_workers_share():
+    factories = block_factories(
+        "ALE/Pong-v5", 7, 2, AutoresetMode.SAME_STEP, {"frame_skip": 2}, {"mode": 0}
+    )
+    assert len(factories) == 2
+    blocks = [f() for f in factories]
+    assert [b.num_envs for b in blocks] == spread(7, 2) == [3, 4]
+    for block in blocks:
+        assert isinstance(block, AtariVectorEnv)
+        assert block.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
+        assert block.config.frame_skip == 2 and block.config.mode == 0
+        assert block.copy is False  # the engine copies into shared memory
+
+
+def test_blocks_seeded_from_their_first_row_equal_one_block():
+    """The engine resets a block with its first row's seed: rows seeded ``seed + row``
+    across blocks, as one block of every row."""
+    whole = AtariVectorEnv("ALE/Pong-v5", 5)
+    parts = [f() for f in block_factories("ALE/Pong-v5", 5, 2, AutoresetMode.NEXT_STEP, {}, {})]
+    obs, _ = whole.reset(seed=10)
+    got = np.concatenate([parts[0].reset(seed=10)[0], parts[1].reset(seed=12)[0]])
+    np.testing.assert_array_equal(got, obs)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        actions = rng.integers(0, 6, size=5)
+        want = whole.step(actions)
+        got_parts = [parts[0].step(actions[:2]), parts[1].step(actions[2:])]
+        for k in range(4):
+            np.testing.assert_array_equal(np.concatenate([g[k] for g in got_parts]), want[k])
+
+
+@pytest.mark.parametrize("mode", ["next_step", "same_step", "disabled"])
+def test_make_vec_serial_equals_the_wrappers(mode):
+    envs = make_vec_("serial", mode)
+    ref = reference("ALE/Pong-v5", 3, autoreset_mode=mode, max_num_frames_per_episode=200)
+    try:
+        compare(envs, ref, 60, seed=0, reset_every=25)
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_make_vec_parallel_equals_the_wrappers():
+    envs = make_vec_("parallel", "next_step")
+    ref = reference("ALE/Pong-v5", 3, max_num_frames_per_episode=200)
+    try:
+        compare(envs, ref, 60, seed=0)
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_make_env_tensordict_batch():
+    from gymvec.atari import make_env
+
+    env = make_env("ALE/Pong-v5", 3, num_workers=2)
+    try:
+        env.set_seed(0)
+        td = env.reset()
+        assert tuple(td["observation"].shape) == (3, 4, 84, 84)
+        ref_obs, _ = reference("ALE/Pong-v5", 3).reset(seed=0)
+        np.testing.assert_array_equal(td["observation"].numpy(), ref_obs)
+    finally:
+        env.close()
+
+
+def make_vec_(backend: str, mode: str):
+    from gymvec.atari import make_vec
+
+    return make_vec(
+        "ALE/Pong-v5",
+        3,
+        backend=backend,
+        num_workers=2,
+        autoreset_mode=mode,
+        max_num_frames_per_episode=200,
+    )
