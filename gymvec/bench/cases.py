@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
-from gymvec.bench.atari import ATARI_BACKENDS, ATARI_ID
 from gymvec.bench.envs import BUSY_LATENCY_ID, BUSY_STEP_ID, IMAGE_OBS_ID, LATENCY_ID
+from gymvec.bench.runners.atari import ATARI_BACKENDS, ATARI_ID
 
 # Framework-free references (runners.bare): what one core, gymvec's parallel layout with nothing
 # else in it, and that layout's processes not waiting for each other, reach in the same run.
@@ -74,7 +74,7 @@ CASES: dict[str, Case] = {
         Case("latency-16", LATENCY_ID, 16, num_workers=16, backends=FIRST_READY_BACKENDS),
         # The same draws spent spinning (CPU-bound), as many processes as cores.
         Case("busy-latency-16", BUSY_LATENCY_ID, 16, num_workers=2, backends=FIRST_READY_BACKENDS),
-        # Pong, 8 games, standard preprocessing (gymvec[atari]; see gymvec.bench.atari).
+        # Pong, 8 games, standard preprocessing (gymvec[atari]; see gymvec.bench.runners.atari).
         Case("atari-8", ATARI_ID, 8, num_workers=2, backends=ATARI_BACKENDS),
     )
 }

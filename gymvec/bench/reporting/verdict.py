@@ -7,8 +7,8 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Sequence
 
-from gymvec.bench.atari import atari_verdict
 from gymvec.bench.harness import CEILING, GYM_SYNC, CaseResult, RunnerResult, paired_ratio
+from gymvec.bench.runners.atari import atari_verdict
 
 # bare-free at or below this many times SyncVectorEnv: no parallel headroom on this machine
 HEADROOM = 1.1
