@@ -588,3 +588,59 @@ def test_large_observations_through_lanes_equal_serial_env_after_callers_write_t
     finally:
         env.close()
         ref.close()
+
+
+def test_a_ray_actor_runs_a_block_as_the_block_alone():
+    """make_vec's vector_entry_point mode on Ray: one block (CartPole's numpy vector env) per
+    actor, each row as the blocks stepped alone with the contract's seeds."""
+    envs = make_vec(
+        "CartPole-v1", 6, backend="ray", num_workers=2, vectorization_mode="vector_entry_point"
+    )
+    alone = [
+        gym.make_vec("CartPole-v1", 3, vectorization_mode="vector_entry_point") for _ in range(2)
+    ]
+    try:
+        assert envs.num_envs == 6
+        obs, _ = envs.reset(seed=11)
+        want = np.concatenate([alone[0].reset(seed=11)[0], alone[1].reset(seed=14)[0]])
+        np.testing.assert_array_equal(obs, want)
+        rng, finished = np.random.default_rng(0), 0
+        for _ in range(60):
+            a = rng.integers(0, 2, 6)
+            got = envs.step(a)
+            parts = [alone[0].step(a[:3]), alone[1].step(a[3:])]
+            for k in range(4):
+                np.testing.assert_array_equal(got[k], np.concatenate([parts[0][k], parts[1][k]]))
+            finished += int(np.sum(got[2] | got[3]))
+        assert finished > 0
+    finally:
+        envs.close()
+
+
+def test_ray_env_runs_disabled_blocks_in_its_actors():
+    """The tensordict side on Ray: two actors, each a SyncVectorEnv block in DISABLED mode,
+    stepped with step_and_maybe_reset as SerialEnv of the same blocks."""
+    from _block_envs import sync_block_fn
+    from gymnasium.vector import AutoresetMode
+
+    fn = sync_block_fn(3, AutoresetMode.DISABLED)
+    env, serial = RayEnv(2, fn), SerialEnv(2, fn)
+    try:
+        assert env.batch_size == torch.Size([6])
+        env.set_seed(5)
+        serial.set_seed(5)
+        td, ref = env.reset(), serial.reset()
+        torch.testing.assert_close(td["observation"], ref["observation"])
+        for t in range(30):
+            action = torch.as_tensor(np.random.default_rng(t).integers(0, 2, 6))
+            td["action"], ref["action"] = action, action.clone()
+            (td, root), (ref, ref_root) = (
+                env.step_and_maybe_reset(td),
+                serial.step_and_maybe_reset(ref),
+            )
+            torch.testing.assert_close(td["next", "observation"], ref["next", "observation"])
+            torch.testing.assert_close(root["observation"], ref_root["observation"])
+            td, ref = root, ref_root
+    finally:
+        env.close()
+        serial.close()
