@@ -18,5 +18,6 @@ except ImportError as err:
 
 from gymvec.pettingzoo.agents import default_groups
 from gymvec.pettingzoo.block import PettingZooBlock
+from gymvec.pettingzoo.make_vec import make_vec
 
-__all__ = ["PettingZooBlock", "default_groups"]
+__all__ = ["PettingZooBlock", "default_groups", "make_vec"]
