@@ -179,6 +179,19 @@ class PettingZooBlock(VectorEnv):
             infos,
         )
 
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Each env's ``name`` (called if callable), once per row, as ``SyncVectorEnv.call``
+        gives one result per sub-env."""
+        results = []
+        for env in self.envs:
+            value = getattr(env, name)
+            results.append(value(*args, **kwargs) if callable(value) else value)
+        return tuple(result for result in results for _ in self.agents)
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Each env's attribute ``name``, once per row."""
+        return tuple(getattr(env, name) for env in self.envs for _ in self.agents)
+
     def render(self) -> tuple[Any, ...]:
         """Each env's ``render()``."""
         return tuple(env.render() for env in self.envs)

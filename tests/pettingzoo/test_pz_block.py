@@ -216,6 +216,8 @@ def test_bad_inputs():
         block.step(np.zeros(6))
     with pytest.raises(ValueError, match=r"reset_mask'\]: expected a bool array of shape \(6,\)"):
         block.reset(options={"reset_mask": np.ones(2, bool)})
+    assert block.get_attr("max_len") == (5,) * 6
+    assert block.call("observation_space", "a_1")[5].shape == (3,)
     block.close()
     assert LateEnv().possible_agents == ["p_0", "p_1"]
 
