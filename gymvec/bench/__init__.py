@@ -4,9 +4,9 @@ Importing this package registers the bench envs (``GymvecBench/BusyStep-v0``,
 ``GymvecBench/ImageObs-v0``) with gymnasium.
 """
 
-# The Ray and tianshou runners register themselves (each framework is imported only when one
-# of its runners is built).
-from gymvec.bench import ray_runners, tianshou_runners  # noqa: E402, F401, I001
+# The Ray, tianshou and PettingZoo runners register themselves (each framework is imported only
+# when one of its runners is built).
+from gymvec.bench import pettingzoo, ray_runners, tianshou_runners  # noqa: E402, F401, I001
 from gymvec.bench.cases import CASES, DEFAULT_CASES, Case
 from gymvec.bench.envs import BusyStepEnv, ImageObsEnv, register_bench_envs
 from gymvec.bench.harness import CaseResult, RunnerResult, Settings, run_case, run_cases

@@ -40,6 +40,8 @@ NAMES = {
     "gymvec-first-ready": "ParallelVectorEnv(batch_size=...)",
     "collector-gymvec": "torchrl's Collector over gymvec's ParallelEnv",
     "gymvec-ray": "RayEnv",
+    "pz-gymvec": "gymvec.pettingzoo.make_vec",
+    "pz-block": "PettingZooBlock",
 }
 REFERENCES = {
     "gymvec-serial": ("bare-loop", "the framework-free loop"),
@@ -47,7 +49,11 @@ REFERENCES = {
     "gymvec-td": ("bare-parallel", "the framework-free lock-step loop"),
     "gymvec-sb3": ("bare-parallel", "the framework-free lock-step loop"),
     "gymvec-first-ready": ("bare-first-ready", "the framework-free first-ready pool"),
+    "pz-gymvec": ("pz-plain", "the plain two-process loop"),
+    "pz-block": ("pz-loop", "the plain one-process loop"),
 }
+# Rivals a runner is read against beside its reference: (runner, its name in the verdict)
+RIVALS = {"pz-gymvec": ("pz-supersuit", "SuperSuit's concat_vec_envs_v1")}
 
 
 def no_headroom(case_result: CaseResult) -> float | None:
@@ -87,6 +93,10 @@ def _runner_verdict(case_result: CaseResult, result: RunnerResult) -> str | None
     parts = []
     if result.ratio_sync is not None:
         parts.append(f"{result.ratio_sync:.2f}x SyncVectorEnv on {case_result.case.name}")
+    rival = RIVALS.get(result.runner)
+    timed_rival = _timed(case_result, rival[0]) if rival else None
+    if rival is not None and timed_rival is not None:
+        parts.append(f"{paired_ratio(result, [timed_rival]):.2f}x {rival[1]} ({rival[0]})")
     reference = REFERENCES.get(result.runner)
     timed_reference = _timed(case_result, reference[0]) if reference else None
     if reference is not None and timed_reference is not None:
