@@ -3,7 +3,7 @@ their agents, the block that gymvec's engine runs in a worker (see ``gymvec.pett
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -111,7 +111,8 @@ class PettingZooBlock(VectorEnv):
         self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
     ) -> tuple[Any, dict[str, Any]]:
         """Reset the envs (those whose rows ``options["reset_mask"]`` covers, or all)."""
-        if isinstance(seed, int):
+        if isinstance(seed, int | np.integer):
+            seed = int(seed)
             super().reset(seed=seed)  # the vector env's own np_random, as gymnasium's
         seeds = self._env_seeds(seed)
         # (the caller's dict is never mutated: gymnasium's vector envs pop "reset_mask")
@@ -147,7 +148,7 @@ class PettingZooBlock(VectorEnv):
             live = list(env.agents)
             step = env.step({a: row_actions[first + self._index[a]] for a in live})
             obs, rewards, terminations, truncations, env_infos = step
-            self._clear(e)
+            self._clear(e, obs)
             for agent in live:
                 self._alive[first + self._index[agent]] = True
             self._write_obs(first, obs)
@@ -261,11 +262,17 @@ class PettingZooBlock(VectorEnv):
             return list(array)
         return list(iterate(self.action_space, actions))
 
-    def _clear(self, e: int) -> None:
-        """Env ``e``'s rows as not alive: zero observations, reward 0, flags False."""
-        rows = slice(e * self.num_agents, (e + 1) * self.num_agents)
-        for array in self._obs:
-            array[rows] = 0
+    def _clear(self, e: int, observed: Iterable[str]) -> None:
+        """Env ``e``'s rows as not alive: reward 0, flags False, and a zero observation for
+        the agents not in ``observed`` (whose rows are about to be written: not zeroed first,
+        which would double the copying of image observations)."""
+        first = e * self.num_agents
+        rows = slice(first, first + self.num_agents)
+        observed = set(observed)
+        for k, agent in enumerate(self.agents):
+            if agent not in observed:
+                for array in self._obs:
+                    array[first + k] = 0
         self._rewards[rows] = 0.0
         self._terminations[rows] = False
         self._truncations[rows] = False
@@ -280,7 +287,7 @@ class PettingZooBlock(VectorEnv):
     def _take_reset(self, e: int, obs: dict, env_infos: dict, infos: dict[str, Any]) -> None:
         """Env ``e`` was reset: its rows hold the reset observations of the agents present."""
         first = e * self.num_agents
-        self._clear(e)
+        self._clear(e, obs)
         self._ended[e] = False
         for agent in self.envs[e].agents:
             self._alive[first + self._index[agent]] = True

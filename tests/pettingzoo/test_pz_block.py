@@ -156,6 +156,8 @@ def test_seeds_map_to_envs_wherever_the_block_starts():
     lone = PettingZooBlock(late_env, 3)
     obs, _ = lone.reset(seed=10)
     assert obs["position"][::A, 1].tolist() == [10.0, 11.0, 12.0]
+    obs, _ = lone.reset(seed=np.int64(10))
+    assert obs["position"][::A, 1].tolist() == [10.0, 11.0, 12.0]
     # the engine gives a block the seed of its first row: row first_env * A of seed s
     s, first_env = 10, 3
     block = PettingZooBlock(late_env, 2, first_env=first_env)
