@@ -25,6 +25,13 @@ def check_parallel_env(env: Any, where: str = "env_fn()") -> None:
     raise TypeError(f"{where}: expected a PettingZoo ParallelEnv, got {type(env).__name__}")
 
 
+def close_env(env: Any) -> None:
+    """``env.close()`` where it has one (``env_fn`` may have returned anything)."""
+    close = getattr(env, "close", None)
+    if callable(close):
+        close()
+
+
 def common_spaces(env: ParallelEnv, agents: Sequence[str]) -> tuple[spaces.Space, spaces.Space]:
     """The observation and action space that all of ``agents`` share; a ValueError naming the
     agents and their spaces where they differ."""

@@ -14,7 +14,7 @@ from pettingzoo import ParallelEnv
 
 from gymvec.common.structure import build_value, get_leaf, space_leaves
 from gymvec.options import parse_autoreset_mode
-from gymvec.pettingzoo.agents import check_parallel_env, common_spaces
+from gymvec.pettingzoo.agents import check_parallel_env, close_env, common_spaces
 
 _INTEGER_KINDS = {spaces.Discrete: "iu", spaces.MultiDiscrete: "iu", spaces.MultiBinary: "iub"}
 
@@ -163,10 +163,9 @@ class PettingZooBlock(VectorEnv):
                     self._add_info(infos, info, first + self._index[agent])
             elif mode == AutoresetMode.SAME_STEP:
                 self._final(first, obs, terminations, truncations, env_infos, infos)
-                rewards_, terms, truncs = self._step_results(e)
                 obs, reset_infos = env.reset()
-                self._take_reset(e, obs, reset_infos, infos)
-                self._set_step_results(e, rewards_, terms, truncs)
+                # the step's rewards and flags stay, and the agents that acted stay alive
+                self._take_reset(e, obs, reset_infos, infos, keep_results=True)
             else:
                 for agent, info in env_infos.items():
                     self._add_info(infos, info, first + self._index[agent])
@@ -203,9 +202,7 @@ class PettingZooBlock(VectorEnv):
     # ---- helpers ------------------------------------------------------------------------------
     def _close_envs(self) -> None:
         for env in self.envs:
-            close = getattr(env, "close", None)  # (env_fn may have returned anything)
-            if callable(close):
-                close()
+            close_env(env)
 
     def _env_seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
         n = len(self.envs)
@@ -262,10 +259,11 @@ class PettingZooBlock(VectorEnv):
             return list(array)
         return list(iterate(self.action_space, actions))
 
-    def _clear(self, e: int, observed: Iterable[str]) -> None:
-        """Env ``e``'s rows as not alive: reward 0, flags False, and a zero observation for
-        the agents not in ``observed`` (whose rows are about to be written: not zeroed first,
-        which would double the copying of image observations)."""
+    def _clear(self, e: int, observed: Iterable[str], keep_results: bool = False) -> None:
+        """Env ``e``'s rows as not alive: a zero observation for the agents not in
+        ``observed`` (whose rows are about to be written: not zeroed first, which would double
+        the copying of image observations), and, unless ``keep_results``, reward 0 and flags
+        False."""
         first = e * self.num_agents
         rows = slice(first, first + self.num_agents)
         observed = set(observed)
@@ -273,6 +271,8 @@ class PettingZooBlock(VectorEnv):
             if agent not in observed:
                 for array in self._obs:
                     array[first + k] = 0
+        if keep_results:
+            return
         self._rewards[rows] = 0.0
         self._terminations[rows] = False
         self._truncations[rows] = False
@@ -284,10 +284,13 @@ class PettingZooBlock(VectorEnv):
             for leaf, array in zip(self._leaves, self._obs):
                 array[row] = get_leaf(value, leaf.path)
 
-    def _take_reset(self, e: int, obs: dict, env_infos: dict, infos: dict[str, Any]) -> None:
-        """Env ``e`` was reset: its rows hold the reset observations of the agents present."""
+    def _take_reset(
+        self, e: int, obs: dict, env_infos: dict, infos: dict[str, Any], keep_results: bool = False
+    ) -> None:
+        """Env ``e`` was reset: its rows hold the reset observations of the agents present
+        (and, with ``keep_results``, the rewards, flags and alive rows of the step before)."""
         first = e * self.num_agents
-        self._clear(e, obs)
+        self._clear(e, obs, keep_results)
         self._ended[e] = False
         for agent in self.envs[e].agents:
             self._alive[first + self._index[agent]] = True
@@ -317,25 +320,6 @@ class PettingZooBlock(VectorEnv):
                 self._add_info(
                     infos, {"final_obs": final_obs, "final_info": env_infos.get(agent, {})}, row
                 )
-
-    def _step_results(self, e: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        rows = slice(e * self.num_agents, (e + 1) * self.num_agents)
-        return (
-            self._rewards[rows].copy(),
-            self._terminations[rows].copy(),
-            self._truncations[rows].copy(),
-        )
-
-    def _set_step_results(
-        self, e: int, rewards: np.ndarray, terminations: np.ndarray, truncations: np.ndarray
-    ) -> None:
-        """SAME_STEP: after the reset, the rows keep the step's rewards and flags, and the
-        agents that acted stay alive."""
-        rows = slice(e * self.num_agents, (e + 1) * self.num_agents)
-        self._rewards[rows] = rewards
-        self._terminations[rows] = terminations
-        self._truncations[rows] = truncations
-        self._alive[rows] |= terminations | truncations
 
     def _observations(self) -> Any:
         arrays = [array.copy() for array in self._obs] if self.copy else self._obs

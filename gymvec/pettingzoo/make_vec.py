@@ -11,7 +11,7 @@ from gymnasium.vector import AutoresetMode
 from pettingzoo import ParallelEnv
 
 from gymvec.options import check_num_workers, default_num_workers, parse_autoreset_mode, spread
-from gymvec.pettingzoo.agents import check_parallel_env, common_spaces
+from gymvec.pettingzoo.agents import check_parallel_env, close_env, common_spaces
 from gymvec.pettingzoo.block import PettingZooBlock
 
 if TYPE_CHECKING:
@@ -95,6 +95,4 @@ def _agents_of(env_fn: Callable[[], ParallelEnv]) -> list[str]:
         common_spaces(env, agents)
         return agents
     finally:
-        close = getattr(env, "close", None)
-        if callable(close):
-            close()
+        close_env(env)
