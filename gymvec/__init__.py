@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, __getattr__ i
     from gymvec.specs import NonTensor as NonTensor
     from gymvec.specs import TensorSpec as TensorSpec
     from gymvec.specs import Unbounded as Unbounded
+    from gymvec.subenvs.factories import BlockFactory as BlockFactory
     from gymvec.vector.dropin import ParallelVectorEnv as ParallelVectorEnv
     from gymvec.vector.dropin import SerialVectorEnv as SerialVectorEnv
     from gymvec.vector.vector_env import GymnasiumVectorEnv as GymnasiumVectorEnv
@@ -71,6 +72,7 @@ _EXPORTS = {
     "SerialVectorEnv": "gymvec.vector.dropin",
     "ParallelVectorEnv": "gymvec.vector.dropin",
     "make_vec": "gymvec.integrations.make_vec",
+    "BlockFactory": "gymvec.subenvs.factories",
     "register_vector_ids": "gymvec.integrations.gymnasium_ids",
     "spec_from_space": "gymvec.spaces",
     "space_from_spec": "gymvec.spaces",

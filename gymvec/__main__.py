@@ -18,7 +18,8 @@ import gymnasium as gym
 import numpy as np
 
 import gymvec
-from gymvec.engine.processes import default_start_method, usable_cores
+from gymvec.backends.processes.executor import default_start_method
+from gymvec.common.cores import usable_cores
 
 PACKAGES = ("gymnasium", "numpy", "torch", "tensordict")
 CHECK_ENV_ID = "CartPole-v1"

@@ -19,13 +19,13 @@ from typing import Any, ParamSpec, TypeVar
 
 from gymnasium.vector import AutoresetMode
 
-from gymvec.engine.processes import (
+from gymvec.backends.processes.executor import (
     ProcessOptions,
     check_start_method,
     check_timeout,
     default_start_method,
-    usable_cores,
 )
+from gymvec.common.cores import usable_cores
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -54,22 +54,6 @@ GYMNASIUM_FACE = Defaults(daemon=True, start_method=None, local_worker=None)
 TENSORDICT_API = Defaults(daemon=False, start_method=None, local_worker=False)
 
 
-def default_num_workers(num_envs: int) -> int:
-    """One worker per usable core, at most one per sub-env."""
-    return min(usable_cores(), num_envs)
-
-
-def spread(num_envs: int, num_workers: int) -> list[int]:
-    """Sub-envs per worker, as even as they go; the larger shares go last, away from worker 0,
-    which the calling process steps with ``local_worker`` on top of its own work.
-
-    >>> spread(7, 2), spread(8, 3)
-    ([3, 4], [2, 3, 3])
-    """
-    size, extra = divmod(num_envs, num_workers)
-    return [size + (w >= num_workers - extra) for w in range(num_workers)]
-
-
 def default_local_worker(num_workers: int, *, first_ready: bool = False) -> bool:
     """Whether the calling process should step a share of the sub-envs itself.
 
@@ -79,17 +63,6 @@ def default_local_worker(num_workers: int, *, first_ready: bool = False) -> bool
     the first sub-envs to finish elsewhere wait for it (latency-16 in the bench).
     """
     return not first_ready and num_workers >= usable_cores()
-
-
-def check_num_workers(num_workers: Any, num_envs: int) -> int:
-    """``num_workers`` if it is a positive int of at most one worker per sub-env."""
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-        raise ValueError(f"num_workers: expected a positive int, got {num_workers!r}")
-    if num_workers > num_envs:
-        raise ValueError(
-            f"num_workers: expected at most one worker per sub-env ({num_envs}), got {num_workers}"
-        )
-    return num_workers
 
 
 def process_options(

@@ -38,10 +38,10 @@ def bytes_per_env(obs_shape: tuple[int, ...], obs_dtype: str) -> tuple[int, int]
     """(bytes in, bytes out) of one sub-env's step with "next" shipped back, from RayEnv's own
     layout of a share (flags and alignment included; one sub-env per share gives the upper
     bound, larger shares amortise the alignment)."""
+    from gymvec.backends.ray.worker import ShareLayout
     from gymvec.common.structure import LeafSpec
-    from gymvec.engine.buffers import BufferLayout
-    from gymvec.engine.commands import Control
-    from gymvec.engine.ray_worker import ShareLayout
+    from gymvec.wire.buffers import BufferLayout
+    from gymvec.wire.commands import Control
 
     num_envs = 16
     leaves: list[LeafSpec] = [((), obs_shape, np.dtype(obs_dtype))]
@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=300)
     args = parser.parse_args(argv)
     if args.address:
-        from gymvec.engine.ray_executor import connect
+        from gymvec.backends.ray.executor import connect
 
         ray = connect(args.address)
     else:

@@ -28,7 +28,7 @@ def ensure_ray() -> Any:
     # Read by Ray when it is imported: every Ray process then binds 127.0.0.1 only.
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    from gymvec.engine.ray_executor import import_ray
+    from gymvec.backends.ray.executor import import_ray
 
     ray = import_ray()
     if not ray.is_initialized():

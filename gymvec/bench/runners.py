@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import multiprocessing as mp
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from gymvec.bench.envs import importable_id
+from gymvec.common.cores import usable_cores  # noqa: F401 (the bench's report reads it here)
 
 
 @dataclass(frozen=True)
@@ -83,12 +83,6 @@ def make_env(env_id: str) -> gym.Env:
 
 def make_env_fns(env_id: str, num_envs: int) -> list[Callable[[], gym.Env]]:
     return [functools.partial(make_env, env_id) for _ in range(num_envs)]
-
-
-def usable_cores() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def worker_layout(num_envs: int, options: RunnerOptions) -> tuple[int, int]:

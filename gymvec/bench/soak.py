@@ -258,13 +258,12 @@ def _first_ready(options: SoakOptions) -> Driver:
 
 def _tensordict(local_worker: bool, options: SoakOptions) -> Driver:
     from gymvec import ParallelEnv
-    from gymvec.options import default_num_workers
+    from gymvec.subenvs.layout import WorkerLayout
 
-    workers = options.num_workers or default_num_workers(options.num_envs)
-    per_worker, extra = divmod(options.num_envs, workers)
-    counts = [per_worker + (w < extra) for w in range(workers)]
+    layout = WorkerLayout.plan(options.num_envs, num_workers=options.num_workers)
+    counts = list(layout.sub_envs_per_worker)
     env = ParallelEnv(
-        workers,
+        layout.num_workers,
         functools.partial(gym.make, importable_id(options.env_id)),
         envs_per_worker=counts,
         local_worker=local_worker,

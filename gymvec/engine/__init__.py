@@ -1,22 +1,20 @@
-"""The batch engine under both front ends (torch-free; worker processes import it).
+"""The batch engine under both front ends: what a step is (torch-free).
 
-Layers, bottom up: ``buffers`` (the shared block and its views), ``commands`` (the mode bytes a
-command sends, the one protocol, and the autoreset planner), ``sub_env_kinds`` (what can be a
-sub-env), ``drivers`` (sub-envs carrying commands out), ``subenvs`` (the sub-envs of one
-process and the requests they answer), ``calls`` (the records of a call and its life),
-``executor``/``processes``/``worker`` (where sub-envs run), ``backends`` (which executor, which
-memory), ``engine`` (:class:`BatchEngine`: the whole-batch verbs) with its parts
-``first_ready``, ``requests`` and ``info_learning``; ``protocol`` (what the front ends need).
+Packages bottom up: ``gymvec.wire`` (the shared memory and the mode bytes), ``gymvec.subenvs``
+(sub-envs and their drivers), ``gymvec.backends`` (where sub-envs run), and this one:
+``engine`` (:class:`BatchEngine`: the whole-batch verbs) with its parts ``first_ready``,
+``requests`` and ``info_learning``; ``protocol`` (what the front ends need).
 """
 
-from gymvec.engine.backends import Backend, ExecutorStart, process_backend, serial_backend
-from gymvec.engine.calls import Call, Command, Ready, Received, Request
-from gymvec.engine.commands import NOTHING, Autoreset, Extras, Mode, Modes
+from gymvec.backends.backend import Backend, ExecutorStart, process_backend, serial_backend
+from gymvec.backends.executor import Executor
+from gymvec.backends.local import LocalExecutor
+from gymvec.backends.processes.executor import ProcessOptions
 from gymvec.engine.engine import BatchEngine
-from gymvec.engine.executor import Executor, LocalExecutor
-from gymvec.engine.factories import SubEnvFactories
-from gymvec.engine.layout_probe import expand_seeds
-from gymvec.engine.processes import ProcessOptions
+from gymvec.subenvs.factories import SubEnvFactories
+from gymvec.subenvs.probe import expand_seeds
+from gymvec.wire.calls import Call, Command, Ready, Received, Request
+from gymvec.wire.commands import NOTHING, Autoreset, Extras, Mode, Modes
 
 __all__ = [
     "NOTHING",

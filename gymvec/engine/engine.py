@@ -47,12 +47,28 @@ from typing import Any
 
 import numpy as np
 
+from gymvec.backends.backend import Backend, ExecutorStart, process_backend, serial_backend
+from gymvec.backends.executor import Executor, SharedMemory
 from gymvec.common.arrays import any_set
 from gymvec.common.infos import InfoField
-from gymvec.engine.backends import Backend, ExecutorStart, process_backend, serial_backend
-from gymvec.engine.buffers import Buffers, LaneChoice
-from gymvec.engine.calls import CallLife, Command, InfoPlaces, Into, Ready, Received
-from gymvec.engine.commands import (
+from gymvec.engine.first_ready import FirstReady
+from gymvec.engine.info_learning import InfoLearner
+from gymvec.engine.requests import Requests
+from gymvec.errors import ClosedEnvError
+from gymvec.subenvs.block import check_block_mode
+from gymvec.subenvs.factories import SubEnvFactories
+from gymvec.subenvs.kinds import SubEnvSummary, spaces_of_summaries
+from gymvec.subenvs.probe import (
+    KeptEnv,
+    expand_seeds,
+    heterogeneous,
+    layout_of,
+    masked_seeds,
+    probe,
+)
+from gymvec.wire.buffers import Buffers, LaneChoice
+from gymvec.wire.calls import CallLife, Command, InfoPlaces, Into, Ready, Received
+from gymvec.wire.commands import (
     RESET,
     RESET_NEXT,
     SYNC_ROOT,
@@ -62,21 +78,6 @@ from gymvec.engine.commands import (
     lane_modes,
     step_modes,
 )
-from gymvec.engine.executor import Blocks, Executor
-from gymvec.engine.factories import SubEnvFactories
-from gymvec.engine.first_ready import FirstReady
-from gymvec.engine.info_learning import InfoLearner
-from gymvec.engine.layout_probe import (
-    KeptEnv,
-    expand_seeds,
-    heterogeneous,
-    layout_of,
-    masked_seeds,
-    probe,
-)
-from gymvec.engine.requests import Requests
-from gymvec.engine.sub_env_kinds import SubEnvSummary, spaces_of_summaries
-from gymvec.errors import ClosedEnvError
 
 __all__ = [
     "OBS_LANES",
@@ -112,10 +113,10 @@ class BatchEngine:
     factories of their own (their spaces are checked then). Info fields are those the
     sub-envs declare; :meth:`learn_info_fields` adds those of their first results.
 
-    Parts: ``life`` (:class:`~gymvec.engine.calls.CallLife`: the call in flight),
+    Parts: ``life`` (:class:`~gymvec.wire.calls.CallLife`: the call in flight),
     ``first_ready`` (:class:`~gymvec.engine.first_ready.FirstReady`: first-ready commands),
     ``learner`` (:class:`~gymvec.engine.info_learning.InfoLearner`), ``lanes``
-    (:class:`~gymvec.engine.buffers.LaneChoice`: the observation lane in use).
+    (:class:`~gymvec.wire.buffers.LaneChoice`: the observation lane in use).
     """
 
     def __init__(
@@ -128,9 +129,7 @@ class BatchEngine:
     ) -> None:
         self.factories = factories
         self.backend = backend
-        self.num_envs = factories.num_envs
         self.num_workers = factories.num_workers
-        self.worker_bounds = factories.worker_bounds
         self.life = life = CallLife(timeout)
         self.check_not_stuck, self.abandon = life.check_not_stuck, life.give_up  # (bound here)
         self._executor: Executor | None = None
@@ -138,8 +137,10 @@ class BatchEngine:
         self.closed = False
         self.multi_task = factories.one_per_worker()
         # the env built for sub-env 0's layout, until it becomes sub-env 0
-        probed, kept = probe(factories, self.multi_task, backend.first_here)
+        probed, kept, self.worker_layout = probe(factories, self.multi_task, backend.first_here)
         self._kept = KeptEnv(kept)
+        self.num_envs = self.worker_layout.num_rows  # rows: a block fills several
+        self.worker_bounds = list(self.worker_layout.worker_rows)
         try:
             self.info_fields: dict[str, InfoField]
             self.info_fields, self.layout = layout_of(probed, self.num_envs, obs_lanes)
@@ -151,11 +152,9 @@ class BatchEngine:
         self.buffers = Buffers(self.layout, memory)
         self.control = Control(self.num_envs, control_memory)
         self._mode_bytes = self.control.mode.data
-        self.blocks = Blocks(self.layout, memory, control_memory, self.buffers, self.control)
+        self.shared = SharedMemory(self.layout, memory, control_memory, self.buffers, self.control)
         try:
-            if factories.single_factory():
-                summaries = [probed[0]] * self.num_envs
-            elif self.multi_task:
+            if factories.single_factory() or self.multi_task:
                 summaries = probed
             else:  # one factory per sub-env (the drop-ins): ask the sub-envs themselves
                 summaries = self.executor.summaries()
@@ -197,7 +196,7 @@ class BatchEngine:
             raise ClosedEnvError("the env is closed: create a new one to go on")
         if self._executor is None:
             self._executor = self.backend.start(
-                ExecutorStart.of(self.factories, self.blocks, self._kept)
+                ExecutorStart.of(self.factories, self.worker_layout, self.shared, self._kept)
             )
             if self.backend.collect_on_exit:
                 # Stop the workers (and free a memmap file) even if the user never closes
@@ -238,6 +237,19 @@ class BatchEngine:
     def flying(self) -> np.ndarray:
         """The sub-envs with a first-ready command in flight (int64)."""
         return self.first_ready.flying_rows
+
+    def check_blocks(self, requested: str, what: str, first_ready: bool = False) -> None:
+        """A ValueError naming both modes where a block sub-env cannot carry out the
+        ``requested`` autoreset ("next_step", "same_step", "disabled", or "explicit" for
+        resets by mask alone) exactly (see ``subenvs.block``), or first-ready batches."""
+        blocks = {id(s): s for s in self.summaries if s.block}
+        if blocks and first_ready:
+            raise ValueError(
+                f"{what}: first-ready batches (batch_size < num_envs) over blocks are not "
+                "supported yet: step blocks in lock-step"
+            )
+        for summary in blocks.values():
+            check_block_mode(summary.metadata, requested, what)
 
     def local_envs(self) -> list[Any]:
         """The sub-envs that live in this process (all of them for the serial backend)."""

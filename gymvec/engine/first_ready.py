@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gymvec.common.arrays import any_set
-from gymvec.engine.calls import Command, Into, Ready
-from gymvec.engine.commands import RESET, RESET_NEXT, SEED, Autoreset, step_modes
+from gymvec.wire.calls import Command, Into, Ready
+from gymvec.wire.commands import RESET, RESET_NEXT, SEED, Autoreset, step_modes
 
 if TYPE_CHECKING:
     from gymvec.engine.engine import BatchEngine

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from gymvec.common.infos import infer_info_fields
-from gymvec.engine.buffers import BufferLayout
-from gymvec.engine.calls import InfoPlaces
-from gymvec.engine.commands import Extras
+from gymvec.wire.buffers import BufferLayout
+from gymvec.wire.calls import InfoPlaces
+from gymvec.wire.commands import Extras
 
 
 class InfoLearner:

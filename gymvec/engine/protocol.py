@@ -16,9 +16,9 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from gymnasium import spaces
 
-from gymvec.engine.buffers import BufferLayout, Buffers
-from gymvec.engine.calls import InfoPlaces, Into, Ready, Received
-from gymvec.engine.commands import Autoreset
+from gymvec.wire.buffers import BufferLayout, Buffers
+from gymvec.wire.calls import InfoPlaces, Into, Ready, Received
+from gymvec.wire.commands import Autoreset
 
 
 @runtime_checkable
@@ -86,6 +86,9 @@ class Engine(Protocol):
         after which ``layout.info_fields`` (which the face reads at every call) holds them."""
 
     def adopt_info_fields(self, places: InfoPlaces) -> None: ...
+
+    def check_blocks(self, requested: str, what: str, first_ready: bool = False) -> None:
+        """A ValueError where a block sub-env cannot be run as ``requested`` exactly."""
 
     def request_send(
         self, name: str, indices: Sequence[int] | None = None, /, **kwargs: Any

@@ -11,8 +11,8 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from gymvec.engine.calls import Request
-from gymvec.engine.subenvs import REQUESTS
+from gymvec.subenvs.group import REQUESTS
+from gymvec.wire.calls import Request
 
 if TYPE_CHECKING:
     from gymvec.engine.engine import BatchEngine

@@ -26,7 +26,6 @@ from tensordict import TensorDict, TensorDictBase, is_non_tensor
 from tensordict import stack as stack_tensordicts
 
 from gymvec.common.fastpath import set_unchecked
-from gymvec.engine.sub_env_kinds import register_kind
 from gymvec.envs.sub_env_kind import env_base_kind
 from gymvec.errors import ClosedEnvError
 from gymvec.specs import (
@@ -38,6 +37,7 @@ from gymvec.specs import (
     non_tensor,
     object_values,
 )
+from gymvec.subenvs.kinds import register_kind
 
 DONE_KEYS = ("done", "terminated", "truncated")
 

@@ -21,11 +21,7 @@ from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from gymvec.common.arrays import any_set
 from gymvec.common.fastpath import get_str, tensordict_unchecked
-from gymvec.engine.buffers import Buffers
-from gymvec.engine.commands import Autoreset, Extras
 from gymvec.engine.engine import Backend, BatchEngine, expand_seeds, process_backend, serial_backend
-from gymvec.engine.factories import SubEnvFactories, check_count
-from gymvec.engine.subenvs import SubEnvSummary
 from gymvec.envs.base import EnvBase, make_done_spec, make_reward_spec, set_next
 from gymvec.envs.first_ready_batches import ENV_INDEX, FirstReadyBatches  # noqa: F401
 from gymvec.envs.gym_env import observation_spec_from_space
@@ -42,6 +38,11 @@ from gymvec.specs import (
     object_values,
     stack_specs,
 )
+from gymvec.subenvs.factories import SubEnvFactories
+from gymvec.subenvs.group import SubEnvSummary
+from gymvec.subenvs.layout import check_count
+from gymvec.wire.buffers import Buffers
+from gymvec.wire.commands import Autoreset, Extras
 
 _CPU = torch.device("cpu")
 
@@ -127,17 +128,23 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         timeout: float | None = None,
     ) -> None:
         factories = SubEnvFactories(num_workers, create_env_fn, create_env_kwargs, envs_per_worker)
+        engine = BatchEngine(factories, backend, timeout=timeout)
         self.num_workers = factories.num_workers
         self.envs_per_worker = envs_per_worker
-        self.num_envs = factories.num_envs
-        self.worker_bounds = factories.worker_bounds
-        super().__init__(batch_size=(self.num_envs,), device=device)
+        self.num_envs = engine.num_envs  # rows: a block sub-env fills several
+        self.worker_bounds = engine.worker_bounds
+        try:
+            super().__init__(batch_size=(self.num_envs,), device=device)
+        except BaseException:
+            engine.close()
+            raise
         self._pending_seeds: list[int | None] | None = None
         self.last_extras: dict[int, Extras] = {}
         self._sent: dict[int, TensorDictBase] = {}  # first-ready steps: each row as sent
         self._row_specs: dict[tuple | str, TensorSpec] = {}  # see FirstReadyBatches
-        self.engine = BatchEngine(factories, backend, timeout=timeout)
+        self.engine = engine
         try:
+            engine.check_blocks("explicit", type(self).__name__)
             self._set_specs(self.engine.summaries)
             self._make_views()
         except BaseException:

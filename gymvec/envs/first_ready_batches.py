@@ -15,14 +15,14 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from gymvec.common.fastpath import tensordict_unchecked
-from gymvec.engine.commands import Autoreset
 from gymvec.specs import non_tensor, object_values
+from gymvec.wire.commands import Autoreset
 
 if TYPE_CHECKING:
-    from gymvec.engine.buffers import Buffers
-    from gymvec.engine.commands import Extras
     from gymvec.engine.engine import BatchEngine
     from gymvec.specs import Composite, TensorSpec
+    from gymvec.wire.buffers import Buffers
+    from gymvec.wire.commands import Extras
 
 _CPU = torch.device("cpu")
 ENV_INDEX = "env_index"  # the first-ready rows' sub-env indices (int64 [K])

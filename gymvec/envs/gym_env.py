@@ -21,10 +21,10 @@ from gymvec.common.structure import (
     observation_leaves,
     space_leaves,
 )
-from gymvec.engine.sub_env_kinds import register_gym_wrapper
 from gymvec.envs.base import DONE_KEYS, EnvBase
 from gymvec.spaces import spec_from_space
 from gymvec.specs import Composite, DeviceLike, info_spec_of
+from gymvec.subenvs.kinds import register_gym_wrapper
 
 
 class GymEnv(EnvBase):

@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from gymvec.engine.factories import check_count
 from gymvec.envs.batched import BatchedEnvBase
 from gymvec.options import TENSORDICT_API, check_start_method, check_timeout, suggest_keywords
 from gymvec.specs import DeviceLike
+from gymvec.subenvs.layout import check_count
 
 if TYPE_CHECKING:  # Ray is imported only when a RayEnv is built
-    from gymvec.engine.ray_executor import RayExecutor
+    from gymvec.backends.ray.executor import RayExecutor
 
 
 class RayEnv(BatchedEnvBase):
@@ -85,7 +85,7 @@ class RayEnv(BatchedEnvBase):
         timeout: float | None = None,
         device: DeviceLike = None,
     ) -> None:
-        from gymvec.engine.ray_executor import RayOptions, import_ray, ray_backend
+        from gymvec.backends.ray.executor import RayOptions, import_ray, ray_backend
 
         import_ray()  # before anything is built: without Ray, say how to install it
         check_count("num_workers", num_workers)

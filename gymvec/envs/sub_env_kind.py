@@ -13,11 +13,11 @@ import torch
 from gymnasium import spaces
 from tensordict import TensorDict
 
-from gymvec.engine.buffers import Buffers, Slot
-from gymvec.engine.commands import NOTHING, Extras
-from gymvec.engine.sub_env_kinds import SubEnvKind, SubEnvSummary
 from gymvec.errors import UnsupportedSpaceError
 from gymvec.specs import info_fields_of, spec_leaves
+from gymvec.subenvs.kinds import SubEnvKind, SubEnvSummary
+from gymvec.wire.buffers import Buffers, Slot
+from gymvec.wire.commands import NOTHING, Extras
 
 
 def buffer_tensordict(buffers: Buffers) -> TensorDict:

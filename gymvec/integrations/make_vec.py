@@ -24,6 +24,9 @@ import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 
+from gymvec.subenvs.factories import BlockFactory
+from gymvec.subenvs.layout import WorkerLayout
+
 if TYPE_CHECKING:  # importing gymvec registers the ids: torch is not imported for that
     from gymvec.vector.vector_env import GymnasiumVectorEnv
 
@@ -39,6 +42,8 @@ _GYMVEC_OPTIONS = (
     "timeout",
     "ray_options",
 )
+# gymnasium.make_vec takes vectorization_mode itself: make_vec's is spelled so through it
+_ALIASES = {"gymvec_vectorization_mode": "vectorization_mode"}
 
 
 def make_vec(
@@ -54,6 +59,7 @@ def make_vec(
     batch_size: int | None = None,
     timeout: float | None = None,
     ray_options: dict | None = None,
+    vectorization_mode: str | None = None,
     **env_kwargs: Any,
 ) -> GymnasiumVectorEnv:
     """``num_envs`` copies of a registered gymnasium env as a gymvec vector env.
@@ -80,6 +86,11 @@ def make_vec(
             serial backend refuses one).
         ray_options: ray backend: ``RayEnv``'s options as a dict (``address``,
             ``worker_processes``, ``actor_options``, ``placement``, ``startup_timeout``).
+        vectorization_mode: None (default): one gymnasium env per row;
+            ``"vector_entry_point"``: one block per worker, a vector env of its share of the
+            rows from the id's vector entry point (``gymnasium.make_vec(id, share,
+            vectorization_mode="vector_entry_point")``; through ``gymnasium.make_vec`` this
+            option is spelled ``gymvec_vectorization_mode``).
         **env_kwargs: passed to ``gymnasium.make`` (``max_episode_steps``, ``render_mode``...);
             a name close to one of gymvec's options that the env does not name raises a
             TypeError that says which option it may stand for.
@@ -101,7 +112,17 @@ def make_vec(
     autoreset_mode = parse_autoreset_mode(autoreset_mode)
     spec = gym.spec(env_id) if isinstance(env_id, str) else env_id
     check_env_kwargs(spec, env_kwargs)
-    env_fns = [functools.partial(gym.make, spec, **env_kwargs)] * num_envs
+    if vectorization_mode == "vector_entry_point":
+        workers = 1 if backend == "serial" else num_workers
+        env_fns: list[Any] = _block_fns(spec, num_envs, workers, autoreset_mode, env_kwargs)
+        num_workers = len(env_fns)
+    elif vectorization_mode in (None, "sync"):
+        env_fns = [functools.partial(gym.make, spec, **env_kwargs)] * num_envs
+    else:
+        raise ValueError(
+            "vectorization_mode: expected None (one env per row) or 'vector_entry_point' "
+            f"(blocks), got {vectorization_mode!r}"
+        )
     if backend == "ray":
         envs = _ray_vec(
             env_fns, num_workers, ray_options, autoreset_mode, output, batch_size, timeout
@@ -133,6 +154,40 @@ def make_vec(
     return envs
 
 
+def _block_fns(
+    spec: EnvSpec,
+    num_envs: int,
+    num_workers: int | None,
+    autoreset_mode: AutoresetMode,
+    env_kwargs: dict,
+) -> list[BlockFactory]:
+    """One block factory per worker, each building the id's vector entry point over that
+    worker's share of the rows (in the requested autoreset mode, where the entry point takes
+    one: else the engine says which modes the block's own supports)."""
+    if spec.vector_entry_point is None:
+        raise ValueError(
+            f"Cannot create vectorized environment for {spec.id} because it doesn't have a "
+            f"vector entry point defined (gymnasium): id {spec.id!r} has no blocks to build; "
+            "use the default vectorization_mode=None (one env per row)"
+        )
+    creator: Any = spec.vector_entry_point
+    if isinstance(creator, str):
+        creator = gym.envs.registration.load_env_creator(creator)
+    takes_mode = "autoreset_mode" in inspect.signature(creator).parameters
+    if takes_mode and autoreset_mode is not AutoresetMode.NEXT_STEP:
+        env_kwargs = {**env_kwargs, "autoreset_mode": autoreset_mode}
+    shares = WorkerLayout.plan(num_envs, num_workers=num_workers).sub_envs_per_worker
+    return [
+        BlockFactory(
+            functools.partial(
+                gym.make_vec, spec, share, vectorization_mode="vector_entry_point", **env_kwargs
+            ),
+            share,
+        )
+        for share in shares
+    ]
+
+
 def _ray_vec(
     env_fns: list,
     num_workers: int | None,
@@ -143,10 +198,10 @@ def _ray_vec(
     timeout: float | None,
 ) -> GymnasiumVectorEnv:
     """The gymnasium face over an engine whose sub-envs run on Ray actors (torch-free)."""
+    from gymvec.backends.ray.executor import RayOptions, connect, import_ray, ray_backend
     from gymvec.engine.engine import BatchEngine
-    from gymvec.engine.factories import SubEnvFactories
-    from gymvec.engine.ray_executor import RayOptions, connect, import_ray, ray_backend
-    from gymvec.options import check_num_workers, check_timeout, spread
+    from gymvec.options import check_timeout
+    from gymvec.subenvs.factories import SubEnvFactories
     from gymvec.vector.vector_env import GymnasiumVectorEnv
 
     import_ray()  # before anything is built: without Ray, say how to install it
@@ -155,8 +210,7 @@ def _ray_vec(
     if num_workers is None:
         ray = connect(options.address)
         num_workers = min(n, max(sum(1 for node in ray.nodes() if node["Alive"]), 1))
-    num_workers = check_num_workers(num_workers, n)
-    factories = SubEnvFactories(num_workers, env_fns, None, spread(n, num_workers))
+    factories = SubEnvFactories.spread(env_fns, num_workers)
     engine = BatchEngine(factories, ray_backend(options), timeout=check_timeout(timeout, False))
     try:
         _ = engine.executor  # the actors start now
@@ -171,8 +225,8 @@ def _ray_vec(
 def gymvec_option_names() -> frozenset[str]:
     """The keyword arguments of gymvec's env constructors and ``make_vec``: what a keyword
     argument meant for the env is checked against."""
-    from gymvec.engine.processes import ProcessOptions
-    from gymvec.engine.ray_executor import RayOptions
+    from gymvec.backends.processes.executor import ProcessOptions
+    from gymvec.backends.ray.executor import RayOptions
     from gymvec.vector.dropin import ParallelVectorEnv
 
     names = set(inspect.signature(ParallelVectorEnv.__init__).parameters)
@@ -239,4 +293,5 @@ def _constructor_names(spec: EnvSpec) -> frozenset[str]:
 def vector_entry_point(base_id: str, num_envs: int = 1, **kwargs: Any) -> GymnasiumVectorEnv:
     """The ``vector_entry_point`` of gymvec's derived ids (called by ``gymnasium.make_vec``)."""
     options = {name: kwargs.pop(name) for name in _GYMVEC_OPTIONS if name in kwargs}
+    options |= {_ALIASES[name]: kwargs.pop(name) for name in _ALIASES if name in kwargs}
     return make_vec(base_id, num_envs, **options, **kwargs)

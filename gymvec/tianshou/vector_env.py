@@ -22,12 +22,12 @@ from gymnasium import spaces
 from gymnasium.vector.utils import concatenate, create_empty_array
 from tianshou.env import BaseVectorEnv
 
-from gymvec.engine.commands import Autoreset
 from gymvec.engine.engine import BatchEngine, Received
 from gymvec.errors import ClosedEnvError
 from gymvec.integrations import sub_env_ops, tianshou_ops
 from gymvec.vector import dropin
 from gymvec.vector.vector_env import _field_value
+from gymvec.wire.commands import Autoreset
 
 # gymvec drop-in options these classes fix themselves: tianshou resets sub-envs itself, takes
 # numpy arrays, and steps each call's sub-envs to the end.

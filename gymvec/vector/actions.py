@@ -12,8 +12,8 @@ from gymnasium import spaces
 
 from gymvec.common.arrays import below_check
 from gymvec.common.structure import Leaf, get_leaf
-from gymvec.engine.commands import Autoreset, ignores_finished_actions
 from gymvec.engine.protocol import Engine
+from gymvec.wire.commands import Autoreset, ignores_finished_actions
 
 
 class ActionTarget(NamedTuple):

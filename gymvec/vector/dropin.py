@@ -29,16 +29,13 @@ from gymnasium.vector.utils import batch_differing_spaces
 
 from gymvec.common.structure import observation_leaves, refuse_object_leaves, space_leaves
 from gymvec.engine.engine import BatchEngine, Received, process_backend, serial_backend
-from gymvec.engine.factories import SubEnvFactories
 from gymvec.errors import ClosedEnvError, SpaceMismatchError, SubEnvTimeoutError
 from gymvec.options import (
     GYMNASIUM_FACE,
-    check_num_workers,
-    default_num_workers,
     process_options,
-    spread,
     suggest_keywords,
 )
+from gymvec.subenvs.factories import SubEnvFactories
 from gymvec.vector.vector_env import GymnasiumVectorEnv
 
 
@@ -259,23 +256,18 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         self.observation_mode = observation_mode
         self.max_concurrency = max_concurrency
         n = len(self.env_fns)
-        num_workers = check_num_workers(
-            default_num_workers(n) if num_workers is None else num_workers, n
-        )
+        # one task: sub-env 0 alone is built here for the layout (the others' spaces are
+        # checked where they are built), not one per worker's factory
+        factories = SubEnvFactories.spread(self.env_fns, num_workers)
         options, self.timeout = process_options(
             GYMNASIUM_FACE,
-            num_workers=num_workers,
+            num_workers=factories.num_workers,
             start_method=context,
             daemon=daemon,
             local_worker=local_worker,
             timeout=timeout,
             first_ready=batch_size is not None and batch_size < n,
             max_concurrency=max_concurrency,
-        )
-        # one task: sub-env 0 alone is built here for the layout (the others' spaces are
-        # checked where they are built), not one per worker's factory
-        factories = SubEnvFactories(
-            num_workers, self.env_fns, None, spread(n, num_workers), tasks=False
         )
         engine = _engine(
             "ParallelVectorEnv",

@@ -22,14 +22,14 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from gymvec.engine.buffers import BufferLayout, Buffers, Slot, private_memory
-from gymvec.engine.calls import Received
-from gymvec.engine.commands import Autoreset, Extras
-from gymvec.engine.layout_probe import masked_seeds
 from gymvec.envs.base import EnvBase, copy_shared_rows
 from gymvec.envs.sub_env_kind import buffer_tensordict
 from gymvec.spaces import spaces_of_specs
 from gymvec.specs import info_fields_of, non_tensor, object_values, spec_leaves
+from gymvec.subenvs.probe import masked_seeds
+from gymvec.wire.buffers import BufferLayout, Buffers, Slot, private_memory
+from gymvec.wire.calls import Received
+from gymvec.wire.commands import Autoreset, Extras
 
 
 @runtime_checkable
@@ -141,6 +141,9 @@ class TensorDictEngine:
 
     def learn_info_fields(self) -> None:
         """Nothing to learn: the env's ``info_spec`` fixes its info fields."""
+
+    def check_blocks(self, requested: str, what: str, first_ready: bool = False) -> None:
+        """Nothing to check here: a batched env checks its blocks when it is built."""
 
     def adopt_info_fields(self, places: dict) -> None:
         """Never called: nothing is learnt (see :meth:`learn_info_fields`)."""

@@ -45,14 +45,14 @@ from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from gymvec.common.arrays import any_set
 from gymvec.common.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
-from gymvec.engine.buffers import Slot
-from gymvec.engine.calls import Into, Received
-from gymvec.engine.commands import NOTHING, Autoreset
-from gymvec.engine.layout_probe import expand_seeds
 from gymvec.engine.protocol import Engine, FirstReadyEngine
 from gymvec.errors import ClosedEnvError
 from gymvec.options import parse_autoreset_mode
+from gymvec.subenvs.probe import expand_seeds
 from gymvec.vector.actions import ActionWriter
+from gymvec.wire.buffers import Slot
+from gymvec.wire.calls import Into, Received
+from gymvec.wire.commands import NOTHING, Autoreset
 
 # Observations of at least this size are partly copied while worker processes finish.
 EARLY_COPY_BYTES = 64 * 1024
@@ -100,6 +100,9 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self.copy = copy
         self.num_envs = engine.num_envs
         self.batch_size = self._check_batch_size(batch_size)
+        engine.check_blocks(
+            self.autoreset_mode.name.lower(), type(self).__name__, self.batch_size < self.num_envs
+        )
         self.metadata = dict(engine.metadata)
         self.metadata["autoreset_mode"] = self.autoreset_mode
         self.render_mode = engine.render_mode

@@ -20,8 +20,10 @@ from gymnasium import spaces
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gymvec.engine.buffers import BufferLayout, Buffers, private_memory
-from gymvec.engine.commands import (
+from gymvec.subenvs.drivers import BatchStep, CommandRunner, make_driver
+from gymvec.subenvs.kinds import summarize
+from gymvec.wire.buffers import BufferLayout, Buffers, private_memory
+from gymvec.wire.commands import (
     AUTORESET,
     KEEP_FINAL_OBS,
     LANE_MODES,
@@ -35,8 +37,6 @@ from gymvec.engine.commands import (
     Autoreset,
     step_modes,
 )
-from gymvec.engine.drivers import BatchStep, CommandRunner, make_driver
-from gymvec.engine.sub_env_kinds import summarize
 
 WIDTH = 1400  # 3 * 1400 float32 per sub-env: N of them fill LANE_MIN_BYTES
 

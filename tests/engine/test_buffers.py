@@ -1,4 +1,4 @@
-"""``engine/buffers.py``: where actions are written (directly, through float64 twins, or into
+"""``wire/buffers.py``: where actions are written (directly, through float64 twins, or into
 object lists), and the members front ends may use."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gymvec.common.structure import OBJECT
-from gymvec.engine.buffers import BufferLayout, Buffers, private_memory
+from gymvec.wire.buffers import BufferLayout, Buffers, private_memory
 
 N = 4
 NARROW = ("action", "narrow")

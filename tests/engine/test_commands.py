@@ -1,11 +1,11 @@
-"""``engine/commands.py``: the autoreset planner, the one place a policy becomes mode bytes."""
+"""``wire/commands.py``: the autoreset planner, the one place a policy becomes mode bytes."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from gymvec.engine.commands import (
+from gymvec.wire.commands import (
     AUTORESET,
     KEEP_FINAL_OBS,
     RESET_NEXT,

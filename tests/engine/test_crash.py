@@ -24,7 +24,7 @@ from _crash_envs import make, make_bad_close, running
 from gymvec import ClosedEnvError, ParallelEnv, ParallelVectorEnv, WorkerError
 
 try:
-    from gymvec.engine.worker_handles import CLOSE_GRACE_S, KILL_WAIT_S, TERM_GRACE_S
+    from gymvec.backends.processes.handles import CLOSE_GRACE_S, KILL_WAIT_S, TERM_GRACE_S
 except ImportError:  # an older gymvec (to see these tests fail on it): the bounds it claims
     CLOSE_GRACE_S, TERM_GRACE_S, KILL_WAIT_S = 5.0, 1.0, 1.0
 

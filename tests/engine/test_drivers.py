@@ -1,4 +1,4 @@
-"""``engine/drivers.py``: a gymnasium sub-env driven on its buffer row (``GymDriver``), and
+"""``subenvs/drivers.py``: a gymnasium sub-env driven on its buffer row (``GymDriver``), and
 what KEEP_FINAL_OBS sends back (``final_obs_to_keep``). The runners themselves are checked
 against each other on generated commands in ``tests/differential/test_runners_agree.py``."""
 
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from gymvec.engine.buffers import BufferLayout, Buffers, private_memory
-from gymvec.engine.commands import NOTHING
-from gymvec.engine.drivers import GymDriver, final_obs_to_keep, make_driver
-from gymvec.engine.sub_env_kinds import summarize
+from gymvec.subenvs.drivers import GymDriver, final_obs_to_keep, make_driver
+from gymvec.subenvs.kinds import summarize
+from gymvec.wire.buffers import BufferLayout, Buffers, private_memory
+from gymvec.wire.commands import NOTHING
 
 FORM = (np.dtype(np.float32), (4,))
 

@@ -176,7 +176,7 @@ def test_engines_satisfy_their_protocols_and_the_face_checks_them():
 
 def test_a_backend_starts_from_what_it_needs_not_from_the_engine():
     # ExecutorStart holds each worker's factories (sub-env 0's hands over the env kept from
-    # learning the layout), the rows and the memory blocks: nothing of the engine itself.
+    # learning the layout), the rows and the shared memory: nothing of the engine itself.
     from gymvec.engine import BatchEngine, ExecutorStart, SubEnvFactories, serial_backend
 
     seen = []
@@ -189,6 +189,6 @@ def test_a_backend_starts_from_what_it_needs_not_from_the_engine():
         (plan,) = seen
         assert type(plan) is ExecutorStart and plan.bounds == [(0, 2), (2, 4)]
         assert [len(fns) for fns in plan.worker_env_fns] == [2, 2]
-        assert plan.blocks.buffers is engine.buffers
+        assert plan.shared.buffers is engine.buffers
     finally:
         engine.close()

@@ -17,7 +17,7 @@ import pytest
 
 import gymvec
 from gymvec import ClosedEnvError, WorkerError
-from gymvec.engine import pickling
+from gymvec.backends import pickling
 from gymvec.errors import ErrorDetail, sub_env_error
 
 pytestmark = pytest.mark.timeout(60)

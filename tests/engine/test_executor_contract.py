@@ -1,4 +1,4 @@
-"""The executor contract (``gymvec/engine/executor.py``): one suite, every executor.
+"""The executor contract (``gymvec/backends/executor.py``): one suite, every executor.
 
 Each case runs on :class:`LocalExecutor` (sub-envs in this process), ``ProcessExecutor``
 (worker processes over shared memory; with and without a share of this process) and
@@ -85,7 +85,7 @@ def backend_of(name: str):
     if name == "local":
         return serial_backend()
     if name == "ray":
-        from gymvec.engine.ray_executor import RayOptions, ray_backend
+        from gymvec.backends.ray.executor import RayOptions, ray_backend
 
         return ray_backend(RayOptions())
     # fork: a few times quicker to start than spawn on a loaded machine
@@ -97,10 +97,10 @@ def executor_class(name: str) -> type:
     if name == "local":
         return LocalExecutor
     if name == "ray":
-        from gymvec.engine.ray_executor import RayExecutor
+        from gymvec.backends.ray.executor import RayExecutor
 
         return RayExecutor
-    from gymvec.engine.processes import ProcessExecutor
+    from gymvec.backends.processes.executor import ProcessExecutor
 
     return ProcessExecutor
 

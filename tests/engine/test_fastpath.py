@@ -14,7 +14,7 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDict
 
 from gymvec.common import fastpath
-from gymvec.engine.buffers import BufferLayout, Buffers, private_memory
+from gymvec.wire.buffers import BufferLayout, Buffers, private_memory
 
 
 def test_cpython_reference_counts_are_used():

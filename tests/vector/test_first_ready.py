@@ -620,7 +620,7 @@ def test_ctrl_c_while_rows_are_handed_out_sends_them_all(cut, monkeypatch, no_le
     # A KeyboardInterrupt anywhere in a first-ready send (here: at the cut-th ticket or
     # wake-up of a send to 3 sub-envs on 3 workers) still sends every row and books it, so
     # none runs behind the engine's back: all come back, and the next steps are right.
-    from gymvec.engine import processes
+    from gymvec.backends.processes import executor as processes
 
     engine = BatchEngine(
         SubEnvFactories(3, latency_fns(3), None, 1),

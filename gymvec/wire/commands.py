@@ -15,7 +15,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from gymvec.engine.buffers import as_buffer
+from gymvec.wire.buffers import as_buffer
 
 
 class Mode(enum.IntFlag):

@@ -42,6 +42,8 @@ class SubEnvSummary:
     env_spec: Any = None
     specs: tuple | None = None
     info_fields: dict[str, InfoField] | None = None
+    rows: int = 1  # a block's num_envs
+    block: bool = False  # a gymnasium vector env (see subenvs.block)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,12 +95,19 @@ def kind_of(env: Any) -> SubEnvKind | None:
     return None
 
 
+def is_block(env: Any) -> bool:
+    """Whether a sub-env is a block: a gymnasium vector env, stepped as its rows at once."""
+    return isinstance(env, gym.vector.VectorEnv)
+
+
 def check_sub_env(env: Any) -> Any:
-    """``env`` if it is a gymnasium.Env or a gymvec EnvBase, else a TypeError."""
-    if isinstance(env, gym.Env) or kind_of(env) is not None:
+    """``env`` if it is a gymnasium.Env, a gymnasium.vector.VectorEnv (a block) or a gymvec
+    EnvBase, else a TypeError."""
+    if isinstance(env, gym.Env) or is_block(env) or kind_of(env) is not None:
         return env
     raise TypeError(
-        f"create_env_fn must return a gymvec EnvBase or a gymnasium.Env, got {type(env)!r}"
+        "create_env_fn must return a gymnasium.Env, a gymnasium.vector.VectorEnv (a block of "
+        f"rows) or a gymvec EnvBase; it returned {type(env).__module__}.{type(env).__qualname__}"
     )
 
 
@@ -108,6 +117,8 @@ def summarize(env: Any, declared_infos: bool = False) -> SubEnvSummary:
     Nothing here resets or steps the sub-env: the info entries of a gymnasium env are learnt
     from its own first results (see ``BatchEngine.learn_info_fields``).
     """
+    if is_block(env):
+        return _block_summary(env, declared_infos)
     gym_env = gym_env_of(env)
     if gym_env is None:
         return _kind(env).summarize(env, declared_infos)
@@ -124,6 +135,22 @@ def summarize(env: Any, declared_infos: bool = False) -> SubEnvSummary:
         render_mode=gym_env.render_mode,
         env_spec=gym_env.spec,
         info_fields=fields,
+    )
+
+
+def _block_summary(block: gym.vector.VectorEnv, declared_infos: bool) -> SubEnvSummary:
+    observation_space, action_space = block.single_observation_space, block.single_action_space
+    return SubEnvSummary(
+        observation_leaves=leaf_specs(observation_leaves(observation_space)),
+        action_leaves=leaf_specs(space_leaves(action_space, ("action",))),
+        observation_space=observation_space,
+        action_space=action_space,
+        metadata=dict(block.metadata or {}),
+        render_mode=block.render_mode,
+        env_spec=block.spec,
+        info_fields={} if declared_infos else None,
+        rows=int(block.num_envs),
+        block=True,
     )
 
 

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, NoReturn, Union
 
 import numpy as np
 
-from gymvec.engine.commands import RESET, Autoreset, Extras
 from gymvec.errors import WorkerError
+from gymvec.wire.commands import RESET, Autoreset, Extras
 
 if TYPE_CHECKING:
-    from gymvec.engine.executor import Executor
+    from gymvec.backends.executor import Executor
 
 Into = Literal["root", "next"]  # where a reset writes: the root, or "next" as a transition
 InfoPlaces = dict  # learnt info fields: {name: (InfoField, offset)} (see BufferLayout)

@@ -1,6 +1,6 @@
 """Where an engine's buffers live and where its sub-envs run: :class:`Backend`.
 
-A backend makes the memory blocks and, from an :class:`ExecutorStart` (what to build and
+A backend makes the shared memory and, from an :class:`ExecutorStart` (what to build and
 where the rows go), starts the executor. It never sees the engine.
 """
 
@@ -10,10 +10,12 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from gymvec.engine.buffers import MemmapMemory, private_memory
-from gymvec.engine.executor import Blocks, Executor, LocalExecutor
-from gymvec.engine.factories import SubEnvFactories
-from gymvec.engine.layout_probe import KeptEnv
+from gymvec.backends.executor import Executor, SharedMemory
+from gymvec.backends.local import LocalExecutor
+from gymvec.subenvs.factories import SubEnvFactories
+from gymvec.subenvs.layout import WorkerLayout
+from gymvec.subenvs.probe import KeptEnv
+from gymvec.wire.buffers import MemmapMemory, private_memory
 
 EnvFn = Callable[[], Any]
 
@@ -22,19 +24,28 @@ EnvFn = Callable[[], Any]
 class ExecutorStart:
     """What a backend needs to start an executor: each worker's sub-env factories (worker
     0's first one hands over the env built to learn the layout where ``Backend.first_here``
-    kept it), each worker's rows, and the memory blocks."""
+    kept it), each worker's rows, and the shared memory."""
 
     worker_env_fns: list[list[EnvFn]]
     bounds: list[tuple[int, int]]
-    blocks: Blocks
+    shared: SharedMemory
+    worker_rows: list[tuple[int, ...]]  # per worker, the rows of each of its sub-envs
 
     @classmethod
-    def of(cls, factories: SubEnvFactories, blocks: Blocks, kept: KeptEnv) -> ExecutorStart:
-        """Each worker's factories, sub-env 0's handing over ``kept`` where it holds an env."""
+    def of(
+        cls,
+        factories: SubEnvFactories,
+        layout: WorkerLayout,
+        shared: SharedMemory,
+        kept: KeptEnv,
+    ) -> ExecutorStart:
+        """Each worker's factories, sub-env 0's handing over ``kept`` where it holds an env;
+        rows as ``layout`` plans them."""
         fns = [factories.worker_env_fns(w) for w in range(factories.num_workers)]
         if kept.env is not None:
             fns[0] = [kept.first_of(fns[0][0]), *fns[0][1:]]
-        return cls(fns, factories.worker_bounds, blocks)
+        rows = [layout.rows_of_worker(w) for w in range(layout.num_workers)]
+        return cls(fns, list(layout.worker_rows), shared, rows)
 
 
 @dataclasses.dataclass
@@ -42,7 +53,7 @@ class Backend:
     """Where an engine's buffers live and where its sub-envs run.
 
     ``new_memory(nbytes)`` makes a block; ``start(ExecutorStart)`` starts the executor;
-    ``release()`` frees what the blocks hold beyond the process (a memmap file).
+    ``release()`` frees what the memory holds beyond the process (a memmap file).
     ``collect_on_exit``: stop the executor when the engine is garbage (worker processes).
     ``first_here``: sub-env 0 runs in this process, so the env built to learn the layout
     can become sub-env 0.
@@ -62,7 +73,8 @@ def serial_backend() -> Backend:
     def start(plan: ExecutorStart) -> Executor:
         # One group for all sub-envs: in one process, workers would only add loop overhead.
         fns = [fn for fns in plan.worker_env_fns for fn in fns]
-        return LocalExecutor.build([fns], [0], plan.blocks)
+        rows = [size for sizes in plan.worker_rows for size in sizes]
+        return LocalExecutor.build([fns], [0], plan.shared, rows=[rows])
 
     return Backend("serial", private_memory, start, first_here=True)
 
@@ -70,8 +82,11 @@ def serial_backend() -> Backend:
 def process_backend(options: Any, memmap: bool = False) -> Backend:
     """Sub-envs in worker processes (``options``: a ``ProcessOptions``), buffers in shared
     memory (or, with ``memmap``, in a temporary file)."""
-    from gymvec.engine.buffers import shared_memory
-    from gymvec.engine.processes import ProcessExecutor, refuse_start_while_importing_main
+    from gymvec.backends.processes.executor import (
+        ProcessExecutor,
+        refuse_start_while_importing_main,
+    )
+    from gymvec.wire.buffers import shared_memory
 
     refuse_start_while_importing_main()  # before anything is built
 
@@ -85,7 +100,9 @@ def process_backend(options: Any, memmap: bool = False) -> Backend:
         return memory
 
     def start(plan: ExecutorStart) -> Executor:
-        return ProcessExecutor(plan.worker_env_fns, plan.bounds, plan.blocks, options)
+        return ProcessExecutor(
+            plan.worker_env_fns, plan.bounds, plan.shared, options, plan.worker_rows
+        )
 
     def release() -> None:
         for memory in memmaps:

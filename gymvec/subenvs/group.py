@@ -11,24 +11,29 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from gymvec.engine.buffers import Buffers
-from gymvec.engine.commands import Control, Extras
-from gymvec.engine.drivers import command_runner, make_driver
-from gymvec.engine.sub_env_kinds import (  # noqa: F401 (re-exported)
+from gymvec.errors import SpaceMismatchError, WorkerError, local_sub_env_error
+from gymvec.subenvs.block import BlockRunner
+from gymvec.subenvs.drivers import CommandRunner, command_runner, make_driver
+from gymvec.subenvs.kinds import (  # noqa: F401 (re-exported)
     SubEnvSummary,
     check_sub_env,
     gym_env_of,
+    is_block,
     spaces_of_summary,
     summarize,
 )
-from gymvec.errors import SpaceMismatchError, WorkerError, local_sub_env_error
+from gymvec.wire.buffers import Buffers
+from gymvec.wire.commands import Control, Extras
 
 
 class SubEnvGroup:
-    """The sub-envs one process steps: rows ``[start, start + len(env_fns))`` of the buffers.
+    """The sub-envs one process steps: rows ``[start, stop)`` of the buffers, one per single
+    env and ``num_envs`` per block (a gymnasium vector env).
 
-    An exception raised while the group builds its sub-envs, runs a command or answers a
-    request comes out as a :class:`~gymvec.errors.WorkerError` that names the sub-env to blame
+    ``rows``: the rows planned for each sub-env (default one each); a sub-env built with
+    another size is an error that says how to declare it. An exception raised while the
+    group builds its sub-envs, runs a command or answers a request comes out as a
+    :class:`~gymvec.errors.WorkerError` that names the sub-env (a block: its rows) to blame
     and ``where`` the group runs (worker ``worker_index``), whatever process it runs in.
     """
 
@@ -39,13 +44,15 @@ class SubEnvGroup:
         buffers: Buffers,
         control: Control,
         *,
+        rows: Sequence[int] | None = None,
         worker_index: int | None = None,
         where: str = "in the calling process",
     ):
+        planned = [1] * len(env_fns) if rows is None else list(rows)
         self.start = start
         self.worker_index, self.where = worker_index, where
-        self.cursor: int | None = None  # the sub-env a request is at (see targets)
-        self.stop = start + len(env_fns)
+        self.cursor: int | None = None  # the row a request is at (see targets)
+        self.stop = start + sum(planned)
         self.buffers = buffers
         self.modes = control.mode[start : self.stop]  # this group's rows, sliced once
         self.seeds = control.seed[start : self.stop]
@@ -53,26 +60,32 @@ class SubEnvGroup:
         self.obs_lanes = buffers.obs_lanes
         self.action_objects = buffers.action_objects
         self.envs: list[Any] = []
+        self.firsts: list[int] = []  # each sub-env's first row
+        self.env_of_row: list[int] = []  # each row's sub-env (position in envs)
         try:
-            built: dict[int, int] = {}  # id of each env -> its sub-env index
-            for j, fn in enumerate(env_fns):
-                self.cursor = start + j
+            built: dict[int, int] = {}  # id of each env -> its first row
+            row = start
+            for j, (fn, size) in enumerate(zip(env_fns, planned)):
+                self.cursor = row
                 env = check_sub_env(fn())
                 if id(env) in built:  # e.g. `lambda: env`: the sub-envs would share one state
                     raise ValueError(
                         f"create_env_fn returned the same env object for sub-envs "
-                        f"{built[id(env)]} and {start + j}: each sub-env needs its own instance"
+                        f"{built[id(env)]} and {row}: each sub-env needs its own instance"
                     )
-                built[id(env)] = start + j
+                built[id(env)] = row
                 self.envs.append(env)
+                _check_rows(env, size, row)
+                self.firsts.append(row)
+                self.env_of_row += [j] * size
+                row += size
             self.cursor = None
-            self.drivers = [make_driver(env, start + j, buffers) for j, env in enumerate(self.envs)]
+            self.runner = self._runner(buffers)
         except BaseException as exc:
             self.close()
             if not isinstance(exc, Exception):
                 raise
             raise self.error(exc, self.cursor, what="create_env_fn") from None
-        self.runner = command_runner(self.drivers, buffers, start)
         # Object observations of a worker process go back to the parent with each answer.
         self.shipped_objects = None
         keys = buffers.layout.object_obs_keys
@@ -82,8 +95,33 @@ class SubEnvGroup:
                 [buffers.next.objects[key] for key in keys],
             )
 
+    def _runner(self, buffers: Buffers) -> Any:
+        """One runner over the single envs, or, with blocks, one per block and one per run of
+        single envs between them, in row order."""
+        self.drivers = [
+            None if is_block(env) else make_driver(env, first, buffers)
+            for env, first in zip(self.envs, self.firsts)
+        ]
+        if not any(is_block(env) for env in self.envs):
+            return command_runner(self.drivers, buffers, self.start)
+        parts: list[CommandRunner] = []
+        singles: list[Any] = []
+        for env, first, driver in zip(self.envs, self.firsts, self.drivers):
+            if driver is not None:
+                singles.append(driver)
+                continue
+            if singles:
+                parts.append(command_runner(singles, buffers, singles[0].index))
+                singles = []
+            parts.append(BlockRunner(env, first, buffers))
+        if singles:
+            parts.append(command_runner(singles, buffers, singles[0].index))
+        return PartsRunner(parts, self.start)
+
     def summaries(self) -> list[SubEnvSummary]:
-        return [summarize(env) for env in self.envs]
+        """One summary per row (a block's, once for each of its rows)."""
+        per_env = [summarize(env) for env in self.envs]
+        return [per_env[j] for j in self.env_of_row]
 
     def error(self, exc: Exception, sub_env: int | None, what: str = "") -> Exception:
         """What the group raises for ``exc``: a WorkerError naming ``sub_env`` and where the
@@ -94,6 +132,14 @@ class SubEnvGroup:
         if isinstance(exc, WorkerError) and exc.sub_env_index is not None:
             return exc
         where, index = self.where, self.worker_index
+        built = self.start + len(self.env_of_row)  # (all rows, once the group is built)
+        if sub_env is not None and self.start <= sub_env < built:
+            j = self.env_of_row[sub_env - self.start]
+            env = self.envs[j]
+            if is_block(env):
+                first = sub_env = self.firsts[j]
+                rows = f"the block at rows {first}..{first + env.num_envs - 1}"
+                what = f"{what}, {rows}" if what else rows
         return local_sub_env_error(exc, sub_env, worker_index=index, where=where, what=what)
 
     def sub_env_of(self, exc: BaseException) -> int | None:
@@ -101,11 +147,11 @@ class SubEnvGroup:
         belongs to one of this group's sub-envs (an env, the gymnasium env inside it, or its
         driver). Walked only once something raised: the steps pay nothing for it."""
         owners: dict[int, int] = {}
-        for k, env in enumerate(self.envs):
-            index = self.start + k
-            owners[id(env)] = owners[id(gym_env_of(env))] = index
-        for k, driver in enumerate(getattr(self, "drivers", ())):
-            owners[id(driver)] = self.start + k
+        for env, first in zip(self.envs, self.firsts):
+            owners[id(env)] = owners[id(gym_env_of(env))] = first
+        for driver, first in zip(getattr(self, "drivers", ()), self.firsts):
+            if driver is not None:
+                owners[id(driver)] = first
         tb = exc.__traceback__
         while tb is not None:
             owner = tb.tb_frame.f_locals.get("self")
@@ -153,13 +199,53 @@ class SubEnvGroup:
         calls."""
         for i in indices:
             self.cursor = i
-            env = self.envs[i - self.start]
+            env = self.envs[self.env_of_row[i - self.start]]
             yield (gym_env_of(env) or env) if gym_env else env
         self.cursor = None
 
     def close(self) -> None:
         envs, self.envs = self.envs, []
         close_each(envs)
+
+
+class PartsRunner:
+    """The runner of a group with blocks: its parts (block runners, and runners of the single
+    envs between them) each carry out their own rows' mode bytes."""
+
+    def __init__(self, parts: list[CommandRunner], start: int):
+        self.parts = parts
+        self.lane = 0
+        self.spans = [(part.rows.start - start, part.rows.stop - start, part) for part in parts]
+
+    def use_lane(self, lane: int) -> None:
+        self.lane = lane
+        for part in self.parts:
+            part.use_lane(lane)
+
+    def fields_changed(self) -> None:
+        for part in self.parts:
+            part.fields_changed()
+
+    def run(self, modes: bytes, seeds: Any, options: dict | None) -> dict[int, Extras]:
+        extras: dict[int, Extras] = {}
+        for a, b, part in self.spans:
+            part_modes = modes[a:b]
+            if part_modes.count(0) != b - a:
+                extras.update(part.run(part_modes, seeds[a:b], options))
+        return extras
+
+
+def _check_rows(env: Any, planned: int, row: int) -> None:
+    """A ValueError where a sub-env's size differs from the rows planned for it."""
+    size = int(env.num_envs) if is_block(env) else 1
+    if size != planned:
+        what = f"a block of {size} rows ({type(env).__name__})" if size > 1 else "a single env"
+        raise ValueError(
+            f"sub-env at row {row} is {what}, but the batch planned {planned} row(s) for it: "
+            "a batch plans every sub-env's rows from the sub-env it builds first; wrap "
+            "each block factory in gymvec.BlockFactory(fn, num_envs) where blocks mix with "
+            "single envs or differ in size"
+        )
 
 
 def close_each(items: Sequence[Any]) -> None:
@@ -182,8 +268,22 @@ def _attribute(target: Any, name: str) -> Any:
     return getattr(target, name)
 
 
+def _once_per_sub_env(
+    group: SubEnvGroup, indices: Sequence[int], gym_env: bool, fn: Callable[[Any, int], Any]
+) -> list:
+    """``fn(target, position)`` once per sub-env among ``indices`` (a block's rows share one
+    call: the first of its rows asked), its result repeated for each of its rows."""
+    done: dict[int, Any] = {}
+    results = []
+    for position, target in enumerate(group.targets(indices, gym_env)):
+        if id(target) not in done:
+            done[id(target)] = fn(target, position)
+        results.append(done[id(target)])
+    return results
+
+
 def get_attr(group: SubEnvGroup, indices: Sequence[int], *, name: str, gym_env=False) -> list:
-    return [_attribute(target, name) for target in group.targets(indices, gym_env)]
+    return _once_per_sub_env(group, indices, gym_env, lambda target, _: _attribute(target, name))
 
 
 def is_callable(group: SubEnvGroup, indices: Sequence[int], *, name: str, gym_env=False) -> list:
@@ -200,21 +300,24 @@ def call(
     gym_env: bool = False,
 ) -> list:
     """Call method ``name`` of each sub-env (or read it, if it is not callable)."""
-    results = []
-    for target in group.targets(indices, gym_env):
+
+    def call_one(target: Any, _: int) -> Any:
         value = _attribute(target, name)
-        results.append(value(*args, **(kwargs or {})) if callable(value) else value)
-    return results
+        return value(*args, **(kwargs or {})) if callable(value) else value
+
+    return _once_per_sub_env(group, indices, gym_env, call_one)
 
 
 def set_attr(
     group: SubEnvGroup, indices: Sequence[int], *, name: str, values: Sequence, gym_env=False
 ) -> list:
-    for target, value in zip(group.targets(indices, gym_env), values):
+    def set_one(target: Any, position: int) -> None:
         if hasattr(target, "set_wrapper_attr"):
-            target.set_wrapper_attr(name, value)
+            target.set_wrapper_attr(name, values[position])
         else:
-            setattr(target, name, value)
+            setattr(target, name, values[position])
+
+    _once_per_sub_env(group, indices, gym_env, set_one)
     return [None] * len(indices)
 
 
@@ -227,7 +330,9 @@ def apply(
     kwargs: dict | None = None,
 ) -> list:
     """``fn(gymnasium sub-env, *args, **kwargs)`` for each sub-env, where it lives."""
-    return [fn(target, *args, **(kwargs or {})) for target in group.targets(indices, True)]
+    return _once_per_sub_env(
+        group, indices, True, lambda target, _: fn(target, *args, **(kwargs or {}))
+    )
 
 
 def add_info_fields(group: SubEnvGroup, indices: Sequence[int], *, places: dict) -> list:
@@ -236,12 +341,11 @@ def add_info_fields(group: SubEnvGroup, indices: Sequence[int], *, places: dict)
 
 
 def state_dict(group: SubEnvGroup, indices: Sequence[int]) -> list:
-    return [env_state(env) for env in group.targets(indices)]
+    return _once_per_sub_env(group, indices, False, lambda env, _: env_state(env))
 
 
 def load_state_dict(group: SubEnvGroup, indices: Sequence[int], *, values: Sequence) -> list:
-    for env, state in zip(group.targets(indices), values):
-        load_env_state(env, state)
+    _once_per_sub_env(group, indices, False, lambda env, k: load_env_state(env, values[k]))
     return [None] * len(indices)
 
 

@@ -25,11 +25,19 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
+from gymvec.backends.executor import Executor, SharedMemory
+from gymvec.backends.local import LocalExecutor
+from gymvec.backends.processes.worker import (
+    add_missing_env_specs,
+    ready_message,
+)
 from gymvec.common.arrays import any_set
 from gymvec.common.structure import OBJECT
-from gymvec.engine.buffers import BufferLayout, Buffers, private_memory, shared_memory
-from gymvec.engine.calls import Command, Request
-from gymvec.engine.commands import (
+from gymvec.errors import SpaceMismatchError, error_detail
+from gymvec.subenvs.layout import WorkerLayout
+from gymvec.wire.buffers import BufferLayout, Buffers, private_memory, shared_memory
+from gymvec.wire.calls import Command, Request
+from gymvec.wire.commands import (
     AUTORESET,
     RESET,
     RESET_INTO_NEXT,
@@ -37,12 +45,6 @@ from gymvec.engine.commands import (
     SYNC_ROOT,
     Control,
 )
-from gymvec.engine.executor import Blocks, Executor, LocalExecutor
-from gymvec.engine.worker import (
-    add_missing_env_specs,
-    ready_message,
-)
-from gymvec.errors import SpaceMismatchError, error_detail
 
 SHIP_ROOT, SHIP_NEXT = 1, 2  # which parts of the block an answer of RayWorker.run holds
 
@@ -98,6 +100,7 @@ class WorkerSpec:
     worker_processes: int
     start_method: str
     env_specs_payload: bytes | None
+    rows: tuple[int, ...]  # the rows of each sub-env (a block fills several)
 
 
 def _touched(modes: bytes) -> tuple[bool, bool, bool]:
@@ -139,30 +142,31 @@ class RayWorker:
         return ("ready", ready, _node_id())
 
     def _build(self, env_fns: list[Callable[[], Any]], spec: WorkerSpec) -> Executor:
-        share = ShareLayout(spec.parent_layout, len(env_fns))
+        num_rows = sum(spec.rows)
+        share = ShareLayout(spec.parent_layout, num_rows)
         layout = share.layout
         processes = min(spec.worker_processes, len(env_fns))
         new_memory = private_memory if processes == 1 else shared_memory
-        memory, control_memory = new_memory(layout.nbytes), new_memory(Control.nbytes(len(env_fns)))
+        memory, control_memory = new_memory(layout.nbytes), new_memory(Control.nbytes(num_rows))
         buffers = Buffers(layout, memory)
         buffers.ship_objects = True  # object observations go back with each answer
-        control = Control(len(env_fns), control_memory)
-        blocks = Blocks(layout, memory, control_memory, buffers, control)
+        control = Control(num_rows, control_memory)
+        shared = SharedMemory(layout, memory, control_memory, buffers, control)
         self.share, self.buffers, self.control = share, buffers, control
         self.flat = np.frombuffer(memory, dtype=np.uint8, count=layout.nbytes)
         self.control_flat = np.frombuffer(
-            control_memory, dtype=np.uint8, count=Control.nbytes(len(env_fns))
+            control_memory, dtype=np.uint8, count=Control.nbytes(num_rows)
         )
         if processes == 1:
-            return LocalExecutor.build([env_fns], [0], blocks)
-        from gymvec.engine.processes import ProcessExecutor, ProcessOptions
+            return LocalExecutor.build([env_fns], [0], shared, rows=[spec.rows])
+        from gymvec.backends.processes.executor import ProcessExecutor, ProcessOptions
 
-        sizes = [len(part) for part in np.array_split(np.arange(len(env_fns)), processes)]
-        ends = np.cumsum(sizes).tolist()
-        bounds = [(end - size, end) for size, end in zip(sizes, ends)]
+        # the share over its processes, as every layout spreads sub-envs
+        split = WorkerLayout(tuple([len(env_fns)]), spec.rows).split(processes)
         options = ProcessOptions(start_method=spec.start_method, local_worker=True)
-        groups = [env_fns[start:stop] for start, stop in bounds]
-        return ProcessExecutor(groups, bounds, blocks, options)
+        groups = [env_fns[start:stop] for start, stop in split.worker_sub_envs]
+        rows = [split.rows_of_worker(w) for w in range(split.num_workers)]
+        return ProcessExecutor(groups, list(split.worker_rows), shared, options, rows)
 
     def _started(self) -> Executor:
         """The executor of the share's sub-envs (one not started or closed raises, as the

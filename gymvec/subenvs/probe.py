@@ -11,19 +11,21 @@ import numpy as np
 
 from gymvec.common.infos import InfoField
 from gymvec.common.structure import LeafSpec
-from gymvec.engine.buffers import BufferLayout
-from gymvec.engine.factories import SubEnvFactories
-from gymvec.engine.sub_env_kinds import SubEnvSummary, check_sub_env, summarize
 from gymvec.errors import SpaceMismatchError
+from gymvec.subenvs.factories import SubEnvFactories
+from gymvec.subenvs.kinds import SubEnvSummary, check_sub_env, summarize
+from gymvec.subenvs.layout import WorkerLayout
+from gymvec.wire.buffers import BufferLayout
 
 
 def probe(
     factories: SubEnvFactories, multi_task: bool, keep_first: bool
-) -> tuple[list[SubEnvSummary], Any]:
+) -> tuple[list[SubEnvSummary], Any, WorkerLayout]:
     """Summaries of sub-envs built here: the first, or one per task (multi-task), with their
-    info fields; every sub-env gets the summary of its task. With ``keep_first`` the env
-    built for sub-env 0 is returned too (else None), to become sub-env 0: no env is built
-    twice."""
+    info fields; every row gets the summary of its sub-env's task (a block's rows, its
+    own). With ``keep_first`` the env built for sub-env 0 is returned too (else None), to
+    become sub-env 0: no env is built twice. Last, the layout with each sub-env's rows (see
+    ``SubEnvFactories.rows``)."""
     firsts = factories.distinct() if multi_task else [0] * factories.num_envs
     probed: dict[int, SubEnvSummary] = {}
     kept = None
@@ -43,7 +45,13 @@ def probe(
         if kept is not None:
             kept.close()
         raise
-    return [probed[first] for first in firsts], kept
+    layout = factories.rows([probed[first].rows for first in firsts], firsts)
+    per_row = [probed[first] for first, rows in zip(firsts, layout.rows_per_sub_env)]
+    return (
+        [s for s, rows in zip(per_row, layout.rows_per_sub_env) for _ in range(rows)],
+        kept,
+        layout,
+    )
 
 
 class KeptEnv:

@@ -14,8 +14,10 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from gymvec.engine.executor import LocalExecutor, first_ready_objects_error, take_finished
-from gymvec.engine.worker import (
+from gymvec.backends.executor import first_ready_objects_error, take_finished
+from gymvec.backends.local import LocalExecutor
+from gymvec.backends.processes.handles import WorkerHandle
+from gymvec.backends.processes.worker import (
     FIELDS,
     FINISHED,
     LIVENESS_POLL_S,
@@ -27,7 +29,6 @@ from gymvec.engine.worker import (
     Spin,
     Status,
 )
-from gymvec.engine.worker_handles import WorkerHandle
 from gymvec.errors import SubEnvTimeoutError, WorkerError, expect_set
 
 _ERROR = int(Status.ERROR)

@@ -22,8 +22,7 @@ import sys
 import time
 from typing import Any
 
-from gymvec.engine.subenvs import SubEnvSummary
-from gymvec.engine.worker import (
+from gymvec.backends.processes.worker import (
     BUILDING,
     CMD,
     CMD_SEQ,
@@ -37,6 +36,7 @@ from gymvec.engine.worker import (
     wait_for,
 )
 from gymvec.errors import ErrorDetail, MainModuleError, WorkerError, sub_env_error
+from gymvec.subenvs.group import SubEnvSummary
 
 _ERROR = int(Status.ERROR)
 # close(): how long the workers have to close their sub-envs once asked, then how long they

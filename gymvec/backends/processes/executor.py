@@ -21,20 +21,26 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from gymvec.engine import calls, pickling
-from gymvec.engine.commands import Extras
-from gymvec.engine.executor import (
-    Blocks,
+from gymvec.backends import pickling
+from gymvec.backends.executor import (
     Call,
     Executor,
-    LocalExecutor,
     Request,
+    SharedMemory,
     group_indices,
     request_kwargs,
 )
-from gymvec.engine.process_rows import ProcessRows
-from gymvec.engine.subenvs import SubEnvSummary
-from gymvec.engine.worker import (
+from gymvec.backends.local import LocalExecutor
+from gymvec.backends.processes.handles import (  # noqa: F401  (WorkerHandle: processes' own name)
+    CLOSE_GRACE_S,
+    WorkerHandle,
+    refuse_start_while_importing_main,
+    start_failure,
+    stop_workers,
+    unlink_semaphore,
+)
+from gymvec.backends.processes.rows import ProcessRows
+from gymvec.backends.processes.worker import (
     PARENT_ENDS,
     ROW_WORDS,
     SYNC_WORDS,
@@ -45,14 +51,7 @@ from gymvec.engine.worker import (
     sync_words,
     worker_main,
 )
-from gymvec.engine.worker_handles import (  # noqa: F401  (WorkerHandle: processes' own name)
-    CLOSE_GRACE_S,
-    WorkerHandle,
-    refuse_start_while_importing_main,
-    start_failure,
-    stop_workers,
-    unlink_semaphore,
-)
+from gymvec.common.cores import usable_cores
 from gymvec.errors import (
     ClosedEnvError,
     SpaceMismatchError,
@@ -60,19 +59,15 @@ from gymvec.errors import (
     WorkerError,
     expect_set,
 )
+from gymvec.subenvs.group import SubEnvSummary
+from gymvec.wire import calls
+from gymvec.wire.commands import Extras
 
 if TYPE_CHECKING:
     from multiprocessing.synchronize import BoundedSemaphore, Semaphore
 
 WORKER_SPIN_S = 200e-6  # how long an idle worker spins before it blocks
 PARENT_SPIN_S = 100e-6  # how long the parent spins on a worker's answer before it blocks
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,17 +100,20 @@ class ProcessExecutor(Executor):
     Args:
         worker_env_fns: per worker, the factories of its sub-envs (rows ``worker_bounds``).
         worker_bounds: per worker, its row range.
-        blocks: the shared buffers and control block.
+        shared: the shared buffers and control block.
         options: how the processes run.
+        worker_rows: per worker, the rows of each of its sub-envs (default one each).
     """
 
     def __init__(
         self,
         worker_env_fns: list[list[Callable[[], Any]]],
         worker_bounds: list[tuple[int, int]],
-        blocks: Blocks,
+        shared: SharedMemory,
         options: ProcessOptions,
+        worker_rows: Sequence[Sequence[int]] | None = None,
     ):
+        rows = worker_rows or [[1] * len(fns) for fns in worker_env_fns]
         self.handles: list[WorkerHandle] = []
         self.local: LocalExecutor | None = None
         self.closing = False  # close() began (maybe in another thread: see closed_error)
@@ -129,9 +127,11 @@ class ProcessExecutor(Executor):
         self.ready: Semaphore | None = None
         deadline = time.monotonic() + options.startup_timeout  # this process's share included
         try:
-            self._start(worker_env_fns, worker_bounds, blocks, options, worker_spin_s)
+            self._start(worker_env_fns, worker_bounds, shared, options, worker_spin_s, rows)
             if options.local_worker:  # built while the workers build theirs
-                self.local = LocalExecutor.build([worker_env_fns[0]], [0], blocks, workers=[0])
+                self.local = LocalExecutor.build(
+                    [worker_env_fns[0]], [0], shared, workers=[0], rows=[rows[0]]
+                )
             self._wait_ready(deadline, options)
         except BaseException:
             self.close()
@@ -140,7 +140,7 @@ class ProcessExecutor(Executor):
         self.bounds = local + [(h.start, h.stop) for h in self.handles]
         # Object observations come back with each row's message; object actions would need
         # one each way, which first-ready commands do not send.
-        objects = bool(blocks.layout.object_action_keys)
+        objects = bool(shared.layout.object_action_keys)
         self.rows: ProcessRows = ProcessRows(
             self.handles,
             self.local,
@@ -155,15 +155,16 @@ class ProcessExecutor(Executor):
         self,
         worker_env_fns: list[list[Callable[[], Any]]],
         worker_bounds: list[tuple[int, int]],
-        blocks: Blocks,
+        shared: SharedMemory,
         options: ProcessOptions,
         spin_s: float,
+        rows: Sequence[Sequence[int]],
     ) -> None:
         ctx = mp.get_context(options.start_method)
         first_process = 1 if options.local_worker else 0
         n_proc = len(worker_bounds) - first_process
         self.sync_memory = ctx.RawArray("b", max(n_proc, 1) * SYNC_WORDS * 8)
-        self.rows_memory = ctx.RawArray("b", blocks.layout.num_envs * ROW_WORDS * 8)
+        self.rows_memory = ctx.RawArray("b", shared.layout.num_envs * ROW_WORDS * 8)
         self.ready = ctx.Semaphore(0)
         if options.max_concurrency is not None and options.max_concurrency < len(worker_bounds):
             self.concurrency = ctx.BoundedSemaphore(options.max_concurrency)
@@ -178,9 +179,9 @@ class ProcessExecutor(Executor):
                 index=k,
                 env_fns_payload=pickling.dumps(worker_env_fns[w]),
                 start=start,
-                layout=blocks.layout,
-                memory=blocks.memory,
-                control_memory=blocks.control_memory,
+                layout=shared.layout,
+                memory=shared.memory,
+                control_memory=shared.control_memory,
                 sync_memory=self.sync_memory,
                 spin_s=spin_s,
                 num_threads=options.num_sub_threads,
@@ -188,6 +189,7 @@ class ProcessExecutor(Executor):
                 concurrency=self.concurrency,
                 rows_memory=self.rows_memory,
                 ready=self.ready,
+                rows=tuple(rows[w]),
             )
             # (typeshed's BaseContext lacks Process, which every context of get_context has)
             process = ctx.Process(  # type: ignore[attr-defined]
@@ -417,7 +419,7 @@ class ProcessExecutor(Executor):
 
     def request_wait(self, call: Request, timeout: float | None = None) -> list:
         """The results, once every worker has answered (the local share runs meanwhile)."""
-        from gymvec.engine.subenvs import run_request
+        from gymvec.subenvs.group import run_request
 
         deadline = None if timeout is None else time.monotonic() + timeout
         local, asked = call.plan

@@ -7,31 +7,41 @@ them to one per sub-env and keeps the workers' row ranges.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
+from gymvec.subenvs.layout import WorkerLayout, check_count
 
 
-def check_count(name: str, value: Any) -> int:
-    """``value`` if it is a positive int, else a ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name}: expected a positive int, got {value!r}")
-    return int(value)
+@dataclasses.dataclass(frozen=True)
+class BlockFactory:
+    """A factory of a block (a ``gymnasium.vector.VectorEnv`` sub-env) that says its size,
+    so that the engine plans its rows without building it: ``BlockFactory(fn, num_envs)``.
 
+    Needed only where blocks and single envs mix, or blocks differ in size; elsewhere the
+    engine learns the size from the sub-env it builds to read the spaces.
 
-def worker_sizes(num_workers: int, envs_per_worker: int | Sequence[int]) -> list[int]:
-    """How many sub-envs each worker holds: ``envs_per_worker`` is one count for all or a list
-    of ``num_workers`` counts."""
-    if isinstance(envs_per_worker, list | tuple):
-        if len(envs_per_worker) != num_workers:
-            raise ValueError(
-                f"envs_per_worker: expected one count per worker ({num_workers}), "
-                f"got {len(envs_per_worker)}: {list(envs_per_worker)!r}"
-            )
-        return [check_count("envs_per_worker", count) for count in envs_per_worker]
-    return [check_count("envs_per_worker", envs_per_worker)] * num_workers
+    >>> import gymnasium as gym
+    >>> from gymvec import BlockFactory, SerialVectorEnv
+    >>> make_block = lambda: gym.make_vec("CartPole-v1", 3, vectorization_mode="vector_entry_point")
+    >>> envs = SerialVectorEnv([BlockFactory(make_block, 3), lambda: gym.make("CartPole-v1")])
+    >>> envs.num_envs
+    4
+    >>> envs.close()
+    """
+
+    fn: Callable[[], Any]
+    num_envs: int
+
+    def __post_init__(self) -> None:
+        if not callable(self.fn):
+            raise TypeError(f"BlockFactory: fn must be callable, got {type(self.fn).__name__}")
+        check_count("BlockFactory num_envs", self.num_envs)
+
+    def __call__(self, **kwargs: Any) -> Any:
+        return self.fn(**kwargs)
 
 
 def _is_kwargs(value: Any) -> bool:
@@ -79,14 +89,45 @@ class SubEnvFactories:
         *,
         tasks: bool = True,
     ):
-        self.num_workers = check_count("num_workers", num_workers)
+        layout = WorkerLayout.plan(num_workers=num_workers, envs_per_worker=envs_per_worker)
+        self._init(layout, create_env_fn, create_env_kwargs, tasks)
+
+    @classmethod
+    def spread(
+        cls, env_fns: Sequence[Callable[..., Any]], num_workers: int | None = None
+    ) -> SubEnvFactories:
+        """One factory per sub-env (one task, as gymnasium's vector envs take them), spread
+        over ``num_workers`` workers (default: one per usable core)."""
+        layout = WorkerLayout.plan(len(env_fns), num_workers=num_workers)
+        factories = cls.__new__(cls)
+        factories._init(layout, list(env_fns), None, False)
+        return factories
+
+    def _init(
+        self, layout: WorkerLayout, fns: Any, kwargs: dict | Sequence[dict] | None, tasks: bool
+    ) -> None:
+        self.layout = layout
+        self.num_workers = layout.num_workers
         self.tasks = tasks
-        sizes = worker_sizes(self.num_workers, envs_per_worker)
-        self.num_envs = sum(sizes)
-        ends = np.cumsum(sizes).tolist()
-        self.worker_bounds = [(end - size, end) for size, end in zip(sizes, ends)]
-        self.fns = _per_sub_env(create_env_fn, self.worker_bounds, "create_env_fn")
-        self.kwargs = _per_sub_env(create_env_kwargs or {}, self.worker_bounds, "create_env_kwargs")
+        self.num_envs = layout.num_sub_envs  # sub-envs (a block is one; see rows())
+        self.worker_bounds = list(layout.worker_sub_envs)
+        self.fns = _per_sub_env(fns, self.worker_bounds, "create_env_fn")
+        self.kwargs = _per_sub_env(kwargs or {}, self.worker_bounds, "create_env_kwargs")
+
+    def rows(self, probed_rows: Sequence[int], probed: Sequence[int]) -> WorkerLayout:
+        """The layout with each sub-env's rows: a :class:`BlockFactory`'s declared size, or
+        the size of the sub-env the engine built for its task (``probed[i]``: that sub-env's
+        index, ``probed_rows[i]``: its rows) unless that one was declared (then 1: blocks
+        that mix with single envs are declared)."""
+        rows = []
+        for i, fn in enumerate(self.fns):
+            if isinstance(fn, BlockFactory):
+                rows.append(fn.num_envs)
+            elif isinstance(self.fns[probed[i]], BlockFactory):
+                rows.append(1)
+            else:
+                rows.append(probed_rows[i])
+        return self.layout.with_rows(rows)
 
     def sub_env_fn(self, i: int) -> Callable[[], Any]:
         """What builds sub-env ``i``."""

@@ -46,10 +46,10 @@ from typing import Any
 
 import cloudpickle
 
-from gymvec.engine.buffers import BufferLayout, Buffers
-from gymvec.engine.commands import Control
-from gymvec.engine.subenvs import SubEnvGroup, SubEnvSummary, run_request
 from gymvec.errors import SpaceMismatchError, error_detail, expect_set
+from gymvec.subenvs.group import SubEnvGroup, SubEnvSummary, run_request
+from gymvec.wire.buffers import BufferLayout, Buffers
+from gymvec.wire.commands import Control
 
 SYNC_WORDS = 8  # int64 words per worker: one 64-byte cache line
 # BUILDING: 1 + the sub-env whose factory runs during start-up (0: none), for the start-up error
@@ -448,6 +448,7 @@ class WorkerArgs:
     concurrency: Any = None
     rows_memory: Any = None  # the row words of every sub-env (first-ready commands)
     ready: Any = None  # the semaphore a finished first-ready row posts
+    rows: tuple[int, ...] | None = None  # the rows of each sub-env (blocks fill several)
 
 
 def worker_main(args: WorkerArgs, conn, wake, done) -> None:
@@ -472,7 +473,13 @@ def worker_main(args: WorkerArgs, conn, wake, done) -> None:
         buffers.ship_objects = True
         where = f"worker {args.index}, pid {os.getpid()}"
         group = SubEnvGroup(
-            env_fns, args.start, buffers, control, worker_index=args.index, where=where
+            env_fns,
+            args.start,
+            buffers,
+            control,
+            rows=args.rows,
+            worker_index=args.index,
+            where=where,
         )
         ready = ready_message(group.summaries())
     except SpaceMismatchError as exc:  # not the worker's fault: the parent raises it as is

@@ -34,8 +34,10 @@ from gymvec.common.structure import (
     observation_leaves,
     space_leaves,
 )
-from gymvec.engine.buffers import Buffers, Slot
-from gymvec.engine.commands import (
+from gymvec.errors import SpaceMismatchError
+from gymvec.subenvs.kinds import gym_env_of, kind_of
+from gymvec.wire.buffers import Buffers, Slot
+from gymvec.wire.commands import (
     AUTORESET,
     KEEP_FINAL_OBS,
     NOTHING,
@@ -48,8 +50,6 @@ from gymvec.engine.commands import (
     SYNC_ROOT,
     Extras,
 )
-from gymvec.engine.sub_env_kinds import gym_env_of, kind_of
-from gymvec.errors import SpaceMismatchError
 
 # Worker processes import this module: torch and tensordict are imported only when a sub-env
 # needs them (a gymvec EnvBase sub-env has already imported them by being built).

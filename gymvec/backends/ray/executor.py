@@ -25,23 +25,20 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from gymvec.engine import pickling
-from gymvec.engine.buffers import Buffers, private_memory
-from gymvec.engine.commands import Control, Extras
-from gymvec.engine.executor import (
-    Blocks,
+from gymvec.backends import pickling
+from gymvec.backends.executor import (
     Call,
     Command,
     Executor,
     Request,
+    SharedMemory,
     first_ready_objects_error,
     group_indices,
     request_kwargs,
     take_finished,
 )
-from gymvec.engine.ray_worker import SHIP_NEXT, SHIP_ROOT, RayWorker, ShareLayout, WorkerSpec
-from gymvec.engine.subenvs import SubEnvSummary
-from gymvec.engine.worker import env_specs_payload
+from gymvec.backends.processes.worker import env_specs_payload
+from gymvec.backends.ray.worker import SHIP_NEXT, SHIP_ROOT, RayWorker, ShareLayout, WorkerSpec
 from gymvec.errors import (
     ErrorDetail,
     SpaceMismatchError,
@@ -50,6 +47,9 @@ from gymvec.errors import (
     expect_set,
     sub_env_error,
 )
+from gymvec.subenvs.group import SubEnvSummary
+from gymvec.wire.buffers import Buffers, private_memory
+from gymvec.wire.commands import Control, Extras
 
 INSTALL_HINT = (
     "RayEnv needs Ray: pip install ray (or, in gymvec's checkout, pip install -e '.[ray]')"
@@ -116,14 +116,14 @@ class RayHandle:
     """The driver's end of one actor: its rows, a staging copy of their part of the buffers
     (what travels is cut from it), and the call in flight (``ref``)."""
 
-    def __init__(self, index: int, start: int, stop: int, actor: Any, blocks: Blocks):
+    def __init__(self, index: int, start: int, stop: int, actor: Any, shared: SharedMemory):
         self.index, self.start, self.stop = index, start, stop
         self.actor = actor
         self.node_id = "?"
         self.ref: Any = None  # the pending result of the call in flight
         self.queue: deque[tuple[Any, list[int]]] = deque()  # first-ready calls, in order
         self.summaries: list[SubEnvSummary] = []
-        share = ShareLayout(blocks.layout, stop - start)
+        share = ShareLayout(shared.layout, stop - start)
         self.share = share
         memory = private_memory(share.layout.nbytes)
         self.staging = Buffers(share.layout, memory)
@@ -135,9 +135,9 @@ class RayHandle:
         action_nbytes = share.action.stop - share.action.start
         self.outgoing = np.zeros(self.control_nbytes + action_nbytes, dtype=np.uint8)
         rows = slice(start, stop)
-        parent = blocks.buffers
+        parent = shared.buffers
         self.parent = parent
-        self.parent_control = blocks.control
+        self.parent_control = shared.control
         self.action_pairs = [
             (self.staging.views[name], parent.views[name][rows])
             for name in share.slot_names("action")
@@ -235,7 +235,7 @@ class RayExecutor(Executor):
     Args:
         worker_env_fns: per worker, the factories of its sub-envs (rows ``worker_bounds``).
         worker_bounds: per worker, its row range.
-        blocks: the engine's buffers and control block (in this process's memory).
+        shared: the engine's buffers and control block (in this process's memory).
         options: where and how the actors run.
     """
 
@@ -243,12 +243,13 @@ class RayExecutor(Executor):
         self,
         worker_env_fns: list[list[Callable[[], Any]]],
         worker_bounds: list[tuple[int, int]],
-        blocks: Blocks,
+        shared: SharedMemory,
         options: RayOptions,
+        worker_rows: Sequence[Sequence[int]] | None = None,
     ):
         self.ray = ray = connect(options.address)
         self.options = options
-        self.blocks = blocks
+        self.shared = shared
         self.handles: list[RayHandle] = []
         self.placement_group: Any = None
         self.last_lane = 0
@@ -261,8 +262,9 @@ class RayExecutor(Executor):
             actor_options = {"num_cpus": 1, **(options.actor_options or {})}
             for w, (start, stop) in enumerate(worker_bounds):
                 actor = actor_class.options(**actor_options, **strategies[w]).remote(w)
-                self.handles.append(RayHandle(w, start, stop, actor, blocks))
-            self._start(worker_env_fns)
+                self.handles.append(RayHandle(w, start, stop, actor, shared))
+            rows = worker_rows or [[1] * len(fns) for fns in worker_env_fns]
+            self._start(worker_env_fns, rows)
         except BaseException:
             self.close()
             raise
@@ -310,15 +312,18 @@ class RayExecutor(Executor):
             for w in range(num_workers)
         ]
 
-    def _start(self, worker_env_fns: list[list[Callable[[], Any]]]) -> None:
+    def _start(
+        self, worker_env_fns: list[list[Callable[[], Any]]], rows: Sequence[Sequence[int]]
+    ) -> None:
         ray, options = self.ray, self.options
         specs = env_specs_payload()
         refs = []
-        for handle, fns in zip(self.handles, worker_env_fns):
+        for handle, fns, sizes in zip(self.handles, worker_env_fns, rows):
             spec = WorkerSpec(
+                rows=tuple(sizes),
                 index=handle.index,
                 env_fns_payload=pickling.dumps(fns),
-                parent_layout=self.blocks.layout,
+                parent_layout=self.shared.layout,
                 worker_processes=options.worker_processes,
                 start_method=options.start_method,
                 env_specs_payload=specs,
@@ -428,7 +433,7 @@ class RayExecutor(Executor):
     def send_some(self, rows: Sequence[int]) -> None:
         """One remote call per actor that holds some of ``rows``, carrying those rows'
         commands (an actor runs its calls in the order they came, one at a time)."""
-        layout = self.blocks.layout
+        layout = self.shared.layout
         if layout.object_obs_keys or layout.object_action_keys:
             raise first_ready_objects_error()
         ship_next = self.last_lane != 0  # see send()
@@ -577,9 +582,9 @@ class RayExecutor(Executor):
 
 def ray_backend(options: RayOptions) -> Any:
     """Sub-envs on Ray actors (see :class:`RayExecutor`); buffers in this process's memory."""
-    from gymvec.engine.backends import Backend, ExecutorStart
+    from gymvec.backends.backend import Backend, ExecutorStart
 
     def start(plan: ExecutorStart) -> Executor:
-        return RayExecutor(plan.worker_env_fns, plan.bounds, plan.blocks, options)
+        return RayExecutor(plan.worker_env_fns, plan.bounds, plan.shared, options, plan.worker_rows)
 
     return Backend("ray", private_memory, start, collect_on_exit=True)

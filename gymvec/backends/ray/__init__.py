@@ -1,0 +1,1 @@
+"""Sub-envs on Ray actors: ``executor`` (the caller's side) and ``worker`` (the actor)."""
