@@ -30,7 +30,10 @@ class PettingZooBlock(VectorEnv):
     agent acted in this call, or, for an env reset in this call, whether it is present; other
     per-agent infos (``"action_mask"`` among them) follow gymnasium's vector info layout over
     the rows. An env ends when no agent is left, and then autoresets all its rows at once by
-    ``autoreset_mode``; with ``"disabled"``, ``reset(options={"reset_mask": m})`` resets the
+    ``autoreset_mode``. With ``"same_step"``, each row whose agent finished in a step has its
+    last observation and info in ``final_obs``/``final_info``, and its observation is what the
+    row holds next: zero where its env goes on, the reset observation where the env reset.
+    With ``"disabled"``, ``reset(options={"reset_mask": m})`` resets the
     envs whose rows ``m`` covers (a mask that splits an env is a ValueError).
 
     Seeds: ``reset(seed=t)`` gives env ``first_env + j`` the seed ``t - first_env * (A - 1) +
@@ -158,17 +161,20 @@ class PettingZooBlock(VectorEnv):
                 self._terminations[first + self._index[agent]] = flag
             for agent, flag in truncations.items():
                 self._truncations[first + self._index[agent]] = flag
-            if env.agents:
-                for agent, info in env_infos.items():
-                    self._add_info(infos, info, first + self._index[agent])
-            elif mode == AutoresetMode.SAME_STEP:
-                self._final(first, obs, terminations, truncations, env_infos, infos)
-                obs, reset_infos = env.reset()
-                # the step's rewards and flags stay, and the agents that acted stay alive
-                self._take_reset(e, obs, reset_infos, infos, keep_results=True)
-            else:
-                for agent, info in env_infos.items():
-                    self._add_info(infos, info, first + self._index[agent])
+            if mode == AutoresetMode.SAME_STEP:
+                # each row that finished ends as a sub-env would: its last observation and
+                # info in final_obs/final_info, its observation what the row holds next
+                finished = self._final(first, terminations, truncations, env_infos, infos)
+                if not env.agents:
+                    obs, reset_infos = env.reset()
+                    # the step's rewards and flags stay, and the agents that acted stay alive
+                    self._take_reset(e, obs, reset_infos, infos, keep_results=True)
+                    continue
+                self._clear(e, set(obs) - finished, keep_results=True)
+                env_infos = {a: info for a, info in env_infos.items() if a not in finished}
+            for agent, info in env_infos.items():
+                self._add_info(infos, info, first + self._index[agent])
+            if not env.agents:
                 self._ended[e] = True
         infos["alive"] = self._alive.copy()
         return (
@@ -299,27 +305,23 @@ class PettingZooBlock(VectorEnv):
             self._add_info(infos, info, first + self._index[agent])
 
     def _final(
-        self,
-        first: int,
-        obs: dict,
-        terminations: dict,
-        truncations: dict,
-        env_infos: dict,
-        infos: dict[str, Any],
-    ) -> None:
+        self, first: int, terminations: dict, truncations: dict, env_infos: dict, infos: dict
+    ) -> set[str]:
         """``final_obs``/``final_info`` (gymnasium's SAME_STEP layout) for the rows whose
-        agent finished in this step."""
-        for agent in terminations.keys() | truncations.keys():
-            if terminations.get(agent) or truncations.get(agent):
-                row = first + self._index[agent]
-                final_obs = build_value(
-                    self.single_observation_space,
-                    self._leaves,
-                    [array[row].copy() for array in self._obs],
-                )
-                self._add_info(
-                    infos, {"final_obs": final_obs, "final_info": env_infos.get(agent, {})}, row
-                )
+        agent finished in this step; returns those agents."""
+        agents = terminations.keys() | truncations.keys()
+        finished = {a for a in agents if terminations.get(a) or truncations.get(a)}
+        for agent in finished:
+            row = first + self._index[agent]
+            final_obs = build_value(
+                self.single_observation_space,
+                self._leaves,
+                [array[row].copy() for array in self._obs],
+            )
+            self._add_info(
+                infos, {"final_obs": final_obs, "final_info": env_infos.get(agent, {})}, row
+            )
+        return finished
 
     def _observations(self) -> Any:
         arrays = [array.copy() for array in self._obs] if self.copy else self._obs

@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 from gymnasium.vector import AutoresetMode
 from pettingzoo import ParallelEnv
 
-from gymvec.options import check_num_workers, default_num_workers, parse_autoreset_mode, spread
+from gymvec.common.cores import usable_cores
+from gymvec.options import parse_autoreset_mode
 from gymvec.pettingzoo.agents import check_parallel_env, close_env, common_spaces
 from gymvec.pettingzoo.block import PettingZooBlock
+from gymvec.subenvs.layout import check_count, spread
 
 if TYPE_CHECKING:
     from gymvec.vector.vector_env import GymnasiumVectorEnv
@@ -34,7 +36,7 @@ def make_vec(
     rows (``A = len(possible_agents)``): row ``e * A + k`` is agent ``possible_agents[k]`` of
     env ``e``, and ``envs.rows`` lists ``(e, agent)`` per row.
 
-    The envs are spread over the workers as gymvec spreads sub-envs (``gymvec.options.spread``:
+    The envs are spread over the workers as gymvec spreads sub-envs (``subenvs.layout.spread``:
     as even as they go, the larger shares last); each worker holds one
     :class:`PettingZooBlock` of its envs. ``reset(seed=s)`` seeds env ``e`` with ``s + e``.
     Rows, autoresets and infos are the block's (see :class:`PettingZooBlock`).
@@ -54,16 +56,20 @@ def make_vec(
     One env is built here first, to check it and read its agents (a TypeError for an AEC env,
     a ValueError for agents of different spaces) before any worker starts.
     """
+    from gymvec.subenvs.factories import BlockFactory
     from gymvec.vector.dropin import ParallelVectorEnv, SerialVectorEnv
 
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-        raise ValueError(f"num_envs: expected a positive int, got {num_envs!r}")
+    num_envs = check_count("num_envs", num_envs)
     mode = parse_autoreset_mode(autoreset_mode)
     if num_workers is None:
-        num_workers = default_num_workers(num_envs) if backend == "parallel" else 1
-    num_workers = check_num_workers(num_workers, num_envs)
+        num_workers = min(usable_cores(), num_envs) if backend == "parallel" else 1
+    num_workers = check_count("num_workers", num_workers)
+    if num_workers > num_envs:
+        raise ValueError(
+            f"num_workers: expected at most one worker per env ({num_envs}), got {num_workers}"
+        )
     agents = _agents_of(env_fn)
     factories: list[Callable[[], Any]] = []
     first_env = 0
@@ -71,7 +77,8 @@ def make_vec(
         block = functools.partial(
             PettingZooBlock, env_fn, share, autoreset_mode=mode, first_env=first_env, copy=False
         )
-        factories.append(block)
+        # (its size declared: the engine plans the rows without building it)
+        factories.append(BlockFactory(block, share * len(agents)))
         first_env += share
     envs: GymnasiumVectorEnv
     if backend == "serial":

@@ -30,7 +30,6 @@ def test_pz_runners_time_agent_steps(no_leaks):
     assert any(line.startswith("PettingZooBlock: ") for line in verdict_lines([result]))
 
 
-@pytest.mark.xfail(strict=False, reason="needs blocks")
 def test_pz_gymvec_runner_against_supersuit_and_the_plain_loop(no_leaks):
     result = _run(("pz-supersuit", "pz-plain", "pz-gymvec"))
     assert all(runner.error is None for runner in result.results), result.results

@@ -89,7 +89,7 @@ def test_same_step_gives_final_obs_and_resets_at_once():
     rng = np.random.default_rng(1)
     block.reset(seed=3)
     ref.reset(seed=3)
-    A, resets = block.num_agents, 0
+    A, resets, leaving = block.num_agents, 0, 0
     for _ in range(12):
         actions = random_actions(block, rng)
         obs, rewards, terms, truncs, infos = block.step(actions)
@@ -99,22 +99,24 @@ def test_same_step_gives_final_obs_and_resets_at_once():
             for r in rows:  # the step's rewards and flags stay in the same-step results
                 assert rewards[r["row"]] == r["reward"]
                 assert (terms[r["row"]], truncs[r["row"]]) == (r["terminated"], r["truncated"])
+            for r in rows:  # a row that finished: its last observation in final_obs
+                finished = r["terminated"] or r["truncated"]
+                assert infos.get("_final_obs", np.zeros(9, bool))[r["row"]] == finished
+                if finished:
+                    np.testing.assert_array_equal(infos["final_obs"][r["row"]], r["obs"])
+                    assert infos["final_info"]["t"][r["row"]] == env.t
+                    leaving += not ref.ended[e]
+                    r["obs"] = None  # and its observation what it holds next: zero, or reset
             if not ref.ended[e]:
                 assert_rows(block, (obs, rewards, terms, truncs, infos), rows)
                 continue
             resets += 1
-            for r in rows:
-                finished = r["terminated"] or r["truncated"]
-                assert infos["_final_obs"][r["row"]] == finished
-                if finished:
-                    np.testing.assert_array_equal(infos["final_obs"][r["row"]], r["obs"])
-                    assert infos["final_info"]["t"][r["row"]] == env.t
             reset_obs, _ = env.reset()  # what the block's own reset gave
             ref.ended[e] = False
             for k, agent in enumerate(ref.agents):
                 np.testing.assert_array_equal(obs[e * A + k], reset_obs[agent])
                 assert infos["alive"][e * A + k]
-    assert resets > 0
+    assert resets > 0 and leaving > 0
     block.close()
 
 

@@ -24,7 +24,6 @@ def _python_block() -> str:
     return re.search(r"^```python\n(.*?)^```$", body, re.S | re.M).group(1)
 
 
-@pytest.mark.xfail(strict=False, reason="needs blocks")
 def test_integrations_section_runs(tmp_path):
     script = tmp_path / "pettingzoo_sb3.py"
     script.write_text(_python_block())

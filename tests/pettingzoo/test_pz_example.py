@@ -39,6 +39,5 @@ def test_multiagent_ppo_quick_in_process():
     _check(_run("--in-process"))
 
 
-@pytest.mark.xfail(strict=False, reason="needs blocks")
 def test_multiagent_ppo_quick_make_vec():
     _check(_run("--num-workers", "2"))

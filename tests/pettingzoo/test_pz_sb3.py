@@ -42,7 +42,6 @@ def test_sb3_ppo_trains_on_a_block():
         venv.close()
 
 
-@pytest.mark.xfail(strict=False, reason="needs blocks")
 def test_sb3_ppo_trains_on_make_vec(no_leaks):
     venv = SB3VecEnv(make_vec(simple_spread, 4, num_workers=2, autoreset_mode="same_step"))
     try:
