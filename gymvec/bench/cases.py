@@ -96,5 +96,17 @@ CASES.update(
 BLOCKS_BACKENDS = ("vector-entry-point", "gymvec-blocks", "envpool")
 CASES["blocks"] = Case("blocks", "CartPole-v1", 16384, num_workers=2, backends=BLOCKS_BACKENDS)
 
+# PettingZoo agents as rows (gymvec[pettingzoo]; see bench.runners.pettingzoo): mpe2's
+# simple_spread x 8 envs (3 agents), butterfly's pistonball x 4 (20 agents, images), against
+# SuperSuit's concat_vec_envs_v1 and the same envs in plain processes.
+PZ_BACKENDS = ("pz-supersuit", "pz-plain", "pz-gymvec", "pz-block", "pz-loop")
+SIMPLE_SPREAD_ID = "pettingzoo/simple_spread_v3"
+PISTONBALL_ID = "pettingzoo/pistonball_v6"
+for _case in (
+    Case("pz-simple-spread-8", SIMPLE_SPREAD_ID, 8 * 3, num_workers=2, backends=PZ_BACKENDS),
+    Case("pz-pistonball-4", PISTONBALL_ID, 4 * 20, num_workers=2, backends=PZ_BACKENDS),
+):
+    CASES[_case.name] = _case
+
 # What a bare `python -m gymvec.bench` runs.
 DEFAULT_CASES = ("cartpole-8", "cartpole-32")

@@ -21,7 +21,7 @@ from gymnasium.vector.utils import batch_space
 from gymvec.bench.cases import Case
 from gymvec.bench.reporting.progress import Progress
 from gymvec.bench.resources import process_tree_mb
-from gymvec.bench.runners import RUNNERS, Runner, RunnerOptions, make_env
+from gymvec.bench.runners import ACTION_SPACES, RUNNERS, Runner, RunnerOptions, make_env
 
 GYM_SYNC = "gym-sync"
 GYM_RUNNERS = ("gym-sync", "gym-async")
@@ -92,11 +92,14 @@ def describe_error(error: BaseException) -> str:
 
 def action_pool(env_id: str, num_envs: int, settings: Settings) -> list[Any]:
     """Seeded random batched actions, drawn once so sampling stays out of the timed loop."""
-    env = make_env(env_id)
-    try:
-        space = batch_space(env.action_space, num_envs)
-    finally:
-        env.close()
+    if env_id in ACTION_SPACES:
+        space = batch_space(ACTION_SPACES[env_id](), num_envs)
+    else:
+        env = make_env(env_id)
+        try:
+            space = batch_space(env.action_space, num_envs)
+        finally:
+            env.close()
     space.seed(settings.seed)
     return [space.sample() for _ in range(settings.action_pool)]
 

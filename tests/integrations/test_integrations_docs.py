@@ -27,6 +27,7 @@ REQUIRES: dict[str, tuple[str, ...] | None] = {
     "tianshou": None,  # tests/integrations/test_tianshou.py runs its block, in the tianshou venv
     "RLlib": ("ray.rllib",),
     "CleanRL": (),
+    "PettingZoo (multi-agent)": None,  # tests/pettingzoo/test_pz_docs.py runs its block
     "torchrl": ("torchrl",),
     "gymnasium.make_vec": (),
 }

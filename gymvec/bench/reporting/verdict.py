@@ -42,6 +42,8 @@ NAMES = {
     "collector-gymvec": "torchrl's Collector over gymvec's ParallelEnv",
     "gymvec-ray": "RayEnv",
     "gymvec-blocks": "blocks (make_vec vectorization_mode='vector_entry_point')",
+    "pz-gymvec": "gymvec.pettingzoo.make_vec",
+    "pz-block": "PettingZooBlock",
 }
 REFERENCES = {
     "gymvec-serial": ("bare-loop", "the framework-free loop"),
@@ -50,9 +52,14 @@ REFERENCES = {
     "gymvec-sb3": ("bare-parallel", "the framework-free lock-step loop"),
     "gymvec-first-ready": ("bare-first-ready", "the framework-free first-ready pool"),
     "gymvec-blocks": ("vector-entry-point", "the vector env alone in one process"),
+    "pz-gymvec": ("pz-plain", "the plain two-process loop"),
+    "pz-block": ("pz-loop", "the plain one-process loop"),
 }
 # Other vectorizers a runner's verdict measures it against, where they ran.
-RIVALS = {"gymvec-blocks": (("envpool", "envpool"),)}
+RIVALS = {
+    "gymvec-blocks": (("envpool", "envpool"),),
+    "pz-gymvec": (("pz-supersuit", "SuperSuit's concat_vec_envs_v1"),),
+}
 
 
 def no_headroom(case_result: CaseResult) -> float | None:

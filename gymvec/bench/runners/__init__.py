@@ -8,8 +8,15 @@ only when one of its runners is built).
 
 # Registration order is the order of RUNNERS: the blocks case's, the built-in runners, then
 # Ray's, then tianshou's.
-from gymvec.bench.runners import blocks, builtin, ray_runners, tianshou_runners  # noqa: F401
+from gymvec.bench.runners import (  # noqa: F401
+    blocks,
+    builtin,
+    pettingzoo,
+    ray_runners,
+    tianshou_runners,
+)
 from gymvec.bench.runners.base import (
+    ACTION_SPACES,
     FIRST_READY_BATCH,
     RUNNERS,
     BareFirstReadyRunner,
@@ -30,6 +37,7 @@ from gymvec.bench.runners.base import (
 )
 
 __all__ = [
+    "ACTION_SPACES",
     "FIRST_READY_BATCH",
     "RUNNERS",
     "BareFirstReadyRunner",

@@ -59,6 +59,8 @@ class Runner:
 
 RunnerFactory = Callable[[str, int, RunnerOptions], Runner]
 RUNNERS: dict[str, RunnerFactory] = {}
+# The single action space of case envs that are no gymnasium id (runners.pettingzoo's agents)
+ACTION_SPACES: dict[str, Callable[[], gym.Space]] = {}
 
 
 def register_runner(name: str) -> Callable[[RunnerFactory], RunnerFactory]:
