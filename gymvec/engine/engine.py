@@ -14,7 +14,7 @@ process; ``processes.py``: in worker processes). It speaks in verbs:
   (``first_ready.py``): ``async_step_send(indices, autoreset)`` /
   ``async_reset_send(indices, seeds=..., into=...)`` / ``async_recv(kind, min_get, ...)``.
 
-The whole-batch verbs live here; the call in flight in ``calls.CallLife``, the modes of each
+The whole-batch verbs live here; the call in flight in ``life.CallLife``, the modes of each
 autoreset policy in ``commands.step_modes``, learnt info fields in ``info_learning``.
 
 Results land in the buffers (numpy views, no copy): ``buffers.next`` holds each step's
@@ -53,6 +53,7 @@ from gymvec.common.arrays import any_set
 from gymvec.common.infos import InfoField
 from gymvec.engine.first_ready import FirstReady
 from gymvec.engine.info_learning import InfoLearner
+from gymvec.engine.life import CallLife
 from gymvec.engine.requests import Requests
 from gymvec.errors import ClosedEnvError
 from gymvec.subenvs.factories import SubEnvFactories
@@ -66,7 +67,7 @@ from gymvec.subenvs.probe import (
     probe,
 )
 from gymvec.wire.buffers import Buffers, LaneChoice
-from gymvec.wire.calls import CallLife, Command, InfoPlaces, Into, Ready, Received
+from gymvec.wire.calls import Command, InfoPlaces, Into, Ready, Received
 from gymvec.wire.commands import (
     RESET,
     RESET_NEXT,
@@ -112,7 +113,7 @@ class BatchEngine:
     factories of their own (their spaces are checked then). Info fields are those the
     sub-envs declare; :meth:`learn_info_fields` adds those of their first results.
 
-    Parts: ``life`` (:class:`~gymvec.wire.calls.CallLife`: the call in flight),
+    Parts: ``life`` (:class:`~gymvec.engine.life.CallLife`: the call in flight),
     ``first_ready`` (:class:`~gymvec.engine.first_ready.FirstReady`: first-ready commands),
     ``learner`` (:class:`~gymvec.engine.info_learning.InfoLearner`), ``lanes``
     (:class:`~gymvec.wire.buffers.LaneChoice`: the observation lane in use).
@@ -179,13 +180,25 @@ class BatchEngine:
         self._object_actions = bool(self.layout.object_action_keys)
         self.object_obs = bool(self.layout.object_obs_keys)
         self.learner = InfoLearner(self.layout, self.num_envs)
-        self.first_ready = first_ready = FirstReady(self)
+        self.first_ready = first_ready = FirstReady(
+            self,
+            life,
+            self.buffers,
+            self.control,
+            self.lanes,
+            self.learner,
+            self.finished,
+            self.root_stale,
+            self.object_obs,
+        )
         # The first-ready verbs (bound here, not wrapped: no call in between)
         self.async_step_send = first_ready.step_send
         self.async_reset_send = first_ready.reset_send
         self.async_recv = first_ready.recv
         self.async_rows = first_ready.rows
-        self.requests = requests = Requests(self)
+        self.requests = requests = Requests(
+            self, life, self.num_envs, first_ready.check_none_flying
+        )
         self.request, self.request_send = requests.request, requests.send
         self.request_recv = requests.recv
 
