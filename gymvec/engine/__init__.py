@@ -14,11 +14,10 @@ from gymvec.engine.engine import BatchEngine
 from gymvec.subenvs.factories import SubEnvFactories
 from gymvec.subenvs.probe import expand_seeds
 from gymvec.wire.calls import Call, Command, Ready, Received, Request
-from gymvec.wire.commands import NOTHING, Autoreset, Extras, Mode, Modes
+from gymvec.wire.commands import NOTHING, Extras, Mode, Modes
 
 __all__ = [
     "NOTHING",
-    "Autoreset",
     "Backend",
     "BatchEngine",
     "Call",

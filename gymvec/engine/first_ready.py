@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
 from gymvec.backends.executor import Executor
 from gymvec.common.arrays import any_set
@@ -23,7 +24,7 @@ from gymvec.engine.info_learning import InfoLearner
 from gymvec.engine.life import CallLife
 from gymvec.wire.buffers import Buffers, LaneChoice
 from gymvec.wire.calls import Command, Into, Ready
-from gymvec.wire.commands import RESET, RESET_NEXT, SEED, Autoreset, Control, step_modes
+from gymvec.wire.commands import RESET, RESET_NEXT, SEED, Control, step_modes
 
 _INT64 = np.iinfo(np.int64)
 
@@ -102,21 +103,23 @@ class FirstReady:
     def step_send(
         self,
         indices: Sequence[int] | np.ndarray | None = None,
-        autoreset: Autoreset = Autoreset.NONE,
+        autoreset: AutoresetMode = AutoresetMode.DISABLED,
         *,
         write_actions: Callable[[np.ndarray], None] | None = None,
     ) -> None:
         """Step the sub-envs at ``indices`` (all if None) with their rows of
         ``buffers.action``, each on its own: ``async_recv`` takes them back as they finish.
 
-        ``autoreset``: NONE, or NEXT_STEP (a sub-env that finished at its previous step is
+        ``autoreset``: DISABLED, or NEXT_STEP (a sub-env that finished at its previous step is
         reset into "next" instead, as a transition). A sub-env still in flight raises a
         ValueError naming it; nothing is sent then. ``write_actions(rows)``: called with the
         checked rows (int64) before anything is sent, to write their actions (an error there
         sends nothing).
         """
-        if autoreset is Autoreset.SAME_STEP:
-            raise ValueError("autoreset: first-ready steps take Autoreset.NONE or NEXT_STEP")
+        if autoreset is AutoresetMode.SAME_STEP:
+            raise ValueError(
+                "autoreset: first-ready steps take AutoresetMode.DISABLED or NEXT_STEP"
+            )
         rows = self.rows(indices)
         if write_actions is not None:
             write_actions(rows)

@@ -2,8 +2,8 @@
 
 :class:`BatchedEnvBase` turns ``EnvBase``'s calls into the engine's verbs (``engine.py``) and
 the engine's buffers into fresh tensors: ``reset`` -> ``reset_send(mask, into="root")``,
-``step`` -> ``step_send(Autoreset.NONE)``, ``step_and_maybe_reset`` ->
-``step_send(Autoreset.SAME_STEP)``; first-ready batches (``async_step_send`` and the like,
+``step`` -> ``step_send(AutoresetMode.DISABLED)``, ``step_and_maybe_reset`` ->
+``step_send(AutoresetMode.SAME_STEP)``; first-ready batches (``async_step_send`` and the like,
 torchrl's ``AsyncEnvPool`` names) -> the engine's ``async_*`` verbs, their rows named by
 ``"env_index"``. Specs are derived here from what the engine learnt of the sub-envs (their
 gymnasium spaces, or their own specs), with the tasks of a multi-task batch.
@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, cast
 
 import numpy as np
 import torch
+from gymnasium.vector import AutoresetMode
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from gymvec.common.arrays import any_set
@@ -41,7 +42,7 @@ from gymvec.specs import (
 from gymvec.subenvs.factories import SubEnvFactories, check_count
 from gymvec.subenvs.group import SubEnvSummary
 from gymvec.wire.buffers import Buffers
-from gymvec.wire.commands import Autoreset, Extras
+from gymvec.wire.commands import Extras
 
 _CPU = torch.device("cpu")
 
@@ -292,7 +293,7 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
 
     def _step(self, td: TensorDictBase) -> TensorDictBase:
         # EnvBase.step called _check_action, which wrote the actions.
-        received = self.engine.step(Autoreset.NONE, handout=self._handout())
+        received = self.engine.step(AutoresetMode.DISABLED, handout=self._handout())
         self.last_extras = received.extras
         return self._next_output(received.observations)
 
@@ -303,7 +304,7 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         # SAME_STEP leaves the root buffer current: the next root is a copy of it.
         engine = self.engine
         handout = self._handout()
-        engine.step_send(Autoreset.SAME_STEP, handout=handout)
+        engine.step_send(AutoresetMode.SAME_STEP, handout=handout)
         on_cpu = self.device.type == "cpu"
         flat = on_cpu and self._flat
         self._prepared = None

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from typing import Any, Literal, NamedTuple, Union
 
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
-from gymvec.wire.commands import Autoreset, Extras
+from gymvec.wire.commands import Extras
 
 Into = Literal["root", "next"]  # where a reset writes: the root, or "next" as a transition
 InfoPlaces = dict  # learnt info fields: {name: (InfoField, offset)} (see BufferLayout)
@@ -74,7 +75,7 @@ class Command:
     def __init__(
         self,
         kind: Literal["step", "reset"],
-        autoreset: Autoreset = Autoreset.NONE,
+        autoreset: AutoresetMode = AutoresetMode.DISABLED,
         *,
         into: Into = "root",
         options: dict | None = None,
