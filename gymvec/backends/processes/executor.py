@@ -318,7 +318,9 @@ class ProcessExecutor(Executor):
         TimeoutError after it."""
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            if call.extras is None:  # not run yet
+            if call.extras is None and self.local is None:  # nothing runs in this process
+                call.extras = {}
+            elif call.extras is None:  # not run yet
                 self.run_local(call, timeout)
             extras = cast("dict[int, Extras]", call.extras)  # (run_local set it)
             try:
