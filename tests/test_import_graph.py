@@ -1,10 +1,16 @@
-"""The module import graph of gymvec/: no cycles, and the engine imports nothing above it.
+"""The module import graph of gymvec/: no cycles, and no package imports one above it.
 
 The graph is read from the source with ``ast``: every ``import`` and ``from ... import`` counts,
-at module level and inside functions alike (a function-level import that closes a cycle is
-still a cycle a reader has to follow); imports under ``if TYPE_CHECKING:`` are left out, as
-they never run. ``from package import name`` counts as an import of ``package.name`` where
-that is a module, else of ``package``.
+at module level, inside functions and under ``if TYPE_CHECKING:`` alike (a function-level or
+type-only import that closes a cycle is still a cycle a reader has to follow). ``from package
+import name`` counts as an import of ``package.name`` where that is a module, else of
+``package``.
+
+The layers, bottom up (:data:`LAYERS`): ``gymvec.errors`` and ``gymvec.common``, then
+``gymvec.wire`` (the shared memory, the mode bytes, the call records), ``gymvec.subenvs``,
+``gymvec.backends``, ``gymvec.engine``, and the front ends (``gymvec.vector``, ``gymvec.envs``
+with ``gymvec.specs`` and ``gymvec.spaces``). A module imports only modules of its own layer or
+of those below it, and below the front ends nothing imports torch.
 """
 
 from __future__ import annotations
@@ -17,21 +23,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent / "gymvec"
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+def _module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _modules() -> dict[str, Path]:
-    return {_module_name(path): path for path in ROOT.rglob("*.py")}
-
-
-def _type_checking_only(node: ast.AST) -> bool:
-    test = getattr(node, "test", None)
-    return isinstance(node, ast.If) and (
-        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-    )
+def _modules(root: Path = ROOT) -> dict[str, Path]:
+    return {_module_name(path, root): path for path in root.rglob("*.py")}
 
 
 def _imports(tree: ast.AST, module: str, is_package: bool, known: set[str]) -> set[str]:
@@ -39,10 +37,6 @@ def _imports(tree: ast.AST, module: str, is_package: bool, known: set[str]) -> s
     package = module if is_package else module.rpartition(".")[0]
 
     def visit(node: ast.AST) -> None:
-        if _type_checking_only(node):
-            for child in node.orelse:  # type: ignore[attr-defined]
-                visit(child)
-            return
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -61,18 +55,19 @@ def _imports(tree: ast.AST, module: str, is_package: bool, known: set[str]) -> s
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    """gymvec's modules and the gymvec modules each imports (importing ``a.b.c`` also runs
-    ``a`` and ``a.b``, but those package edges are left out: they are where a package's
-    ``__init__`` re-exports its own modules, not a dependency between layers)."""
-    modules = _modules()
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """The package ``root``'s modules (gymvec's by default) and the modules of it each imports
+    (importing ``a.b.c`` also runs ``a`` and ``a.b``, but those package edges are left out:
+    they are where a package's ``__init__`` re-exports its own modules, not a dependency
+    between layers)."""
+    modules = _modules(root)
     known = set(modules)
     graph: dict[str, set[str]] = {}
     for module, path in modules.items():
         tree = ast.parse(path.read_text(), str(path))
         names = _imports(tree, module, path.name == "__init__.py", known)
         graph[module] = {
-            name for name in names if name in known and name != module and name != "gymvec"
+            name for name in names if name in known and name != module and name != root.name
         }
     return graph
 
@@ -129,18 +124,66 @@ def test_cycles_are_found() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-ABOVE_THE_ENGINE = ("gymvec.envs", "gymvec.vector", "gymvec.specs", "gymvec.spaces")
+def test_a_planted_type_only_cycle_is_found(tmp_path: Path) -> None:
+    # Two modules that import each other, one of them only for its annotations.
+    package = tmp_path / "planted"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from planted.b import B\n\nclass A: ...\n")
+    (package / "b.py").write_text(
+        "from __future__ import annotations\n\n"
+        "from typing import TYPE_CHECKING\n\n"
+        "if TYPE_CHECKING:\n"
+        "    from planted import a\n\n"
+        "class B:\n"
+        "    def owner(self) -> a.A: ...\n"
+    )
+    graph = import_graph(package)
+    assert graph["planted.b"] == {"planted.a"}
+    assert _cycles(graph) == [["planted.a", "planted.b"]]
 
 
-@pytest.mark.parametrize("module", sorted(m for m in _modules() if m.startswith("gymvec.engine")))
-def test_the_engine_imports_nothing_above_it(module: str) -> None:
+# The layers, bottom up: a module imports only modules of its own layer or of lower ones.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("gymvec.errors", "gymvec.common"),
+    ("gymvec.wire",),
+    ("gymvec.subenvs",),
+    ("gymvec.backends",),
+    ("gymvec.engine",),
+    ("gymvec.vector", "gymvec.envs", "gymvec.specs", "gymvec.spaces", "gymvec.options"),
+)
+FRONT_ENDS = len(LAYERS) - 1
+
+
+def layer_of(module: str) -> int | None:
+    """The layer of ``module`` (None: above them all, as ``gymvec.integrations``)."""
+    for rank, packages in enumerate(LAYERS):
+        if any(module == top or module.startswith(top + ".") for top in packages):
+            return rank
+    return None
+
+
+LAYERED = sorted(m for m in _modules() if layer_of(m) in range(FRONT_ENDS))
+
+
+@pytest.mark.parametrize("module", LAYERED)
+def test_no_layer_imports_one_above_it(module: str) -> None:
     path = _modules()[module]
     tree = ast.parse(path.read_text(), str(path))
+    rank = layer_of(module)
     names = _imports(tree, module, path.name == "__init__.py", set(_modules()))
     above = sorted(
         name
         for name in names
         if name.split(".")[0] == "torch"
-        or any(name == top or name.startswith(top + ".") for top in ABOVE_THE_ENGINE)
+        or (name.startswith("gymvec.") and (layer_of(name) is None or layer_of(name) > rank))
     )
-    assert not above, f"{module} imports {above}, above the engine"
+    assert not above, f"{module} (layer {LAYERS[rank]}) imports {above}, above it"
+
+
+def test_the_layers_are_read() -> None:
+    # Every layer below the front ends holds modules, so that a renamed package cannot pass.
+    for rank, packages in enumerate(LAYERS[:FRONT_ENDS]):
+        assert any(layer_of(m) == rank for m in LAYERED), packages
+    assert layer_of("gymvec.subenvs.drivers") == 2
+    assert layer_of("gymvec.integrations.make_vec") is None

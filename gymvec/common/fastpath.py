@@ -23,7 +23,9 @@ bind to tensordict the first time they run.
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from typing import Any
 
 # CPython counts references; other implementations (PyPy) have no meaningful count, and the
@@ -54,6 +56,16 @@ def tensordict_unchecked(entries: dict, batch_size: Any, device: Any, flat: bool
     if flat and _takes_flat:
         return _new_unsafe(entries, batch_size=batch_size, device=device, nested=False)
     return _new_unsafe(entries, batch_size=batch_size, device=device)
+
+
+def tensordict_maker(batch_size: Any, device: Any) -> Callable[[dict], Any]:
+    """``tensordict_unchecked(entries, batch_size, device, flat=True)`` as a callable of the
+    entries alone, bound once: for outputs made every step."""
+    if _new_unsafe is None:
+        _bind_tensordict()
+    if _takes_flat:
+        return functools.partial(_new_unsafe, batch_size=batch_size, device=device, nested=False)
+    return functools.partial(_new_unsafe, batch_size=batch_size, device=device)
 
 
 def get_str(td: Any, key: str) -> Any:

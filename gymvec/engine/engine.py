@@ -4,8 +4,9 @@ A :class:`BatchEngine` owns the buffers (one preallocated block, ``buffers.py``)
 block (``commands.py``) and an executor that runs the sub-envs (``executor.py``: in this
 process; ``processes.py``: in worker processes). It speaks in verbs:
 
-* ``step_send(autoreset=...)`` / ``recv()``: step every sub-env with the
-  actions in ``buffers.action``, handling finished sub-envs by an :class:`Autoreset` policy;
+* ``step_send(autoreset=...)`` / ``recv()``: step every sub-env with the actions in
+  ``buffers.action``, handling finished sub-envs by gymnasium's ``AutoresetMode``
+  (``commands.step_modes``);
 * ``reset_send(mask, seeds=..., options=..., into="root" | "next")`` / ``recv()``;
 * ``recv_local()``: this process's share of the command, run ahead of ``recv``;
 * ``request(name, indices, **kwargs)``: attribute access and method calls on sub-envs
@@ -14,7 +15,7 @@ process; ``processes.py``: in worker processes). It speaks in verbs:
   (``first_ready.py``): ``async_step_send(indices, autoreset)`` /
   ``async_reset_send(indices, seeds=..., into=...)`` / ``async_recv(kind, min_get, ...)``.
 
-The whole-batch verbs live here; the call in flight in ``calls.CallLife``, the modes of each
+The whole-batch verbs live here; the call in flight in ``life.CallLife``, the modes of each
 autoreset policy in ``commands.step_modes``, learnt info fields in ``info_learning``.
 
 Results land in the buffers (numpy views, no copy): ``buffers.next`` holds each step's
@@ -27,12 +28,13 @@ and worker processes import its modules.
 Example:
     >>> import gymnasium as gym
     >>> import numpy as np
-    >>> from gymvec.engine import Autoreset, BatchEngine, SubEnvFactories, serial_backend
+    >>> from gymnasium.vector import AutoresetMode
+    >>> from gymvec.engine import BatchEngine, SubEnvFactories, serial_backend
     >>> engine = BatchEngine(SubEnvFactories(1, lambda: gym.make("CartPole-v1"), None, 3),
     ...                      serial_backend())
     >>> _ = engine.reset(seeds=[0, 1, 2], into="next")
     >>> engine.buffers.action[("action",)][:] = [0, 1, 0]
-    >>> _ = engine.step(Autoreset.NEXT_STEP)
+    >>> _ = engine.step(AutoresetMode.NEXT_STEP)
     >>> engine.buffers.next.reward.tolist()
     [1.0, 1.0, 1.0]
     >>> engine.close()
@@ -46,6 +48,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
 from gymvec.backends.backend import Backend, ExecutorStart, process_backend, serial_backend
 from gymvec.backends.executor import Executor, SharedMemory
@@ -53,6 +56,7 @@ from gymvec.common.arrays import any_set
 from gymvec.common.infos import InfoField
 from gymvec.engine.first_ready import FirstReady
 from gymvec.engine.info_learning import InfoLearner
+from gymvec.engine.life import CallLife
 from gymvec.engine.requests import Requests
 from gymvec.errors import ClosedEnvError
 from gymvec.subenvs.block import check_blocks
@@ -67,12 +71,11 @@ from gymvec.subenvs.probe import (
     probe,
 )
 from gymvec.wire.buffers import Buffers, LaneChoice
-from gymvec.wire.calls import CallLife, Command, InfoPlaces, Into, Ready, Received
+from gymvec.wire.calls import Command, InfoPlaces, Into, Ready, Received
 from gymvec.wire.commands import (
     RESET,
     RESET_NEXT,
     SYNC_ROOT,
-    Autoreset,
     Control,
     Modes,
     lane_modes,
@@ -113,7 +116,7 @@ class BatchEngine:
     factories of their own (their spaces are checked then). Info fields are those the
     sub-envs declare; :meth:`learn_info_fields` adds those of their first results.
 
-    Parts: ``life`` (:class:`~gymvec.wire.calls.CallLife`: the call in flight),
+    Parts: ``life`` (:class:`~gymvec.engine.life.CallLife`: the call in flight),
     ``first_ready`` (:class:`~gymvec.engine.first_ready.FirstReady`: first-ready commands),
     ``learner`` (:class:`~gymvec.engine.info_learning.InfoLearner`), ``lanes``
     (:class:`~gymvec.wire.buffers.LaneChoice`: the observation lane in use).
@@ -181,13 +184,26 @@ class BatchEngine:
         self._object_actions = bool(self.layout.object_action_keys)
         self.object_obs = bool(self.layout.object_obs_keys)
         self.learner = InfoLearner(self.layout, self.num_envs)
-        self.first_ready = first_ready = FirstReady(self)
+        self.first_ready = first_ready = FirstReady(
+            self,
+            life,
+            self.buffers,
+            self.control,
+            self.lanes,
+            self.learner,
+            self.finished,
+            self.root_stale,
+            self.object_obs,
+            self.unit_size,
+        )
         # The first-ready verbs (bound here, not wrapped: no call in between)
         self.async_step_send = first_ready.step_send
         self.async_reset_send = first_ready.reset_send
         self.async_recv = first_ready.recv
         self.async_rows = first_ready.rows
-        self.requests = requests = Requests(self)
+        self.requests = requests = Requests(
+            self, life, self.num_envs, first_ready.check_none_flying
+        )
         self.request, self.request_send = requests.request, requests.send
         self.request_recv = requests.recv
 
@@ -275,12 +291,13 @@ class BatchEngine:
     # ---- verbs --------------------------------------------------------------------------------
     def step_send(
         self,
-        autoreset: Autoreset = Autoreset.NONE,
+        autoreset: AutoresetMode = AutoresetMode.DISABLED,
         *,
         handout: bool = False,
     ) -> None:
-        """Step every sub-env with the actions in ``buffers.action`` (see :class:`Autoreset`
-        for what happens to finished sub-envs); the transitions land in ``buffers.next``.
+        """Step every sub-env with the actions in ``buffers.action`` (see
+        ``commands.step_modes`` for what each ``AutoresetMode`` does with finished sub-envs);
+        the transitions land in ``buffers.next``.
         After a SAME_STEP step the root is current for every sub-env, and the last
         observation of each sub-env it reset is in ``buffers.next`` (or the lane, below), or,
         where that cannot hold it exactly, in its extras as the sub-env returned it
@@ -366,7 +383,29 @@ class BatchEngine:
         life.timed_out = False
         if self.object_obs:
             self.buffers.store_objects(extras)
-        self._book(call)
+        # The books: which sub-envs finished, and whose root is older than "next"
+        if call.kind == "step":
+            if call.autoreset is AutoresetMode.SAME_STEP:  # (its modes sync every root)
+                if self.any_finished:
+                    self.finished[:] = False
+                    self.any_finished = False
+                if call.lane:  # but the observations, which stay in the lane
+                    np.logical_not(self.buffers.next.done, out=self.root_stale)
+                else:
+                    self.root_stale.fill(False)
+            else:
+                flags = self.buffers.next.done.tobytes()
+                self._finished_bytes[:] = flags
+                self.any_finished = b"\x01" in flags
+                self.root_stale.fill(True)
+        else:
+            mask = slice(None) if call.mask is None else call.mask
+            self.finished[mask] = False
+            self.any_finished = any_set(self.finished)
+            if call.into == "root":
+                self.root_stale.fill(False)
+            else:
+                self.root_stale[mask] = True
         places = None
         if self.learner.active:
             places = self.learner.learn(extras, slice(None) if call.kind == "step" else [])
@@ -374,7 +413,7 @@ class BatchEngine:
         observations = self.lanes.handed_out(lane) if lane else None
         return Received(call.kind, call.mask, extras, observations, places)
 
-    def step(self, autoreset: Autoreset = Autoreset.NONE, **kwargs: Any) -> Received:
+    def step(self, autoreset: AutoresetMode = AutoresetMode.DISABLED, **kwargs: Any) -> Received:
         """``step_send`` then ``recv``."""
         self.step_send(autoreset, **kwargs)
         return self.recv()
@@ -427,31 +466,6 @@ class BatchEngine:
             life.post_failed(command, exc)
             raise
         life.call = command
-
-    def _book(self, command: Command) -> None:
-        """Which sub-envs finished, and whose root is older than "next", after ``command``."""
-        if command.kind == "step":
-            if command.autoreset is Autoreset.SAME_STEP:  # (its modes sync every root)
-                if self.any_finished:
-                    self.finished[:] = False
-                    self.any_finished = False
-                if command.lane:  # but the observations, which stay in the lane
-                    np.logical_not(self.buffers.next.done, out=self.root_stale)
-                else:
-                    self.root_stale.fill(False)
-            else:
-                flags = self.buffers.next.done.tobytes()
-                self._finished_bytes[:] = flags
-                self.any_finished = b"\x01" in flags
-                self.root_stale.fill(True)
-            return
-        mask = slice(None) if command.mask is None else command.mask
-        self.finished[mask] = False
-        self.any_finished = any_set(self.finished)
-        if command.into == "root":
-            self.root_stale.fill(False)
-        else:
-            self.root_stale[mask] = True
 
     # ---- lifetime -----------------------------------------------------------------------------
     def restart(self) -> None:

@@ -3,25 +3,28 @@
 :class:`FirstReady` is the engine's bookkeeping of them: what each sub-env has in flight (a
 step, a reset into the root or into "next"), which sub-envs an error or an interrupt left in
 an unknown state, and the verbs ``step_send``/``reset_send``/``recv`` that the engine
-exposes as ``async_step_send``/``async_reset_send``/``async_recv``. It shares the engine's
-control block, buffers, ``finished``/``root_stale`` books and call in flight, and hands the
-rows to ``Executor.send_some``/``wait_some``.
+exposes as ``async_step_send``/``async_reset_send``/``async_recv``. It is given the engine's
+control block, buffers, ``finished``/``root_stale`` books and call in flight, and reads the
+rest through :class:`Host` (the executor, ``any_finished``); it hands the rows to
+``Executor.send_some``/``wait_some``.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
+from gymvec.backends.executor import Executor
 from gymvec.common.arrays import any_set
+from gymvec.engine.info_learning import InfoLearner
+from gymvec.engine.life import CallLife
+from gymvec.wire.buffers import Buffers, LaneChoice
 from gymvec.wire.calls import Command, Into, Ready
-from gymvec.wire.commands import RESET, RESET_NEXT, SEED, Autoreset, step_modes
-
-if TYPE_CHECKING:
-    from gymvec.engine.engine import BatchEngine
+from gymvec.wire.commands import RESET, RESET_NEXT, SEED, Control, step_modes
 
 _INT64 = np.iinfo(np.int64)
 
@@ -35,25 +38,58 @@ _RECV_KINDS = {
 }
 
 
-class FirstReady:
-    """The first-ready half of a :class:`~gymvec.engine.BatchEngine` (see the module)."""
+class Host(Protocol):
+    """What :class:`FirstReady` reads and writes of the engine that holds it, beyond the parts
+    it is given: the executor (started on first use), whether any sub-env is finished, and
+    that the mode bytes were written."""
 
-    def __init__(self, engine: BatchEngine):
+    any_finished: bool
+
+    @property
+    def executor(self) -> Executor: ...
+
+    def mode_written(self, uniform: int | None) -> None: ...
+
+
+class FirstReady:
+    """The first-ready half of a :class:`~gymvec.engine.BatchEngine` (see the module).
+
+    Args:
+        host: the engine (held through a weak proxy, see :class:`Host`).
+        life, buffers, control, lanes, learner: the engine's parts, which stay the same
+            objects.
+        finished, root_stale: the engine's books, written in place.
+        object_obs: whether the observations have object leaves.
+        unit_size: the rows a command sends together (a block's size; 1 without blocks, 0
+            where blocks of several sizes, which first-ready commands refuse).
+    """
+
+    def __init__(
+        self,
+        host: Host,
+        life: CallLife,
+        buffers: Buffers,
+        control: Control,
+        lanes: LaneChoice,
+        learner: InfoLearner,
+        finished: np.ndarray,
+        root_stale: np.ndarray,
+        object_obs: bool,
+        unit_size: int = 1,
+    ):
         # A proxy: the engine holds this part (and its verbs), so a plain reference back
         # would make a cycle that keeps the engine's memory until the garbage collector runs.
-        self.engine = weakref.proxy(engine)
-        # the parts of the engine that stay the same objects, held directly
-        self.life, self.buffers, self.control = engine.life, engine.buffers, engine.control
-        self.lanes, self.learner = engine.lanes, engine.learner
-        self.finished, self.root_stale = engine.finished, engine.root_stale  # (written in place)
-        self.object_obs = engine.object_obs
-        n = self.num_envs = engine.num_envs
+        self.host: Host = weakref.proxy(host)
+        self.life, self.buffers, self.control = life, buffers, control
+        self.lanes, self.learner = lanes, learner
+        self.finished, self.root_stale = finished, root_stale
+        self.object_obs = object_obs
+        n = self.num_envs = len(finished)
         self.flight = np.zeros(n, dtype=np.int8)  # IDLE, STEP, ... per sub-env
         self.flying = 0  # how many are in flight
         self.needs_reset = np.zeros(n, dtype=bool)  # states an error or interrupt left unknown
         self.dirty = False  # some sub-env is in flight or needs a reset
-        # with blocks: the rows each command must send together (see units_of_rows)
-        self.unit_size = engine.unit_size
+        self.unit_size = unit_size
 
     def clear(self) -> None:
         """Nothing is in flight any more (the sub-envs were closed)."""
@@ -71,21 +107,23 @@ class FirstReady:
     def step_send(
         self,
         indices: Sequence[int] | np.ndarray | None = None,
-        autoreset: Autoreset = Autoreset.NONE,
+        autoreset: AutoresetMode = AutoresetMode.DISABLED,
         *,
         write_actions: Callable[[np.ndarray], None] | None = None,
     ) -> None:
         """Step the sub-envs at ``indices`` (all if None) with their rows of
         ``buffers.action``, each on its own: ``async_recv`` takes them back as they finish.
 
-        ``autoreset``: NONE, or NEXT_STEP (a sub-env that finished at its previous step is
+        ``autoreset``: DISABLED, or NEXT_STEP (a sub-env that finished at its previous step is
         reset into "next" instead, as a transition). A sub-env still in flight raises a
         ValueError naming it; nothing is sent then. ``write_actions(rows)``: called with the
         checked rows (int64) before anything is sent, to write their actions (an error there
         sends nothing).
         """
-        if autoreset is Autoreset.SAME_STEP:
-            raise ValueError("autoreset: first-ready steps take Autoreset.NONE or NEXT_STEP")
+        if autoreset is AutoresetMode.SAME_STEP:
+            raise ValueError(
+                "autoreset: first-ready steps take AutoresetMode.DISABLED or NEXT_STEP"
+            )
         rows = self.rows(indices)
         if write_actions is not None:
             write_actions(rows)
@@ -95,8 +133,8 @@ class FirstReady:
                 f"sub-envs {broken.tolist()} failed or were interrupted in a command, so their "
                 "states are unknown: reset them before stepping them"
             )
-        engine = self.engine
-        modes = step_modes(autoreset, self.finished[rows], engine.any_finished)
+        host = self.host
+        modes = step_modes(autoreset, self.finished[rows], host.any_finished)
         if type(modes) is bytes:
             modes = np.frombuffer(modes, dtype=np.uint8)
         self._send(rows, modes, None, STEP)
@@ -138,10 +176,10 @@ class FirstReady:
         ``WorkerError`` from a worker process, or for a dead worker): the sub-envs it concerns
         are out of flight and need a reset, the others stay in flight.
         """
-        engine = self.engine
+        host = self.host
         life = self.life
         life.check_not_stuck()
-        executor = engine.executor
+        executor = host.executor
         if kind not in _RECV_KINDS:
             raise ValueError(f"kind: expected 'step', 'reset' or None, got {kind!r}")
         (low, high), what = _RECV_KINDS[kind]
@@ -184,9 +222,9 @@ class FirstReady:
     def rows(self, indices: Any) -> np.ndarray:
         """The sub-envs ``indices`` names (all if None) as an int64 array, checked: in range,
         each once, none in flight, and no whole-batch call in flight."""
-        engine = self.engine
+        host = self.host
         life = self.life
-        life.clear(engine.executor)  # (raises once closed; builds the sub-envs on first use)
+        life.clear(host.executor)  # (raises once closed; builds the sub-envs on first use)
         if life.reset_required:  # an interrupted whole-batch command: every row is unknown
             self.needs_reset[:] = True
             life.reset_required = False
@@ -206,11 +244,11 @@ class FirstReady:
     def _send(
         self, rows: np.ndarray, modes: Any, seeds: Sequence[int | None] | None, kind: int
     ) -> None:
-        engine = self.engine
+        host = self.host
         self.life.check_not_stuck()
         control = self.control
         control.mode[rows] = modes
-        engine.mode_written(None)
+        host.mode_written(None)
         if seeds is not None:
             for row, seed in zip(rows.tolist(), seeds):
                 if seed is None:
@@ -221,7 +259,7 @@ class FirstReady:
                 control.mode[row] |= SEED
         self.lanes.choose(False)  # first-ready results land in "next" itself
         listed = rows.tolist()
-        executor = engine.executor
+        executor = host.executor
         try:
             executor.send_some(listed)
             self._book_sent(rows, kind)
@@ -245,7 +283,7 @@ class FirstReady:
     def _book_rows(self, rows: np.ndarray) -> None:
         """Which of ``rows`` finished an episode, and whose root is older than "next", after
         their first-ready commands."""
-        engine = self.engine
+        host = self.host
         kinds = self.flight[rows]
         steps = rows[kinds == STEP]
         if steps.size:
@@ -256,7 +294,7 @@ class FirstReady:
             self.finished[resets] = False
             self.root_stale[resets] = kinds[kinds != STEP] == RESET_INTO_NEXT
             self.needs_reset[resets] = False
-        engine.any_finished = any_set(self.finished)
+        host.any_finished = any_set(self.finished)
         self.flight[rows] = IDLE
         self.flying -= len(rows)
         self.dirty = bool(self.flying) or any_set(self.needs_reset)

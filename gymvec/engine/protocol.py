@@ -15,10 +15,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
 
 from gymvec.wire.buffers import BufferLayout, Buffers
 from gymvec.wire.calls import InfoPlaces, Into, Ready, Received
-from gymvec.wire.commands import Autoreset
 
 
 @runtime_checkable
@@ -53,7 +53,7 @@ class Engine(Protocol):
 
     def step_send(
         self,
-        autoreset: Autoreset = Autoreset.NONE,
+        autoreset: AutoresetMode = AutoresetMode.DISABLED,
         *,
         handout: bool = False,
     ) -> None: ...
@@ -131,7 +131,7 @@ class FirstReadyEngine(Engine, Protocol):
     def async_step_send(
         self,
         indices: Sequence[int] | np.ndarray | None = None,
-        autoreset: Autoreset = Autoreset.NONE,
+        autoreset: AutoresetMode = AutoresetMode.DISABLED,
         *,
         write_actions: Callable[[np.ndarray], None] | None = None,
     ) -> None: ...

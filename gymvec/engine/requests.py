@@ -8,23 +8,45 @@ time, its life in ``CallLife``), but carries no mode bytes and touches no buffer
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
+from gymvec.backends.executor import Executor
+from gymvec.engine.life import CallLife
 from gymvec.subenvs.group import REQUESTS
 from gymvec.wire.calls import Request
 
-if TYPE_CHECKING:
-    from gymvec.engine.engine import BatchEngine
+
+class Host(Protocol):
+    """What :class:`Requests` reads of the engine that holds it: the executor (started on
+    first use)."""
+
+    @property
+    def executor(self) -> Executor: ...
 
 
 class Requests:
-    """The requests of a :class:`~gymvec.engine.BatchEngine` (see the module)."""
+    """The requests of a :class:`~gymvec.engine.BatchEngine` (see the module).
 
-    def __init__(self, engine: BatchEngine):
+    Args:
+        host: the engine (held through a weak proxy, see :class:`Host`).
+        life: the engine's call in flight.
+        num_envs: how many sub-envs there are.
+        check_none_flying: raises while first-ready commands are in flight.
+    """
+
+    def __init__(
+        self,
+        host: Host,
+        life: CallLife,
+        num_envs: int,
+        check_none_flying: Callable[[], None],
+    ):
         # A proxy: the engine holds this part (and its verbs), so a plain reference back
         # would make a cycle that keeps the engine's memory until the garbage collector runs.
-        self.engine = weakref.proxy(engine)
+        self.host: Host = weakref.proxy(host)
+        self.life, self.num_envs = life, num_envs
+        self.check_none_flying = check_none_flying
 
     def request(
         self, name: str, indices: Sequence[int] | None = None, /, *, timeout=None, **kwargs: Any
@@ -37,7 +59,7 @@ class Requests:
 
     def send(self, name: str, indices: Sequence[int] | None = None, /, **kwargs: Any) -> None:
         """Start request ``name`` (see :meth:`request`); :meth:`recv` takes its results."""
-        n = self.engine.num_envs
+        n = self.num_envs
         if name not in REQUESTS:
             raise ValueError(f"request: expected one of {sorted(REQUESTS)}, got {name!r}")
         indices = list(range(n)) if indices is None else [int(i) for i in indices]
@@ -47,12 +69,11 @@ class Requests:
         values = kwargs.pop("values", None)
         if values is not None and len(values) != len(indices):
             raise ValueError(f"values: expected {len(indices)} values, got {len(values)}")
-        engine = self.engine
-        life = engine.life
+        life = self.life
         life.check_not_stuck()
-        executor = engine.executor
+        executor = self.host.executor
         life.clear(executor)
-        engine.first_ready.check_none_flying()
+        self.check_none_flying()
         request = Request(name, indices, kwargs, values)
         try:
             executor.request_send(request)
@@ -63,14 +84,14 @@ class Requests:
 
     def recv(self, timeout: float | None = None) -> list:
         """The results of the request in flight, one per index."""
-        engine = self.engine
-        life = engine.life
+        life = self.life
         life.check_not_stuck()
         call = life.call
-        if call is None or call.kind != "request":
-            life.refuse_recv(engine.executor, "request", timeout)
+        executor = self.host.executor
+        if not isinstance(call, Request):
+            life.refuse_recv(executor, "request", timeout)
         try:
-            results = engine.executor.request_wait(call, life.wait_timeout(timeout))
+            results = executor.request_wait(call, life.wait_timeout(timeout))
         except BaseException as exc:
             life.wait_failed(call, exc, timeout)
             raise

@@ -2,8 +2,8 @@
 
 :class:`BatchedEnvBase` turns ``EnvBase``'s calls into the engine's verbs (``engine.py``) and
 the engine's buffers into fresh tensors: ``reset`` -> ``reset_send(mask, into="root")``,
-``step`` -> ``step_send(Autoreset.NONE)``, ``step_and_maybe_reset`` ->
-``step_send(Autoreset.SAME_STEP)``; first-ready batches (``async_step_send`` and the like,
+``step`` -> ``step_send(AutoresetMode.DISABLED)``, ``step_and_maybe_reset`` ->
+``step_send(AutoresetMode.SAME_STEP)``; first-ready batches (``async_step_send`` and the like,
 torchrl's ``AsyncEnvPool`` names) -> the engine's ``async_*`` verbs, their rows named by
 ``"env_index"``. Specs are derived here from what the engine learnt of the sub-envs (their
 gymnasium spaces, or their own specs), with the tasks of a multi-task batch.
@@ -13,14 +13,16 @@ gymnasium spaces, or their own specs), with the tasks of a multi-task batch.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import starmap
 from typing import Any, NamedTuple, cast
 
 import numpy as np
 import torch
+from gymnasium.vector import AutoresetMode
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from gymvec.common.arrays import any_set
-from gymvec.common.fastpath import get_str, tensordict_unchecked
+from gymvec.common.fastpath import get_str, tensordict_maker, tensordict_unchecked
 from gymvec.engine.engine import Backend, BatchEngine, expand_seeds, process_backend, serial_backend
 from gymvec.envs.base import EnvBase, make_done_spec, make_reward_spec, set_next
 from gymvec.envs.first_ready_batches import ENV_INDEX, FirstReadyBatches  # noqa: F401
@@ -42,7 +44,7 @@ from gymvec.subenvs.factories import SubEnvFactories
 from gymvec.subenvs.group import SubEnvSummary
 from gymvec.subenvs.layout import check_count
 from gymvec.wire.buffers import Buffers
-from gymvec.wire.commands import Autoreset, Extras
+from gymvec.wire.commands import Extras
 
 _CPU = torch.device("cpu")
 
@@ -72,6 +74,7 @@ class FlatPlan(NamedTuple):
     root_made: list[tuple[tuple[int, ...], np.dtype]]
     root_sources: list[np.ndarray]
     reward_spec: TensorSpec  # the spec the reward's dtype was taken from
+    make: Callable[[dict], TensorDict]  # a TensorDict of the batch from flat entries, unchecked
 
 
 class FlatOutputs(NamedTuple):
@@ -237,11 +240,14 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         Nothing runs until the command is sent, so a bad action leaves every sub-env as it was.
         """
         if self._wide_actions:
-            self.buffers.mark_actions_narrow()
+            self.engine.buffers.mark_actions_narrow()
         if self.heterogeneous:
             self._stage_task_actions(td)
             return
-        for key, spec, view, array, values_in in self._action_slots():
+        slots = self._action_slot_list  # (laid out again once the action spec is replaced)
+        if self._action_slots_of is not self.full_action_spec:
+            slots = self._action_slots()
+        for key, spec, view, array, values_in in slots:
             action = get_str(td, key) if type(key) is str else td.get(key, None)
             if not (
                 isinstance(action, torch.Tensor)
@@ -299,18 +305,19 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
 
     def _step(self, td: TensorDictBase) -> TensorDictBase:
         # EnvBase.step called _check_action, which wrote the actions.
-        received = self.engine.step(Autoreset.NONE, handout=self._handout())
+        received = self.engine.step(AutoresetMode.DISABLED, handout=self._handout())
         self.last_extras = received.extras
         return self._next_output(received.observations)
 
     def step_and_maybe_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
         """Step, and reset the finished sub-envs in the same round trip."""
-        self._check_open()
+        if self._closed:
+            self._check_open()  # raises
         self._check_action(td)  # and writes the actions
         # SAME_STEP leaves the root buffer current: the next root is a copy of it.
         engine = self.engine
         handout = self._handout()
-        engine.step_send(Autoreset.SAME_STEP, handout=handout)
+        engine.step_send(AutoresetMode.SAME_STEP, handout=handout)
         on_cpu = self.device.type == "cpu"
         flat = on_cpu and self._flat
         self._prepared = None
@@ -323,7 +330,7 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         received = engine.recv()
         self.last_extras = received.extras
         lane = received.observations
-        done = self.buffers.next.done
+        done = engine.buffers.next.done
         if flat and lane is None:
             return td, self._fill_outputs(td)
         next_out = self._next_output(lane)
@@ -356,23 +363,25 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
             root_made,
             root_sources,
             self.reward_spec,
+            tensordict_maker(self.batch_size, _CPU),
         )
         self._flat_plan_made = plan
         return plan
 
     def _prepare_outputs(self) -> FlatOutputs:
         """Make the :class:`FlatOutputs` of the step in flight."""
-        plan = self._flat_plan()
+        plan = self._flat_plan_made
+        if plan is None or plan.reward_spec is not self.reward_spec:
+            plan = self._flat_plan()
         empty, from_numpy = np.empty, torch.from_numpy
-        next_arrays = [empty(shape, dtype) for shape, dtype in plan.next_made]
-        root_arrays = [empty(shape, dtype) for shape, dtype in plan.root_made]
-        size = self.batch_size
-        # (dict(zip(keys, map(...))) builds the entries in C: this runs every step)
+        # (starmap, map, dict(zip(...)) and the bound maker run in C: this runs every step)
+        next_arrays = list(starmap(empty, plan.next_made))
+        root_arrays = list(starmap(empty, plan.root_made))
         next_entries = dict(zip(plan.next_keys, map(from_numpy, next_arrays)))
         root_entries = dict(zip(plan.root_keys, map(from_numpy, root_arrays)))
         self._prepared = outputs = FlatOutputs(
-            tensordict_unchecked(next_entries, size, _CPU, flat=True),
-            tensordict_unchecked(root_entries, size, _CPU, flat=True),
+            plan.make(next_entries),
+            plan.make(root_entries),
             next_arrays,
             root_arrays,
             plan,

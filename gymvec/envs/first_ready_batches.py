@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
+from gymnasium.vector import AutoresetMode
 from tensordict import TensorDict, TensorDictBase
 
 from gymvec.common.fastpath import tensordict_unchecked
 from gymvec.specs import non_tensor, object_values
-from gymvec.wire.commands import Autoreset
 
 if TYPE_CHECKING:
     from gymvec.engine.engine import BatchEngine
@@ -77,7 +77,7 @@ class FirstReadyBatches:
         self._check_open()
         rows = self.engine.async_rows(self._env_index(td))  # before any action is written
         self._write_action_rows(td, rows)
-        self.engine.async_step_send(rows, Autoreset.NONE)
+        self.engine.async_step_send(rows, AutoresetMode.DISABLED)
         sent = td.clone()  # the caller may write into its own td meanwhile
         if ENV_INDEX not in sent.keys():
             sent.set(ENV_INDEX, torch.from_numpy(rows))

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from operator import call
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from gymvec.common.arrays import any_set
 from gymvec.common.infos import InfoField
 from gymvec.common.structure import (
     brief,
@@ -404,22 +404,18 @@ class BatchStep(CommandRunner):
         for driver in self.drivers:
             driver.next_obs = [self.obs_lanes[lane]]
 
-    def _actions(self) -> np.ndarray:
-        if self.wide_actions is not None and self.wide_actions[1][0]:
-            return self.wide_actions[0]
-        return self.narrow_actions
-
     def run(self, modes: bytes, seeds: np.ndarray, options: dict | None) -> dict[int, Extras]:
-        wide = self.wide_actions  # (_actions, inline in the hot branches)
+        # (the float64 twins when the caller wrote them; list(map(call, ...)) runs the steps
+        # in C: a comprehension is a call of its own)
+        wide = self.wide_actions
+        actions = wide[0] if wide is not None and wide[1][0] else self.narrow_actions
         if modes == self.all_step:  # the hottest case: nothing but steps
-            actions = wide[0] if wide is not None and wide[1][0] else self.narrow_actions
-            results = [step(action) for step, action in zip(self.steps, actions)]
+            results = list(map(call, self.steps, actions))
             self._write(results, range(len(modes)))
             return take_extras(self.drivers) if self.wrote_extras else {}
         if modes == self.all_same_step:  # the root follows "next"; the finished reset into it
-            actions = wide[0] if wide is not None and wide[1][0] else self.narrow_actions
             drivers, root = self.drivers, self.root
-            results = [step(action) for step, action in zip(self.steps, actions)]
+            results = list(map(call, self.steps, actions))
             done_rows = self._write(results, range(len(modes)))
             self.sync_root(self.rows)  # then the resets overwrite their rows
             for k in done_rows:
@@ -434,7 +430,7 @@ class BatchStep(CommandRunner):
             while k >= 0:
                 calls[k] = functools.partial(self._reset_as_step, k, options)
                 k = modes.find(RESET_NEXT, k + 1)
-            results = [call(action) for call, action in zip(calls, self._actions())]
+            results = list(map(call, calls, actions))
             self._write(results, range(len(modes)))
             return take_extras(self.drivers) if self.wrote_extras else {}
         return self.run_phases(modes, seeds, options)  # (its drivers write the lane itself)
@@ -463,15 +459,6 @@ class BatchStep(CommandRunner):
         obs, info = self.resets[k](options=options)
         return obs, 0.0, False, False, info
 
-    def _first_dims_fit(self, observations: tuple) -> bool:
-        """Whether every observation has the first dim of the sub-envs' observation shape:
-        the one dim that concatenating into the buffer does not check (a batch whose lengths
-        only add up would be written misaligned). ``len`` costs less than ``shape``."""
-        try:
-            return list(map(len, observations)) == self.first_dims
-        except TypeError:  # a scalar, say
-            return False
-
     def _observation_error(self, observations: tuple, stepping: Sequence[int]) -> ValueError:
         for k, obs in zip(stepping, observations):
             try:
@@ -497,8 +484,17 @@ class BatchStep(CommandRunner):
         else:
             for k, value in zip(stepping, observations):
                 self.last_obs[k] = value
-        if everyone and self.concat_out is not None and self._first_dims_fit(observations):
-            try:  # concatenate checks every other dim against the buffer's
+        # Concatenating into the buffer checks every dim but the first of each observation's
+        # shape (a batch whose lengths only add up would be written misaligned): the first
+        # dims are compared here (``len`` costs less than ``shape``; a scalar has none).
+        fits = False
+        if everyone and self.concat_out is not None:
+            try:
+                fits = list(map(len, observations)) == self.first_dims
+            except TypeError:  # a scalar, say
+                pass
+        if fits:
+            try:
                 np.concatenate(observations, out=self.concat_out, casting="unsafe")
             except (ValueError, TypeError) as exc:
                 raise self._observation_error(observations, stepping) from exc
@@ -527,7 +523,7 @@ class BatchStep(CommandRunner):
                 driver = self.drivers[k]
                 driver._write_info(driver.next, info)
                 self.wrote_extras = self.wrote_extras or driver.extras is not None
-        if not any_set(done):
+        if b"\x01" not in done.tobytes():  # (any_set, inline: this runs every step)
             return []
         if everyone:  # (one C call: reading the flags one by one makes a numpy bool each)
             return np.flatnonzero(done).tolist()

@@ -19,6 +19,7 @@ from typing import Any, cast
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array
 from tianshou.env import BaseVectorEnv
 
@@ -27,7 +28,6 @@ from gymvec.errors import ClosedEnvError
 from gymvec.integrations import sub_env_ops, tianshou_ops
 from gymvec.vector import dropin
 from gymvec.vector.vector_env import _field_value
-from gymvec.wire.commands import Autoreset
 
 # gymvec drop-in options these classes fix themselves: tianshou resets sub-envs itself, takes
 # numpy arrays, and steps each call's sub-envs to the end.
@@ -151,7 +151,7 @@ class TianshouVectorEnv(BaseVectorEnv):
             extras = {row: extras.next for row, extras in received.extras.items()}
         else:
             write = functools.partial(self.vector_env._write_action_rows, self._batched(action))
-            self.engine.async_step_send(rows, Autoreset.NONE, write_actions=write)
+            self.engine.async_step_send(rows, AutoresetMode.DISABLED, write_actions=write)
             extras, received = self._take_back("step", len(rows)), None
         slot = self.engine.buffers.next
         infos = self._row_infos(rows, extras)
@@ -211,7 +211,7 @@ class TianshouVectorEnv(BaseVectorEnv):
         whole-batch command ``received``): an array, or as tianshou stacks values that are
         not arrays (Dict spaces), an object array of one value per sub-env."""
         face = self.vector_env
-        if face._plain_obs is None:
+        if face.plan.plain_obs is None:
             slot = self.engine.buffers.next
             return _object_array([face._single_observation(slot, row) for row in rows.tolist()])
         if received is not None:  # (from an observation lane it may have handed out)

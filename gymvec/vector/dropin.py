@@ -274,6 +274,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
             observation_mode,
             lambda: BatchEngine(factories, process_backend(options), timeout=self.timeout),
         )
+        self._life = engine.life  # the engine's call in flight (see step)
         try:
             if shared_memory:
                 _refuse_unshareable(engine)
@@ -315,7 +316,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         self._waiter = threading.get_ident()
         try:
             engine = self.engine
-            if self._early_copy:  # this process's rows, copied while the workers finish
+            if self.plan.early_copy:  # this process's rows, copied while the workers finish
                 self._copy_local_rows(engine.recv_local(timeout))
             received = engine.recv(timeout)
         except TimeoutError as exc:
@@ -358,10 +359,11 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         return self.finish(self._wait("step", AsyncState.WAITING_STEP, timeout))
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict]:
-        engine = self.engine
         # step_async's checks, in one test for the usual case (nothing in flight): this runs
         # every step, and the state machine's layers cost more than a cheap sub-env's step
-        if self.closed or not engine.idle:
+        # (the engine's idle, read off its call in flight without the property's call)
+        life = self._life
+        if self.closed or life.call is not None or life.stuck is not None:
             self._begin("step_async")
         self.step_send(actions)
         return self._step_result(self._receive("step", None))  # (sent just now: not checked)

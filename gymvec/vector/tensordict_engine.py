@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.vector import AutoresetMode
 from tensordict import TensorDict, TensorDictBase
 
 from gymvec.envs.base import EnvBase, copy_shared_rows
@@ -29,7 +30,7 @@ from gymvec.specs import info_fields_of, non_tensor, object_values, spec_leaves
 from gymvec.subenvs.probe import masked_seeds
 from gymvec.wire.buffers import BufferLayout, Buffers, Slot, private_memory
 from gymvec.wire.calls import Received
-from gymvec.wire.commands import Autoreset, Extras
+from gymvec.wire.commands import Extras
 
 
 @runtime_checkable
@@ -86,7 +87,7 @@ class TensorDictEngine:
 
     def step_send(
         self,
-        autoreset: Autoreset = Autoreset.NONE,
+        autoreset: AutoresetMode = AutoresetMode.DISABLED,
         *,
         handout: bool = False,
     ) -> None:
@@ -123,7 +124,7 @@ class TensorDictEngine:
             infos = self._infos("last_reset_info")
             extras = self._extras("next" if into_next else "root", infos, mask)
             return Received("reset", None if mask is self._all else mask, extras, None)
-        if arguments is Autoreset.NEXT_STEP and self.any_finished:
+        if arguments is AutoresetMode.NEXT_STEP and self.any_finished:
             if not self._autoreset_step(self.finished.copy()):
                 raise NotImplementedError(
                     f"{type(self.env).__name__} cannot step some sub-envs while resetting "
@@ -131,8 +132,8 @@ class TensorDictEngine:
                 )
             extras = self._extras("next", self._step_infos())
         else:
-            extras = self._step(autoreset=arguments is Autoreset.SAME_STEP)
-        if arguments is Autoreset.SAME_STEP:
+            extras = self._step(autoreset=arguments is AutoresetMode.SAME_STEP)
+        if arguments is AutoresetMode.SAME_STEP:
             self.finished[:] = False
         else:
             np.copyto(self.finished, self.buffers.next.done)

@@ -47,15 +47,12 @@ from gymvec.common.arrays import any_set
 from gymvec.common.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.engine.protocol import Engine, FirstReadyEngine
 from gymvec.errors import ClosedEnvError
-from gymvec.options import parse_autoreset_mode
 from gymvec.subenvs.probe import expand_seeds
 from gymvec.vector.actions import ActionWriter
+from gymvec.vector.plan import FacePlan
 from gymvec.wire.buffers import Slot
-from gymvec.wire.calls import Into, Received
-from gymvec.wire.commands import NOTHING, Autoreset
-
-# Observations of at least this size are partly copied while worker processes finish.
-EARLY_COPY_BYTES = 64 * 1024
+from gymvec.wire.calls import Received
+from gymvec.wire.commands import NOTHING
 
 
 class GymnasiumVectorEnv(gym.vector.VectorEnv):
@@ -85,8 +82,6 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         *,
         batch_size: int | None = None,
     ):
-        if output not in ("numpy", "torch"):
-            raise ValueError(f"output: expected 'numpy' or 'torch', got {output!r}")
         self.env = env
         self.engine: Engine = engine_of(env)
         engine = self.engine
@@ -95,87 +90,33 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 "the gymnasium face needs sub-envs with the same keys; this multi-task batch "
                 "has tasks with different keys (use its tensordict API)"
             )
-        self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
-        self.output = output
-        self.copy = copy
         self.num_envs = engine.num_envs
-        self.batch_size = self._check_batch_size(batch_size)
-        first_ready = self.batch_size < self.num_envs
-        engine.check_blocks(
-            self.autoreset_mode.name.lower(),
-            type(self).__name__,
-            self.batch_size if first_ready else None,
+        self._set_spaces()
+        self.plan = plan = FacePlan.of(
+            env, engine, self._obs_leaves, autoreset_mode, output, copy, batch_size
         )
+        # (gymnasium's and the caller's names for the plan's options)
+        self.autoreset_mode, self.output, self.copy = plan.autoreset_mode, output, copy
+        self.batch_size = plan.batch_size
         self.metadata = dict(engine.metadata)
         self.metadata["autoreset_mode"] = self.autoreset_mode
         self.render_mode = engine.render_mode
-        self._set_spaces()
         self.buffers = engine.buffers
         # The info fields: the engine learns more from the sub-envs' first results (this
         # dict grows in place), and infos are built from it at every call.
         engine.learn_info_fields()
         self._info_fields = engine.layout.info_fields
-        self._same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
-        self._disabled = self.autoreset_mode == AutoresetMode.DISABLED
-        # The slot that holds what the caller sees: SAME_STEP's reset observations sit in the
-        # root; the other modes write resets into "next" so that one slot is always current.
-        self._slot: Slot = self.buffers.root if self._same_step else self.buffers.next
-        self._reset_into: Into = "root" if self._same_step else "next"
-        self._autoreset = {
-            AutoresetMode.NEXT_STEP: Autoreset.NEXT_STEP,
-            AutoresetMode.SAME_STEP: Autoreset.SAME_STEP,
-            AutoresetMode.DISABLED: Autoreset.NONE,
-        }[self.autoreset_mode]
         # Actions: checked and written by one object, looked up once (every step writes them)
         writer = ActionWriter(
             engine, self.single_action_space, self.action_space, self._action_leaves,
-            self._autoreset,
+            self.autoreset_mode,
         )  # fmt: skip
         self._write_actions = writer.write
         self._write_action_rows = writer.write_rows
-        # The usual case, one array of observations and numpy output, skips build_value.
-        one_array = [leaf.path for leaf in self._obs_leaves] == [()]
-        one_array = one_array and not self._obs_leaves[0].is_object
-        self._plain_obs = (
-            self._slot.obs[self._obs_leaves[0].key] if one_array and output == "numpy" else None
-        )
-        self._torch_device = getattr(env, "device", None)
-        # Large observations go out without a copy: the sub-envs write them into a free
-        # observation lane (see BufferLayout), whose array the call hands out as is (torch
-        # output on the CPU: torch.from_numpy of it). A lane is free when nothing but the
-        # buffers refers to its array (numpy makes every view of it refer to it,
-        # torch.from_numpy too); with none free, the call copies as before.
-        on_cpu = self._torch_device is None or self._torch_device.type == "cpu"
-        cpu_output = output == "numpy" or on_cpu
-        # (a policy: which lane is in use, the engine decides)
-        self._handout = one_array and cpu_output and copy and not self._same_step
-        self._handout = self._handout and engine.has_observation_lanes
-        # Large observations that no lane takes (none is free, or the mode takes none): the
-        # rows stepped in this process are copied while the worker processes finish theirs.
+        # the state of calls: large observations copied early (see _copy_local_rows), and
+        # the engine once checked for first-ready commands (see _first_ready)
         self._early_obs: tuple[np.ndarray, int] | None = None
-        self._first_ready_engine: FirstReadyEngine | None = None  # see _first_ready
-        early = self._plain_obs is not None and copy and self._plain_obs.nbytes >= EARLY_COPY_BYTES
-        self._early_copy = bool(early)
-
-    def _check_batch_size(self, batch_size: int | None) -> int:
-        n = self.num_envs
-        if batch_size is None:
-            return n
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer):
-            raise TypeError(f"batch_size: expected an int from 1 to {n}, got {batch_size!r}")
-        if not 1 <= batch_size <= n:
-            raise ValueError(f"batch_size: expected 1 to num_envs={n}, got {batch_size}")
-        if batch_size < n and self.autoreset_mode != AutoresetMode.NEXT_STEP:
-            raise ValueError(
-                f"batch_size={batch_size} < num_envs={n} (first-ready batches) needs "
-                f"autoreset_mode NEXT_STEP, got {self.autoreset_mode.value}"
-            )
-        if batch_size < n and not isinstance(self.engine, FirstReadyEngine):
-            raise ValueError(
-                f"batch_size={batch_size} < num_envs={n}: {type(self.engine).__name__} has no "
-                "first-ready commands (gymvec's SerialEnv and ParallelEnv have)"
-            )
-        return int(batch_size)
+        self._first_ready_engine: FirstReadyEngine | None = None
 
     def _set_spaces(self) -> None:
         single_obs, single_act = self.engine.sub_env_spaces()
@@ -215,16 +156,16 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         if seed is not None:
             super().reset(seed=seed if isinstance(seed, int) else None)
         # Only a reset of every sub-env into "next" fills a whole lane.
-        handout = self._handout and mask is None
+        handout = self.plan.handout and mask is None
         self.engine.reset_send(
-            mask, seeds=seeds, options=options, into=self._reset_into, handout=handout
+            mask, seeds=seeds, options=options, into=self.plan.reset_into, handout=handout
         )
 
     def _reset_result(self, received: Received) -> tuple[Any, dict]:
         rows = np.ones(self.num_envs, dtype=bool) if received.mask is None else received.mask
-        slot_name = "root" if self._same_step else "next"
-        extras = {i: getattr(e, slot_name) for i, e in received.extras.items()}
-        infos = self._infos(self._slot, rows, extras)
+        plan = self.plan
+        extras = {i: getattr(e, plan.reset_into) for i, e in received.extras.items()}
+        infos = self._infos(plan.slot, rows, extras)
         return self._observations(received), infos
 
     # ---- step ---------------------------------------------------------------------------------
@@ -235,27 +176,29 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     def step_send(self, actions: Any) -> None:
         self._early_obs = None  # left by a call that raised
-        if self.batch_size < self.num_envs:
+        plan = self.plan
+        if plan.batch_size < self.num_envs:
             raise RuntimeError(
                 f"step() steps every sub-env, but batch_size={self.batch_size} < num_envs="
                 f"{self.num_envs}: step first-ready batches with send(actions, env_id) and "
                 "recv() (after async_reset())"
             )
         self._write_actions(actions)
-        if self._disabled and self.engine.any_finished:
+        if plan.disabled and self.engine.any_finished:
             finished = np.flatnonzero(self.engine.finished).tolist()
             raise ValueError(
                 f"sub-envs {finished} finished and autoreset_mode is DISABLED: reset them "
                 "with reset(options={'reset_mask': mask}) before stepping"
             )
-        self.engine.step_send(self._autoreset, handout=self._handout)
+        self.engine.step_send(plan.autoreset_mode, handout=plan.handout)
 
     def _step_result(self, received: Received) -> tuple[Any, Any, Any, Any, dict]:
         step_slot = self.buffers.next
         terminations = step_slot.terminated.copy()
         truncations = step_slot.truncated.copy()
         rewards = self.buffers.reward.copy()
-        if self._same_step:
+        plan = self.plan
+        if plan.same_step:
             finished = terminations | truncations
             infos = self._same_step_infos(finished, any_set(finished), received.extras)
         elif received.extras or self._info_fields:
@@ -263,8 +206,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             infos = self._infos(step_slot, None, extras)
         else:
             infos = {}
-        obs = self._observations(received)
-        if self.output == "torch":
+        # (the usual case's copy, bound once: no call of _observations)
+        copy_plain = plan.copy_plain
+        obs = copy_plain() if copy_plain is not None else self._observations(received)
+        if plan.output == "torch":
             return self._handed_out(obs, rewards, terminations, truncations, infos)
         return obs, rewards, terminations, truncations, infos
 
@@ -273,10 +218,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     ) -> tuple[Any, Any, Any, Any, dict]:
         """A step's results as the caller gets them: rewards and flags as torch tensors
         under ``output="torch"`` (the observations are converted already)."""
-        if self.output == "torch":
+        if self.plan.output == "torch":
             import torch
 
-            device = self._torch_device
+            device = self.plan.torch_device
             as_tensor = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
             return obs, as_tensor(rewards), as_tensor(terminations), as_tensor(truncations), infos
         return obs, rewards, terminations, truncations, infos
@@ -294,7 +239,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 kept = extras.get(i)  # the object the sub-env returned, where it came back
                 if kept is not None and kept.final_obs is not NOTHING:
                     final_obs[i] = kept.final_obs
-                else:  # "next"'s own row: SAME_STEP steps take no lane here (_handout)
+                else:  # "next"'s own row: SAME_STEP steps take no lane here (plan.handout)
                     final_obs[i] = self._single_observation(self.buffers.next, i)
             infos["final_obs"], infos["_final_obs"] = final_obs, finished.copy()
             infos["final_info"] = self._infos(self.buffers.next, finished, final_extras)
@@ -304,7 +249,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     def receive(self, timeout: float | None = None) -> Received:
         """Wait for the whole-batch call in flight (see ``BatchEngine.recv``)."""
         engine = self.engine
-        if self._early_copy:  # this process's rows, copied while the workers finish theirs
+        if self.plan.early_copy:  # this process's rows, copied while the workers finish theirs
             self._copy_local_rows(engine.recv_local(timeout))
         received = engine.recv(timeout)
         if received.info_places:  # info fields learnt from these results
@@ -345,7 +290,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         ended at its previous step is reset instead (NEXT_STEP)."""
         self._first_ready().async_step_send(
             env_id,
-            Autoreset.NEXT_STEP,
+            AutoresetMode.NEXT_STEP,
             write_actions=functools.partial(self._write_action_rows, actions),
         )
 
@@ -377,7 +322,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             )
         if self._first_ready_engine is not None:
             return self._first_ready_engine
-        if self.autoreset_mode != AutoresetMode.NEXT_STEP:
+        if self.plan.autoreset_mode != AutoresetMode.NEXT_STEP:
             raise RuntimeError(
                 "first-ready batches (async_reset, send, recv) take autoreset_mode NEXT_STEP, "
                 f"this env has {self.autoreset_mode.value}"
@@ -393,13 +338,14 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     def _row_observations(self, rows: np.ndarray) -> Any:
         """The observations in "next" of the sub-envs at ``rows`` (copies), in that order."""
         slot = self.buffers.next
-        if self._plain_obs is not None:  # numpy output
-            return self._plain_obs[rows]
+        plan = self.plan
+        if plan.plain_obs is not None:  # numpy output
+            return plan.plain_obs[rows]
         arrays = [None if leaf.is_object else slot.obs[leaf.key][rows] for leaf in self._obs_leaves]
-        if self.output == "torch":
+        if plan.output == "torch":
             import torch
 
-            device = self._torch_device
+            device = plan.torch_device
             arrays = [a if a is None else torch.tensor(a, device=device) for a in arrays]
         # object leaves: a tuple of those sub-envs' objects, as gymnasium batches them
         for k, leaf in enumerate(self._obs_leaves):
@@ -411,7 +357,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     def _copy_local_rows(self, stop: int | None) -> None:
         # Large observations: the rows stepped in this process are copied while the worker
         # processes finish theirs, which takes that copy off the critical path.
-        plain = self._plain_obs
+        plain = self.plan.plain_obs
         if stop is None or plain is None:  # nothing ran ahead
             return
         out = np.empty_like(plain)
@@ -427,30 +373,33 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     # ---- buffers -> gymnasium values ----------------------------------------------------------
     def _observations(self, received: Received) -> Any:
         array = received.observations
+        plan = self.plan
         if array is not None:  # a handed-out observation lane
-            if self.output == "torch":
+            if plan.output == "torch":
                 import torch
 
                 return torch.from_numpy(array)  # which holds the array: the lane stays taken
             return array
-        if self._plain_obs is not None:
+        plain = plan.plain_obs
+        if plain is not None:
             if self._early_obs is not None:
                 (out, stop), self._early_obs = self._early_obs, None
-                out[stop:] = self._plain_obs[stop:]
+                out[stop:] = plain[stop:]
                 return out
-            return self._plain_obs.copy() if self.copy else self._plain_obs
-        arrays: list[Any] = [self._slot.obs.get(leaf.key) for leaf in self._obs_leaves]
-        if self.output == "torch":
+            return plain.copy() if plan.copy else plain
+        slot = plan.slot
+        arrays: list[Any] = [slot.obs.get(leaf.key) for leaf in self._obs_leaves]
+        if plan.output == "torch":
             import torch
 
-            to_tensor = functools.partial(torch.tensor, device=self._torch_device)
+            to_tensor = functools.partial(torch.tensor, device=plan.torch_device)
             arrays = [a if a is None else to_tensor(a) for a in arrays]
-        elif self.copy:
+        elif plan.copy:
             arrays = [a if a is None else a.copy() for a in arrays]
         # object leaves: a tuple of the sub-envs' objects, as gymnasium batches them
         for k, leaf in enumerate(self._obs_leaves):
             if leaf.is_object:
-                arrays[k] = tuple(self._slot.objects[leaf.key])
+                arrays[k] = tuple(slot.objects[leaf.key])
         return build_value(self.single_observation_space, self._obs_leaves, arrays)
 
     def _single_observation(self, slot: Slot, i: int) -> Any:

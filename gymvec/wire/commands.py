@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
 from gymvec.wire.buffers import as_buffer
 
@@ -57,50 +58,38 @@ _LANE_BYTES = bytes(sorted(LANE_MODES))
 STEP_OR_RESET_NEXT = bytes([STEP, RESET_NEXT]) + bytes(254)
 
 
-class Autoreset(enum.Enum):
-    """What a step does with the sub-envs whose episode ended (see ``BatchEngine.step_send``).
-
-    NONE: nothing; they stay finished until a reset (gymnasium's DISABLED, ``EnvBase.step``).
-    NEXT_STEP: a sub-env that finished at its previous step is reset instead of stepped; the
-        reset is this step's result in "next" (reward 0, flags False), as gymnasium's
-        NEXT_STEP autoreset reports it.
-    SAME_STEP: a sub-env that finishes is reset in the same step, into the root, its last
-        observation kept (see ``Mode.KEEP_FINAL_OBS``); "next" keeps every transition and the
-        root ends up current for every sub-env (gymnasium's SAME_STEP,
-        ``EnvBase.step_and_maybe_reset``).
-    """
-
-    NONE = "none"
-    NEXT_STEP = "next_step"
-    SAME_STEP = "same_step"
-
-
 # The modes of a command, as the engine writes them into the control block: one mode for
 # every sub-env (int), one byte per sub-env (bytes), or one per row (a uint8 array).
 Modes = Union[int, bytes, np.ndarray]  # noqa: UP007
 
 
-def step_modes(autoreset: Autoreset, finished: np.ndarray, any_finished: bool) -> Modes:
+def step_modes(autoreset: AutoresetMode, finished: np.ndarray, any_finished: bool) -> Modes:
     """The autoreset planner: the modes of a step of the sub-envs whose ``finished`` flags
-    are given (every sub-env, or the rows of a first-ready step), under ``autoreset``.
+    are given (every sub-env, or the rows of a first-ready step), under gymnasium's
+    ``autoreset`` mode, the one autoreset enum of gymvec (see ``BatchEngine.step_send``).
 
-    NEXT_STEP resets the finished sub-envs into "next" instead of stepping them; SAME_STEP
-    has every sub-env reset itself into the root when it finishes (``SAME_STEP_MODES``).
+    DISABLED steps every sub-env: the finished ones stay finished until a reset (also the
+    tensordict ``EnvBase.step``, which resets nothing). NEXT_STEP resets the finished sub-envs
+    into "next" instead of stepping them, the reset as this step's transition (reward 0, flags
+    False), as gymnasium reports it. SAME_STEP has every sub-env that finishes reset itself
+    into the root within the step, its last observation kept (``SAME_STEP_MODES``): "next"
+    keeps every transition and the root ends up current (also ``step_and_maybe_reset``).
     Every path that steps sub-envs asks this, so a policy means the same bytes everywhere.
     """
-    if autoreset is Autoreset.SAME_STEP:
+    if autoreset is AutoresetMode.SAME_STEP:
         return SAME_STEP_MODES
-    if autoreset is Autoreset.NEXT_STEP and any_finished:
+    if autoreset is AutoresetMode.NEXT_STEP and any_finished:
         # the finished sub-envs reset, the others step: a byte translation of the flags
         return finished.tobytes().translate(STEP_OR_RESET_NEXT)
     return STEP
 
 
-def ignores_finished_actions(autoreset: Autoreset) -> bool:
+def ignores_finished_actions(autoreset: AutoresetMode) -> bool:
     """Whether a step under ``autoreset`` leaves the actions of the finished sub-envs
-    unused (NEXT_STEP resets them instead, NONE refuses to step them; SAME_STEP steps them).
+    unused (NEXT_STEP resets them instead, DISABLED refuses to step them; SAME_STEP steps
+    them).
     Front ends ask once and skip those actions' checks."""
-    return autoreset is not Autoreset.SAME_STEP
+    return autoreset is not AutoresetMode.SAME_STEP
 
 
 class Control:

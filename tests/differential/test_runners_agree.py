@@ -17,6 +17,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -34,7 +35,6 @@ from gymvec.wire.commands import (
     SEED,
     STEP,
     SYNC_ROOT,
-    Autoreset,
     step_modes,
 )
 
@@ -97,7 +97,9 @@ def commands(draw: st.DrawFn) -> tuple[bytes, list[int], list[int], int]:
     how = draw(st.sampled_from(["policy", "uniform", "mixed"]))
     if how == "policy":  # what the engine sends for a policy
         finished = np.array(draw(st.lists(st.booleans(), min_size=N, max_size=N)))
-        modes = step_modes(draw(st.sampled_from(list(Autoreset))), finished, bool(finished.any()))
+        modes = step_modes(
+            draw(st.sampled_from(list(AutoresetMode))), finished, bool(finished.any())
+        )
         modes = bytes([modes]) * N if type(modes) is int else modes
     elif how == "uniform":
         modes = bytes([draw(st.sampled_from(ROW_MODES))]) * N

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gymnasium.vector import AutoresetMode
 
 from gymvec.wire.commands import (
     AUTORESET,
@@ -12,7 +13,6 @@ from gymvec.wire.commands import (
     SAME_STEP_MODES,
     STEP,
     SYNC_ROOT,
-    Autoreset,
     ignores_finished_actions,
     step_modes,
 )
@@ -29,26 +29,30 @@ def _per_row(modes, n: int = len(FINISHED)) -> list[int]:
 
 
 def test_none_steps_every_row_finished_or_not() -> None:
-    assert _per_row(step_modes(Autoreset.NONE, FINISHED, True)) == [STEP] * 4
+    assert _per_row(step_modes(AutoresetMode.DISABLED, FINISHED, True)) == [STEP] * 4
 
 
 def test_next_step_resets_the_finished_rows_into_next_instead_of_stepping_them() -> None:
-    modes = _per_row(step_modes(Autoreset.NEXT_STEP, FINISHED, True))
+    modes = _per_row(step_modes(AutoresetMode.NEXT_STEP, FINISHED, True))
     assert modes == [STEP, RESET_NEXT, STEP, RESET_NEXT]
     # nothing finished: one byte for all, no per-row translation
-    assert step_modes(Autoreset.NEXT_STEP, np.zeros(4, bool), False) == STEP
+    assert step_modes(AutoresetMode.NEXT_STEP, np.zeros(4, bool), False) == STEP
 
 
 def test_same_step_has_every_row_reset_itself_and_bring_the_root_current() -> None:
-    modes = step_modes(Autoreset.SAME_STEP, FINISHED, True)
+    modes = step_modes(AutoresetMode.SAME_STEP, FINISHED, True)
     assert modes == SAME_STEP_MODES
     assert SAME_STEP_MODES == STEP | AUTORESET | KEEP_FINAL_OBS | SYNC_ROOT
-    assert step_modes(Autoreset.SAME_STEP, np.zeros(4, bool), False) == SAME_STEP_MODES
+    assert step_modes(AutoresetMode.SAME_STEP, np.zeros(4, bool), False) == SAME_STEP_MODES
 
 
 @pytest.mark.parametrize(
     ("autoreset", "ignores"),
-    [(Autoreset.NONE, True), (Autoreset.NEXT_STEP, True), (Autoreset.SAME_STEP, False)],
+    [
+        (AutoresetMode.DISABLED, True),
+        (AutoresetMode.NEXT_STEP, True),
+        (AutoresetMode.SAME_STEP, False),
+    ],
 )
-def test_whose_actions_a_step_leaves_unused(autoreset: Autoreset, ignores: bool) -> None:
+def test_whose_actions_a_step_leaves_unused(autoreset: AutoresetMode, ignores: bool) -> None:
     assert ignores_finished_actions(autoreset) is ignores

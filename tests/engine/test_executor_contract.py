@@ -15,6 +15,8 @@ import signal
 import time
 from pathlib import Path
 
+from gymnasium.vector import AutoresetMode
+
 # Before Ray is imported: every Ray process then binds 127.0.0.1, never the machine's address.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -26,7 +28,6 @@ from _executor_envs import make_cartpole, make_probe  # noqa: E402
 
 from gymvec import ClosedEnvError, WorkerError  # noqa: E402
 from gymvec.engine import (  # noqa: E402
-    Autoreset,
     BatchEngine,
     LocalExecutor,
     ProcessOptions,
@@ -139,7 +140,7 @@ def assert_same(got: tuple, want: tuple, row: int | None = None) -> None:
 
 def step_both(engine: BatchEngine, envs: gym.vector.SyncVectorEnv, actions: np.ndarray) -> None:
     engine.buffers.action[ACTION][:] = actions
-    engine.step(Autoreset.NEXT_STEP)
+    engine.step(AutoresetMode.NEXT_STEP)
     obs, reward, terminated, truncated, _ = envs.step(actions)
     assert_same(transition(engine), (obs, reward, terminated, truncated))
 
@@ -224,7 +225,7 @@ def first_ready_rollout(engine: BatchEngine, sends: list[list[int]]) -> None:
         for step, step_actions in enumerate(actions):
             engine.buffers.action[ACTION][:] = step_actions
             for rows in sends:
-                engine.async_step_send(rows, Autoreset.NEXT_STEP)
+                engine.async_step_send(rows, AutoresetMode.NEXT_STEP)
             if step == 1:  # the three fast ones come back while sub-env 3 still sleeps
                 start = time.monotonic()
                 ready = engine.async_recv("step", min_get=N - 1)
@@ -278,10 +279,10 @@ def step_until_sub_env_2_raises(engine: BatchEngine) -> BaseException:
     """Steps a batch whose sub-env 2 raises in its third step; returns what that raised."""
     engine.reset(seeds=[0, 1, 2, 3], into="next")
     engine.buffers.action[ACTION][:] = 0
-    engine.step(Autoreset.NEXT_STEP)
-    engine.step(Autoreset.NEXT_STEP)
+    engine.step(AutoresetMode.NEXT_STEP)
+    engine.step(AutoresetMode.NEXT_STEP)
     with pytest.raises(ValueError) as caught:  # the sub-env's own class, wherever it ran
-        engine.step(Autoreset.NEXT_STEP)
+        engine.step(AutoresetMode.NEXT_STEP)
     assert "probe 2: step 3 failed on purpose" in str(caught.value)
     return caught.value
 
@@ -293,7 +294,7 @@ def test_a_sub_env_that_raises_reaches_the_caller_and_the_batch_goes_on(executor
         step_until_sub_env_2_raises(engine)
         # the command is over: a reset makes every sub-env known again, and the batch steps
         engine.reset(seeds=[0, 1, 2, 3], into="next")
-        engine.step(Autoreset.NEXT_STEP)
+        engine.step(AutoresetMode.NEXT_STEP)
         assert engine.request("get_attr", [2], name="label") == [2]
     finally:
         engine.close()
@@ -333,7 +334,7 @@ def test_a_hung_sub_env_times_out_and_close_ends_it(executor, no_leaks):
         engine.buffers.action[ACTION][:] = 0
         start = time.monotonic()
         with pytest.raises(SubEnvTimeoutError) as caught:
-            engine.step(Autoreset.NEXT_STEP)
+            engine.step(AutoresetMode.NEXT_STEP)
         assert time.monotonic() - start < 10.0
         assert any(3 in rows for _, _, rows in caught.value.busy)
         with pytest.raises(RuntimeError, match="timed out"):  # the engine is stuck now

@@ -36,7 +36,6 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from tensordict import TensorDict
 
 from gymvec import Categorical, ParallelEnv, SerialEnv, WorkerError, step_mdp
-from gymvec.engine import Autoreset
 from gymvec.envs.base import make_reward_spec
 
 FORK = {"mp_start_method": "fork"}
@@ -721,7 +720,7 @@ def test_engine_verbs_per_sub_env(kind):
         root, nxt = engine.buffers.root.obs[obs_key], engine.buffers.next.obs[obs_key]
         engine.buffers.action[("action",)][:] = [1, 0, 0, 1]
         before_root = root.copy()
-        received = engine.step(Autoreset.NONE)
+        received = engine.step(AutoresetMode.DISABLED)
         assert received.kind == "step" and received.mask is None
         for i, action in enumerate([1, 0, 0, 1]):
             np.testing.assert_array_equal(nxt[i], refs[i].step(action)[0])
@@ -757,12 +756,12 @@ def test_engine_next_step_resets_the_finished_sub_envs_instead_of_stepping_them(
         engine.buffers.action[("action",)][:] = 1
         steps = 0
         while not engine.finished.any():  # always right: CartPole falls within 30 steps
-            engine.step(Autoreset.NEXT_STEP)
+            engine.step(AutoresetMode.NEXT_STEP)
             steps += 1
             ends = [refs[i].step(1)[2] for i in range(2)]
             assert engine.finished.tolist() == ends and steps < 100
         finished = engine.finished.copy()
-        engine.step(Autoreset.NEXT_STEP)
+        engine.step(AutoresetMode.NEXT_STEP)
         for i in np.flatnonzero(finished):
             np.testing.assert_array_equal(
                 engine.buffers.next.obs[("observation",)][i], refs[i].reset()[0]

@@ -427,7 +427,7 @@ def test_large_observations_copied_early_equal_sync(mode):
 def test_large_observations_copied_early_are_fresh_arrays():
     env = BACKENDS["parallel-local"](fe.env_fns(IMAGE_OBS_ID, NUM_ENVS, LENGTHS))
     try:
-        assert env._early_copy  # 4 x 4x84x84 bytes: the early copy is on
+        assert env.plan.early_copy  # 4 x 4x84x84 bytes: the early copy is on
         first, _ = env.reset(seed=0)
         saved = first.copy()
         for _ in range(3):

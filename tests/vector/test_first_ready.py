@@ -24,6 +24,7 @@ import pytest
 import torch
 from _envs import TimedEnv
 from _replay import next_step_alone
+from gymnasium.vector import AutoresetMode
 from tensordict import TensorDict
 
 from gymvec import (
@@ -37,7 +38,6 @@ from gymvec import (
 )
 from gymvec.bench.envs import LATENCY_ID
 from gymvec.engine import (
-    Autoreset,
     BatchEngine,
     ProcessOptions,
     SubEnvFactories,
@@ -164,7 +164,7 @@ def test_face_learns_info_fields_while_rows_are_in_flight(kind, no_leaks):
         assert envs.get_attr("mean_seconds") == (MEAN_S,) * n
         engine.reset()
         engine.buffers.action[("action",)][:] = 1
-        engine.step(Autoreset.NONE)
+        engine.step(AutoresetMode.DISABLED)
         assert (engine.buffers.next.info["delay"] > 0).all()
     finally:
         envs.close()
@@ -641,9 +641,9 @@ def test_ctrl_c_while_rows_are_handed_out_sends_them_all(cut, monkeypatch, no_le
         monkeypatch.setattr(processes.WorkerHandle, "post", post)
         if cut < 3:
             with pytest.raises(KeyboardInterrupt):
-                engine.async_step_send([0, 1, 2], Autoreset.NEXT_STEP)
+                engine.async_step_send([0, 1, 2], AutoresetMode.NEXT_STEP)
         else:  # past the last post: nothing to cut
-            engine.async_step_send([0, 1, 2], Autoreset.NEXT_STEP)
+            engine.async_step_send([0, 1, 2], AutoresetMode.NEXT_STEP)
         monkeypatch.setattr(processes.WorkerHandle, "post", real_post)
         assert sorted(engine.flying.tolist()) == [0, 1, 2]
         got = engine.async_recv(min_get=3, timeout=30.0).indices.tolist()
@@ -651,7 +651,7 @@ def test_ctrl_c_while_rows_are_handed_out_sends_them_all(cut, monkeypatch, no_le
         obs = engine.buffers.next.obs[("observation",)]
         for i in range(3):
             np.testing.assert_array_equal(obs[i], expected[i][1][0])
-        engine.async_step_send([0, 1, 2], Autoreset.NEXT_STEP)  # and the next step is right
+        engine.async_step_send([0, 1, 2], AutoresetMode.NEXT_STEP)  # and the next step is right
         engine.async_recv(min_get=3, timeout=30.0)
         for i in range(3):
             np.testing.assert_array_equal(obs[i], expected[i][2][0])
@@ -686,7 +686,7 @@ def test_whole_batch_commands_after_first_ready_ones(no_leaks):
             engine.async_recv(min_get=3)
             for i in (1, 3, 0):
                 alone[i].step(1)
-            engine.step(Autoreset.NONE)
+            engine.step(AutoresetMode.DISABLED)
             steps = [env.step(1) for env in alone]
             for i in range(n):
                 obs = engine.buffers.next.obs[("observation",)][i]

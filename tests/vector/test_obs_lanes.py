@@ -26,7 +26,6 @@ from gymvec import (
     SerialEnv,
     step_mdp,
 )
-from gymvec.engine import Autoreset
 from gymvec.engine.engine import OBS_LANES
 from gymvec.vector.tensordict_engine import TensorDictEngine
 
@@ -174,7 +173,7 @@ def test_the_engine_hands_a_lane_out_only_for_commands_that_fill_it():
             batch.buffers.root.obs[("observation",)][[1, 3]], in_lane[[1, 3]]
         )
         del lane
-        held = [engine.step(Autoreset.SAME_STEP, handout=True).observations for _ in range(3)]
+        held = [engine.step(AutoresetMode.SAME_STEP, handout=True).observations for _ in range(3)]
         assert all(a is not None for a in held)  # one lane each while the caller holds them
         assert engine.step(handout=True).observations is None  # none left: copies
 

@@ -17,7 +17,7 @@ import platform
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import cloudpickle
 
@@ -127,6 +127,8 @@ class ProcessExecutor(Executor):
         rows = worker_rows or [[1] * len(fns) for fns in worker_env_fns]
         self.handles: list[WorkerHandle] = []
         self.local: LocalExecutor | None = None
+        # (set with the local share: the run of its one group)
+        self.run_local_group: Callable[[dict | None], dict[int, Extras]] | None = None
         self.closing = False  # close() began (maybe in another thread: see closed_error)
         worker_spin_s, parent_spin_s = options.spin_seconds(len(worker_bounds))
         self.parent_spin = Spin(parent_spin_s)
@@ -143,6 +145,8 @@ class ProcessExecutor(Executor):
                 self.local = LocalExecutor.build(
                     [worker_env_fns[0]], [0], shared, workers=[0], rows=[rows[0]]
                 )
+                # this process's share is that one group: its run, looked up once (per step)
+                self.run_local_group = self.local.groups[0].run
             wait_ready(self.handles, deadline, options.startup_timeout, options.factory_timeout)
         except BaseException:
             self.close()
@@ -229,7 +233,8 @@ class ProcessExecutor(Executor):
         """Start the command on every worker; reset options and the object actions (each
         worker's rows) travel with it. A worker known gone fails it before any is posted."""
         for handle in self.handles:
-            handle.check()
+            if handle.failure is not None:  # (the test inline: this runs every step)
+                handle.check()
         if self.rows.unsettled:
             self.rows.settle()
         options, action_objects = call.options, call.action_objects
@@ -259,11 +264,12 @@ class ProcessExecutor(Executor):
         call.extras = {}
         if local is not None:
             try:
+                run = cast("Callable[[dict | None], dict[int, Extras]]", self.run_local_group)
                 if self.concurrency is None:
-                    call.extras = local.wait(call)
+                    call.extras = run(call.options)
                 else:
                     with self.concurrency:
-                        call.extras = local.wait(call)
+                        call.extras = run(call.options)
             except Exception as exc:  # a sub-env of this process raised: raised once
                 call.local_error = exc  # every worker has answered (in wait)
         if deadline is not None and time.monotonic() > deadline and self.handles:
@@ -281,29 +287,27 @@ class ProcessExecutor(Executor):
         :meth:`run_local` has not). The share stepped in this process counts against
         ``timeout``, though it cannot be cut short: a wait that outlasts ``timeout`` raises
         TimeoutError after it."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            extras = self._wait(call, timeout)
+            if call.extras is None and self.local is None:  # nothing runs in this process
+                call.extras = {}
+            elif call.extras is None:  # not run yet
+                self.run_local(call, timeout)
+            extras = cast("dict[int, Extras]", call.extras)  # (run_local set it)
+            try:
+                error = self._collect(deadline, into=extras)
+            except TimeoutError:
+                raise self.busy_error(call, timeout) from None
+            if call.local_error is not None:  # the sub-env's own exception, as SerialEnv raises
+                raise call.local_error
+            if error is not None:
+                raise error
         except Exception:
             if self.closing:
                 raise closed_error() from None
             raise
         if self.closing:
             raise closed_error()
-        return extras
-
-    def _wait(self, call: calls.Command, timeout: float | None) -> dict[int, Extras]:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if call.extras is None:  # not run yet
-            self.run_local(call, timeout)
-        extras = expect_set(call.extras, "the extras of a command (run_local began it)")
-        try:
-            error = self._collect(deadline, into=extras)
-        except TimeoutError:
-            raise self.busy_error(call, timeout) from None
-        if call.local_error is not None:  # the sub-env's own exception, as SerialEnv raises it
-            raise call.local_error
-        if error is not None:
-            raise error
         return extras
 
     def drain(self, call: Call, timeout: float | None = None) -> None:

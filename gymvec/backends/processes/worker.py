@@ -146,7 +146,7 @@ def wait_for(
     if words[slot] >= value:
         sem.acquire(False)  # consume the post that came with it, if it is there yet
         return
-    spin_s = spin.budget()
+    spin_s = spin.budget() if spin._paused else spin.seconds  # (runs every wait: no call then)
     if spin_s > 0:
         end = time.perf_counter() + spin_s
         while time.perf_counter() < end:
