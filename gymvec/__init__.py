@@ -38,11 +38,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, __getattr__ i
     from gymvec import vector as vector
     from gymvec.envs.base import EnvBase as EnvBase
     from gymvec.envs.base import step_mdp as step_mdp
-    from gymvec.envs.batched import ParallelEnv as ParallelEnv
-    from gymvec.envs.batched import SerialEnv as SerialEnv
     from gymvec.envs.gym_env import GymEnv as GymEnv
     from gymvec.envs.gym_vector_wrapper import GymVectorEnvWrapper as GymVectorEnvWrapper
+    from gymvec.envs.parallel_env import ParallelEnv as ParallelEnv
     from gymvec.envs.ray_env import RayEnv as RayEnv
+    from gymvec.envs.serial_env import SerialEnv as SerialEnv
     from gymvec.integrations.gymnasium_ids import register_vector_ids as register_vector_ids
     from gymvec.integrations.make_vec import make_vec as make_vec
     from gymvec.spaces import space_from_spec as space_from_spec
@@ -65,8 +65,8 @@ _EXPORTS = {
     "step_mdp": "gymvec.envs.base",
     "GymEnv": "gymvec.envs.gym_env",
     "GymVectorEnvWrapper": "gymvec.envs.gym_vector_wrapper",
-    "SerialEnv": "gymvec.envs.batched",
-    "ParallelEnv": "gymvec.envs.batched",
+    "SerialEnv": "gymvec.envs.serial_env",
+    "ParallelEnv": "gymvec.envs.parallel_env",
     "RayEnv": "gymvec.envs.ray_env",
     "GymnasiumVectorEnv": "gymvec.vector.vector_env",
     "SerialVectorEnv": "gymvec.vector.dropin",

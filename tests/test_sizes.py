@@ -1,8 +1,7 @@
 """Sizes a reader can take in: no module of gymvec/ over 600 lines, no class over 400, no folder
 with more than 12 modules (``.py`` files other than ``__init__.py``).
 
-``python tests/test_sizes.py`` prints the largest module, class and folder (and, apart from
-the pending ones, the largest module and class).
+``python tests/test_sizes.py`` prints the largest module, class and folder.
 """
 
 from __future__ import annotations
@@ -17,14 +16,6 @@ ROOT = Path(__file__).resolve().parent.parent / "gymvec"
 MAX_MODULE_LINES = 600
 MAX_CLASS_LINES = 400
 MAX_FOLDER_MODULES = 12
-
-# Over a limit today, each cut down by another part of issue 47 (the face and the tensordict
-# side); an entry that is no longer over fails too, so that the list only shrinks.
-PENDING = {
-    "envs/batched.py",
-    "vector/vector_env.py:GymnasiumVectorEnv",
-    "envs/batched.py:BatchedEnvBase",
-}
 
 
 def _modules() -> list[Path]:
@@ -61,11 +52,7 @@ def _over(sizes: dict[str, int], limit: int) -> dict[str, int]:
 
 def _check(sizes: dict[str, int], limit: int, what: str) -> None:
     over = _over(sizes, limit)
-    unexpected = {name: size for name, size in over.items() if name not in PENDING}
-    assert not unexpected, f"{what} over {limit}: {unexpected}"
-    # A pending entry of this kind that is no longer over the limit is to be removed.
-    done = [name for name in PENDING if name in sizes and name not in over]
-    assert not done, f"no longer over {limit} lines (remove them from PENDING): {done}"
+    assert not over, f"{what} over {limit}: {over}"
 
 
 def test_no_module_over_600_lines() -> None:
@@ -79,11 +66,6 @@ def test_no_class_over_400_lines() -> None:
 def test_no_folder_over_12_modules() -> None:
     over = _over(folder_modules(), MAX_FOLDER_MODULES)
     assert not over, f"folders over {MAX_FOLDER_MODULES} modules: {over}"
-
-
-def test_pending_names_exist() -> None:
-    missing = PENDING - module_lines().keys() - class_lines().keys()
-    assert not missing, f"PENDING names what is not there (remove them): {missing}"
 
 
 def test_an_oversized_entry_is_caught() -> None:
@@ -100,6 +82,3 @@ if __name__ == "__main__":
         ranked = sorted(sizes.items(), key=lambda item: -item[1])
         top = ", ".join(name for name, size in ranked if size == ranked[0][1])
         print(f"largest {what}: {ranked[0][1]} {top}")
-        rest = [(name, size) for name, size in ranked if name not in PENDING]
-        if rest != ranked:
-            print(f"  apart from PENDING: {rest[0][1]} {rest[0][0]}")

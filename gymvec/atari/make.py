@@ -147,7 +147,8 @@ def make_env(
     block per worker; ``"observation"`` is ``[num_envs, stack_size, H, W]`` for gray frames.
     Options as :func:`make_vec`'s. Blocks are reset explicitly (DISABLED, with reset masks),
     as the tensordict side resets sub-envs."""
-    from gymvec.envs.batched import ParallelEnv, SerialEnv
+    from gymvec.envs.parallel_env import ParallelEnv
+    from gymvec.envs.serial_env import SerialEnv
 
     workers = _workers(backend, num_envs, num_workers)
     preprocessing = dict(

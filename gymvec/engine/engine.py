@@ -143,9 +143,6 @@ class BatchEngine:
         probed, kept, self.worker_layout = probe(factories, self.multi_task, backend.first_here)
         self._kept = KeptEnv(kept)
         self.num_envs = self.worker_layout.num_rows  # rows: a block fills several
-        sizes = set(self.worker_layout.rows_per_sub_env)
-        # first-ready commands send whole blocks: they need blocks of one size (0: mixed sizes)
-        self.unit_size = sizes.pop() if len(sizes) == 1 else 0
         self.worker_bounds = list(self.worker_layout.worker_rows)
         try:
             self.info_fields: dict[str, InfoField]
@@ -194,7 +191,7 @@ class BatchEngine:
             self.finished,
             self.root_stale,
             self.object_obs,
-            self.unit_size,
+            self.worker_layout.unit_size,
         )
         # The first-ready verbs (bound here, not wrapped: no call in between)
         self.async_step_send = first_ready.step_send
@@ -244,8 +241,7 @@ class BatchEngine:
     @property
     def idle(self) -> bool:
         """No call in flight and not stuck: a new call may start (one test per step)."""
-        life = self.life
-        return life.call is None and life.stuck is None
+        return self.life.call is None and self.life.stuck is None
 
     @property
     def interrupted(self) -> bool:

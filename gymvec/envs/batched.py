@@ -1,4 +1,5 @@
-"""The tensordict API over the batch engine: ``SerialEnv`` and ``ParallelEnv``.
+"""The tensordict API over the batch engine: :class:`BatchedEnvBase`, under ``SerialEnv``
+(``serial_env.py``) and ``ParallelEnv`` (``parallel_env.py``).
 
 :class:`BatchedEnvBase` turns ``EnvBase``'s calls into the engine's verbs (``engine.py``) and
 the engine's buffers into fresh tensors: ``reset`` -> ``reset_send(mask, into="root")``,
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from itertools import starmap
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -23,14 +24,11 @@ from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from gymvec.common.arrays import any_set
 from gymvec.common.fastpath import get_str, tensordict_maker, tensordict_unchecked
-from gymvec.engine.engine import Backend, BatchEngine, expand_seeds, process_backend, serial_backend
+from gymvec.engine.engine import Backend, BatchEngine, expand_seeds
 from gymvec.envs.base import EnvBase, make_done_spec, make_reward_spec, set_next
+from gymvec.envs.batch_specs import BatchSpecs
 from gymvec.envs.first_ready_batches import ENV_INDEX, FirstReadyBatches  # noqa: F401
-from gymvec.envs.gym_env import observation_spec_from_space
 from gymvec.envs.sub_env_kind import buffer_tensordict
-from gymvec.errors import SpaceMismatchError
-from gymvec.options import TENSORDICT_API, process_options, suggest_keywords
-from gymvec.spaces import spec_from_space
 from gymvec.specs import (
     Composite,
     DeviceLike,
@@ -38,11 +36,9 @@ from gymvec.specs import (
     info_spec_of,
     non_tensor,
     object_values,
-    stack_specs,
 )
 from gymvec.subenvs.factories import SubEnvFactories
 from gymvec.subenvs.group import SubEnvSummary
-from gymvec.subenvs.layout import check_count
 from gymvec.wire.buffers import Buffers
 from gymvec.wire.commands import Extras
 
@@ -90,19 +86,6 @@ class FlatOutputs(NamedTuple):
     plan: FlatPlan
 
 
-def sub_env_specs(summary: SubEnvSummary) -> tuple[Composite, Composite, torch.dtype]:
-    """(observation spec, full action spec, reward dtype) of a sub-env, unbatched."""
-    observation_space, action_space = summary.observation_space, summary.action_space
-    if observation_space is not None and action_space is not None:
-        action = spec_from_space(action_space, "action_space", objects=True)
-        observation = observation_spec_from_space(observation_space)
-        return observation, Composite({"action": action}), torch.float32
-    if summary.specs is None:
-        raise TypeError(f"a sub-env summary with neither spaces nor specs: {summary}")
-    observation, full_action, reward_dtype = summary.specs
-    return observation.clone(), full_action.clone(), reward_dtype
-
-
 class BatchedEnvBase(FirstReadyBatches, EnvBase):
     """Common base of :class:`SerialEnv` and :class:`ParallelEnv`: a batch of sub-envs with
     the tensordict API, over a :class:`~gymvec.engine.BatchEngine`.
@@ -138,42 +121,27 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         self.worker_bounds = engine.worker_bounds
         try:
             super().__init__(batch_size=(self.num_envs,), device=device)
-        except BaseException:
-            engine.close()
-            raise
-        self._pending_seeds: list[int | None] | None = None
-        self.last_extras: dict[int, Extras] = {}
-        self._sent: dict[int, TensorDictBase] = {}  # first-ready steps: each row as sent
-        self._row_specs: dict[tuple | str, TensorSpec] = {}  # see FirstReadyBatches
-        self.engine = engine
-        try:
+            self._pending_seeds: list[int | None] | None = None
+            self.last_extras: dict[int, Extras] = {}
+            self._sent: dict[int, TensorDictBase] = {}  # first-ready steps: each row as sent
+            self._row_specs: dict[tuple | str, TensorSpec] = {}  # see FirstReadyBatches
+            self.engine = engine
             engine.check_blocks("explicit", type(self).__name__)
-            self._set_specs(self.engine.summaries)
+            self._set_specs(engine.summaries)
             self._make_views()
         except BaseException:
-            self.engine.close()
+            engine.close()
             raise
 
     # ---- construction -------------------------------------------------------------------------
     def _set_specs(self, summaries: list[SubEnvSummary]) -> None:
-        specs: dict[int, tuple] = {}  # per distinct summary: sub-envs of a task share theirs
-        for summary in summaries:
-            if id(summary) not in specs:
-                specs[id(summary)] = sub_env_specs(summary)
-        per_env = [specs[id(summary)] for summary in summaries]
         n = self.num_envs
         self.heterogeneous = self.engine.heterogeneous
-        if self.heterogeneous:
-            # Specs list every key of every task; outputs are lazy stacks in which each
-            # sub-env shows only its own keys.
-            self.observation_spec = _union_spec([obs for obs, _, _ in per_env], n)
-            self.full_action_spec = _union_spec([action for _, action, _ in per_env], n)
-            self._sub_env_keys = [_keys_of(obs, action) for obs, action, _ in per_env]
-            self._task_action_specs = [action for _, action, _ in per_env]
-        else:
-            self.observation_spec = _batch_spec([obs for obs, _, _ in per_env], n, "observation")
-            self.full_action_spec = _batch_spec([a for _, a, _ in per_env], n, "action")
-        self.reward_spec = make_reward_spec(self.batch_size, per_env[0][2])
+        specs = BatchSpecs.of(summaries, n, self.heterogeneous)
+        self.observation_spec, self.full_action_spec = specs.observation, specs.action
+        # a multi-task batch's: each sub-env's keys, and each task's action spec
+        self._sub_env_keys, self._task_action_specs = specs.sub_env_keys, specs.task_actions
+        self.reward_spec = make_reward_spec(self.batch_size, specs.reward_dtype)
         self.done_spec = make_done_spec(self.batch_size)
         self.info_fields = self.engine.info_fields
         self.info_spec = info_spec_of(self.info_fields).expand(n)
@@ -534,139 +502,6 @@ class SubEnvMethod:
         return f"<method {self.name!r} of the sub-envs of {self.env!r}>"
 
 
-class SerialEnv(BatchedEnvBase):
-    """Sub-envs in this process, stepped in order, with the same batching as ParallelEnv.
-
-    Same arguments as :class:`ParallelEnv` (without the process options). Useful for
-    debugging, for cheap envs, and as the reference that ParallelEnv must match exactly.
-
-    Example:
-        >>> from gymvec import GymEnv, SerialEnv
-        >>> env = SerialEnv(2, lambda: GymEnv("CartPole-v1"))
-        >>> env.set_seed(0)
-        >>> env.reset()["observation"].shape
-        torch.Size([2, 4])
-        >>> env.close()
-    """
-
-    @suggest_keywords
-    def __init__(
-        self,
-        num_workers: int,
-        create_env_fn: Callable[..., Any] | Sequence[Callable[..., Any]],
-        *,
-        create_env_kwargs: dict | Sequence[dict] | None = None,
-        envs_per_worker: int | Sequence[int] = 1,
-        device: DeviceLike = None,
-    ) -> None:
-        super().__init__(
-            num_workers,
-            create_env_fn,
-            create_env_kwargs=create_env_kwargs,
-            envs_per_worker=envs_per_worker,
-            device=device,
-            backend=serial_backend(),
-        )
-
-
-class ParallelEnv(BatchedEnvBase):
-    """Sub-envs in worker processes; actions and observations through shared memory.
-
-    Args:
-        num_workers: number of workers; each is a process (except worker 0 with
-            ``local_worker=True``).
-        create_env_fn: callable returning an EnvBase or a gymnasium.Env (lambdas and closures
-            work: factories travel with cloudpickle), or a list of them, one per worker.
-        create_env_kwargs: kwargs for ``create_env_fn`` (a dict or a list of dicts).
-        envs_per_worker: sub-envs stepped by each worker, or a list of ``num_workers`` counts
-            (``[3, 4]``: 7 sub-envs, rows 0-2 in worker 0). The batch size is their total.
-        shared_memory: must be True: buffers live in shared memory (kept for torchrl users).
-        memmap: back the buffers with a temporary file instead of anonymous shared memory (the
-            file is unlinked once made: none is left however the processes end).
-        mp_start_method: "spawn", "fork" or "forkserver" (None: multiprocessing's default, as
-            the drop-ins and gymnasium's ``AsyncVectorEnv``: "fork" on Linux up to Python
-            3.13, where workers start without importing torch again).
-        num_threads: torch threads of this process (unchanged if None).
-        num_sub_threads: torch threads in each worker (1: no oversubscription).
-        local_worker: step worker 0's sub-envs in this process while the others run (None:
-            False, see docs/options.md).
-        daemon: whether worker processes are daemonic (daemonic ones cannot start processes;
-            None: False).
-        startup_timeout: seconds the workers may take, all together, to start and build their
-            sub-envs (``timeout``, if given, also bounds each worker's factories).
-        spin: whether waits spin briefly before blocking (None: when every busy process has
-            a core of its own, on x86).
-        timeout: seconds a reset, step or call may take (None: as long as it takes). Past
-            it, ``SubEnvTimeoutError`` names the sub-envs and workers still busy, the env
-            refuses further calls, and ``close()`` ends the busy workers at once. Rules out
-            ``local_worker``: no sub-env runs in this process.
-        device: where outputs live.
-
-    A worker that raises or dies surfaces as :class:`gymvec.WorkerError` (with the worker's
-    traceback when it raised); ``close()`` always stops every process.
-
-    Example:
-        >>> from gymvec import GymEnv, ParallelEnv
-        >>> env = ParallelEnv(2, lambda: GymEnv("CartPole-v1"), envs_per_worker=2)
-        >>> env.set_seed(0)
-        >>> env.reset()["observation"].shape
-        torch.Size([4, 4])
-        >>> env.close()
-    """
-
-    @suggest_keywords
-    def __init__(
-        self,
-        num_workers: int,
-        create_env_fn: Callable[..., Any] | Sequence[Callable[..., Any]],
-        *,
-        create_env_kwargs: dict | Sequence[dict] | None = None,
-        envs_per_worker: int | Sequence[int] = 1,
-        shared_memory: bool = True,
-        memmap: bool = False,
-        mp_start_method: str | None = None,
-        num_threads: int | None = None,
-        num_sub_threads: int | None = 1,
-        local_worker: bool | None = None,
-        daemon: bool | None = None,
-        startup_timeout: float = 120.0,
-        spin: bool | None = None,
-        timeout: float | None = None,
-        device: DeviceLike = None,
-    ) -> None:
-        check_count("num_workers", num_workers)  # before it is used below
-        if not shared_memory:
-            raise ValueError("shared_memory=False is not supported: buffers are always shared")
-        options, self.timeout = process_options(
-            TENSORDICT_API,
-            num_workers=num_workers,
-            start_method=mp_start_method,
-            daemon=daemon,
-            local_worker=local_worker,
-            timeout=timeout,
-            startup_timeout=startup_timeout,
-            spin=spin,
-            num_sub_threads=num_sub_threads,
-        )
-        self.memmap = memmap
-        self.mp_start_method = options.start_method
-        self.num_sub_threads = num_sub_threads
-        self.local_worker = options.local_worker
-        self.daemon = options.daemon
-        self.startup_timeout = startup_timeout
-        if num_threads is not None:
-            torch.set_num_threads(num_threads)
-        super().__init__(
-            num_workers,
-            create_env_fn,
-            create_env_kwargs=create_env_kwargs,
-            envs_per_worker=envs_per_worker,
-            device=device,
-            backend=process_backend(options, memmap=memmap),
-            timeout=self.timeout,
-        )
-
-
 def _numpy_tree(td: TensorDictBase) -> dict:
     """The numpy arrays behind a TensorDict of CPU tensors, nested like it."""
     return {
@@ -695,28 +530,3 @@ def _fresh_tree(
         for key, value in made.items():
             entries.setdefault(key, value)
     return tensordict_unchecked(entries, batch_size, _CPU)
-
-
-def _union_spec(specs: list[Composite], n: int) -> Composite:
-    union = Composite()
-    for spec in specs:
-        for key in spec.keys(include_nested=True, leaves_only=True):
-            if key not in union:
-                union[key] = spec[key].clone()
-    return union.expand(n)
-
-
-def _keys_of(observation_spec: Composite, full_action_spec: Composite) -> dict[str, set]:
-    obs = {k if isinstance(k, tuple) else (k,) for k in observation_spec.keys(True, True)}
-    action = {k if isinstance(k, tuple) else (k,) for k in full_action_spec.keys(True, True)}
-    return {"obs": obs, "action": action}
-
-
-def _batch_spec(specs: list[Composite], n: int, kind: str) -> Composite:
-    first = specs[0]
-    if all(spec == first for spec in specs):
-        return cast(Composite, first.expand(n))  # (stubs say TensorSpec: it is a Composite)
-    try:
-        return cast(Composite, stack_specs(specs))
-    except ValueError as exc:  # e.g. Categorical specs of different n
-        raise SpaceMismatchError(f"sub-envs cannot be batched: {exc}", kind=kind) from exc

@@ -119,6 +119,13 @@ class WorkerLayout:
         return self.num_rows != self.num_sub_envs
 
     @property
+    def unit_size(self) -> int:
+        """The rows of every sub-env where all have as many (first-ready commands send whole
+        blocks), else 0."""
+        sizes = set(self.rows_per_sub_env)
+        return sizes.pop() if len(sizes) == 1 else 0
+
+    @property
     def worker_sub_envs(self) -> tuple[tuple[int, int], ...]:
         """Per worker, its sub-envs ``[start, stop)`` in factory order."""
         return _bounds(self.sub_envs_per_worker)

@@ -27,7 +27,7 @@ from gymvec.engine.engine import BatchEngine, Received
 from gymvec.errors import ClosedEnvError
 from gymvec.integrations import sub_env_ops, tianshou_ops
 from gymvec.vector import dropin
-from gymvec.vector.vector_env import _field_value
+from gymvec.vector.infos import field_value
 
 # gymvec drop-in options these classes fix themselves: tianshou resets sub-envs itself, takes
 # numpy arrays, and steps each call's sub-envs to the end.
@@ -213,7 +213,9 @@ class TianshouVectorEnv(BaseVectorEnv):
         face = self.vector_env
         if face.plan.plain_obs is None:
             slot = self.engine.buffers.next
-            return _object_array([face._single_observation(slot, row) for row in rows.tolist()])
+            return _object_array(
+                [face._face_infos.single_observation(slot, row) for row in rows.tolist()]
+            )
         if received is not None:  # (from an observation lane it may have handed out)
             return face._observations(received)
         return face._row_observations(rows)
@@ -230,7 +232,7 @@ class TianshouVectorEnv(BaseVectorEnv):
                 present = slot.info_present[row]
                 for k, (name, field) in enumerate(fields):
                     if present[k]:
-                        info[name] = _field_value(field, slot.info[name][row])
+                        info[name] = field_value(field, slot.info[name][row])
             extra = extras.get(row)
             if extra:
                 info.update(extra)

@@ -49,10 +49,9 @@ from gymvec.engine.protocol import Engine, FirstReadyEngine
 from gymvec.errors import ClosedEnvError
 from gymvec.subenvs.probe import expand_seeds
 from gymvec.vector.actions import ActionWriter
+from gymvec.vector.infos import FaceInfos
 from gymvec.vector.plan import FacePlan
-from gymvec.wire.buffers import Slot
 from gymvec.wire.calls import Received
-from gymvec.wire.commands import NOTHING
 
 
 class GymnasiumVectorEnv(gym.vector.VectorEnv):
@@ -106,6 +105,13 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         # dict grows in place), and infos are built from it at every call.
         engine.learn_info_fields()
         self._info_fields = engine.layout.info_fields
+        self._face_infos = FaceInfos(
+            engine.buffers,
+            self._add_info,
+            self.single_observation_space,
+            self._obs_leaves,
+            self._obs_leaf_discrete,
+        )
         # Actions: checked and written by one object, looked up once (every step writes them)
         writer = ActionWriter(
             engine, self.single_action_space, self.action_space, self._action_leaves,
@@ -165,7 +171,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         rows = np.ones(self.num_envs, dtype=bool) if received.mask is None else received.mask
         plan = self.plan
         extras = {i: getattr(e, plan.reset_into) for i, e in received.extras.items()}
-        infos = self._infos(plan.slot, rows, extras)
+        infos = self._face_infos.infos(plan.slot, rows, extras)
         return self._observations(received), infos
 
     # ---- step ---------------------------------------------------------------------------------
@@ -200,10 +206,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         plan = self.plan
         if plan.same_step:
             finished = terminations | truncations
-            infos = self._same_step_infos(finished, any_set(finished), received.extras)
+            infos = self._face_infos.same_step(finished, any_set(finished), received.extras)
         elif received.extras or self._info_fields:
             extras = {i: e.next for i, e in received.extras.items()}
-            infos = self._infos(step_slot, None, extras)
+            infos = self._face_infos.infos(step_slot, None, extras)
         else:
             infos = {}
         # (the usual case's copy, bound once: no call of _observations)
@@ -225,26 +231,6 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             as_tensor = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
             return obs, as_tensor(rewards), as_tensor(terminations), as_tensor(truncations), infos
         return obs, rewards, terminations, truncations, infos
-
-    def _same_step_infos(self, finished: np.ndarray, any_finished: bool, extras: dict) -> dict:
-        # gymnasium adds, per finished sub-env, {"final_obs", "final_info"} and then its reset
-        # info; the other sub-envs add their step info. The root slot holds the reset info of
-        # finished sub-envs and (copied by SYNC_ROOT) the step info of the others.
-        top_extras = {i: e.root if finished[i] else e.next for i, e in extras.items()}
-        infos = self._infos(self.buffers.root, None, top_extras)
-        if any_finished:
-            final_extras = {i: e.next for i, e in extras.items() if finished[i]}
-            final_obs = np.full(self.num_envs, None, dtype=object)
-            for i in np.flatnonzero(finished).tolist():
-                kept = extras.get(i)  # the object the sub-env returned, where it came back
-                if kept is not None and kept.final_obs is not NOTHING:
-                    final_obs[i] = kept.final_obs
-                else:  # "next"'s own row: SAME_STEP steps take no lane here (plan.handout)
-                    final_obs[i] = self._single_observation(self.buffers.next, i)
-            infos["final_obs"], infos["_final_obs"] = final_obs, finished.copy()
-            infos["final_info"] = self._infos(self.buffers.next, finished, final_extras)
-            infos["_final_info"] = finished.copy()
-        return infos
 
     def receive(self, timeout: float | None = None) -> Received:
         """Wait for the whole-batch call in flight (see ``BatchEngine.recv``)."""
@@ -309,7 +295,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         mask = np.zeros(self.num_envs, dtype=bool)
         mask[rows] = True
         extras = {i: e.next for i, e in ready.extras.items()}
-        infos = _take_rows(self._infos(slot, mask, extras), rows)
+        infos = _take_rows(self._face_infos.infos(slot, mask, extras), rows)
         infos["env_id"] = rows.astype(np.int32)
         obs = self._row_observations(rows)
         return self._handed_out(obs, rewards, terminations, truncations, infos)
@@ -402,46 +388,6 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 arrays[k] = tuple(slot.objects[leaf.key])
         return build_value(self.single_observation_space, self._obs_leaves, arrays)
 
-    def _single_observation(self, slot: Slot, i: int) -> Any:
-        # Array leaves come back as arrays (0-d ones too), Discrete leaves as numpy integers.
-        arrays = [
-            slot.objects[leaf.key][i]
-            if leaf.is_object
-            else slot.obs[leaf.key][i]
-            if discrete
-            else np.array(slot.obs[leaf.key][i])
-            for leaf, discrete in zip(self._obs_leaves, self._obs_leaf_discrete)
-        ]
-        return build_value(self.single_observation_space, self._obs_leaves, arrays)
-
-    def _infos(self, slot: Slot, rows: np.ndarray | None, extras: dict[int, dict | None]) -> dict:
-        """gymnasium's vector infos from the info fields of ``slot`` and the extras."""
-        reported = {i: e for i, e in extras.items() if e and (rows is None or rows[i])}
-        fields = self._info_fields
-        if not reported and not fields:
-            return {}
-        infos: dict = {}
-        # A field that is also an extra somewhere changed type: gymnasium types the array after
-        # the first sub-env that reports the key, so such fields go sub-env by sub-env.
-        mixed = {name for e in reported.values() for name in e} & fields.keys()
-        per_env: dict[int, dict] = {}
-        for k, (name, field) in enumerate(fields.items()):
-            present = slot.info_present[:, k]
-            if rows is not None:
-                present = present & rows
-            if not present.any():
-                continue
-            if name in mixed:
-                for i in np.flatnonzero(present).tolist():
-                    per_env.setdefault(i, {})[name] = _field_value(field, slot.info[name][i])
-                continue
-            values = np.zeros((self.num_envs, *field.shape), dtype=field.dtype)
-            values[present] = slot.info[name][present]
-            infos[name], infos[f"_{name}"] = values, present.copy()
-        for i in sorted(reported.keys() | per_env.keys()):
-            infos = self._add_info(infos, {**per_env.get(i, {}), **reported.get(i, {})}, i)
-        return infos
-
     # ---- sub-env access -----------------------------------------------------------------------
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call (or get, if not callable) ``name`` on every sub-env; returns a tuple."""
@@ -531,10 +477,3 @@ def _check_reset_mask(mask: Any, n: int) -> np.ndarray:
             f"value, got reset_mask={mask}"
         )
     return mask
-
-
-def _field_value(field: Any, stored: np.ndarray) -> Any:
-    """A value read from an info field's buffer, back as the type the sub-env reported."""
-    if field.kind is np.ndarray:
-        return np.array(stored)
-    return field.kind(stored)

@@ -1,0 +1,46 @@
+"""``SerialEnv``: the tensordict API over sub-envs stepped in this process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gymvec.engine.engine import serial_backend
+from gymvec.envs.batched import BatchedEnvBase
+from gymvec.options import suggest_keywords
+from gymvec.specs import DeviceLike
+
+
+class SerialEnv(BatchedEnvBase):
+    """Sub-envs in this process, stepped in order, with the same batching as ParallelEnv.
+
+    Same arguments as :class:`ParallelEnv` (without the process options). Useful for
+    debugging, for cheap envs, and as the reference that ParallelEnv must match exactly.
+
+    Example:
+        >>> from gymvec import GymEnv, SerialEnv
+        >>> env = SerialEnv(2, lambda: GymEnv("CartPole-v1"))
+        >>> env.set_seed(0)
+        >>> env.reset()["observation"].shape
+        torch.Size([2, 4])
+        >>> env.close()
+    """
+
+    @suggest_keywords
+    def __init__(
+        self,
+        num_workers: int,
+        create_env_fn: Callable[..., Any] | Sequence[Callable[..., Any]],
+        *,
+        create_env_kwargs: dict | Sequence[dict] | None = None,
+        envs_per_worker: int | Sequence[int] = 1,
+        device: DeviceLike = None,
+    ) -> None:
+        super().__init__(
+            num_workers,
+            create_env_fn,
+            create_env_kwargs=create_env_kwargs,
+            envs_per_worker=envs_per_worker,
+            device=device,
+            backend=serial_backend(),
+        )

@@ -1,0 +1,100 @@
+"""gymnasium's vector infos from the engine's buffers and extras, for the gymnasium face."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from gymvec.common.structure import Leaf, build_value
+from gymvec.wire.buffers import Buffers, Slot
+from gymvec.wire.commands import NOTHING
+
+
+class FaceInfos:
+    """Builds a face's infos (and SAME_STEP's final observations) as gymnasium's vector envs
+    lay them out: an array per entry with its ``_name`` mask, ``final_obs``/``final_info``."""
+
+    def __init__(
+        self,
+        buffers: Buffers,
+        add_info: Callable[[dict, dict, int], dict],
+        observation_space: spaces.Space,
+        obs_leaves: list[Leaf],
+        obs_leaf_discrete: list[bool],
+    ):
+        self.buffers = buffers
+        self.num_envs = buffers.layout.num_envs
+        self.fields = buffers.layout.info_fields  # (grows in place as fields are learnt)
+        self.add_info = add_info  # gymnasium's VectorEnv._add_info, of the face
+        self.observation_space = observation_space
+        self.obs_leaves, self.obs_leaf_discrete = obs_leaves, obs_leaf_discrete
+
+    def same_step(self, finished: np.ndarray, any_finished: bool, extras: dict) -> dict:
+        # gymnasium adds, per finished sub-env, {"final_obs", "final_info"} and then its reset
+        # info; the other sub-envs add their step info. The root slot holds the reset info of
+        # finished sub-envs and (copied by SYNC_ROOT) the step info of the others.
+        top_extras = {i: e.root if finished[i] else e.next for i, e in extras.items()}
+        infos = self.infos(self.buffers.root, None, top_extras)
+        if any_finished:
+            final_extras = {i: e.next for i, e in extras.items() if finished[i]}
+            final_obs = np.full(self.num_envs, None, dtype=object)
+            for i in np.flatnonzero(finished).tolist():
+                kept = extras.get(i)  # the object the sub-env returned, where it came back
+                if kept is not None and kept.final_obs is not NOTHING:
+                    final_obs[i] = kept.final_obs
+                else:  # "next"'s own row: SAME_STEP steps take no lane here (plan.handout)
+                    final_obs[i] = self.single_observation(self.buffers.next, i)
+            infos["final_obs"], infos["_final_obs"] = final_obs, finished.copy()
+            infos["final_info"] = self.infos(self.buffers.next, finished, final_extras)
+            infos["_final_info"] = finished.copy()
+        return infos
+
+    def single_observation(self, slot: Slot, i: int) -> Any:
+        # Array leaves come back as arrays (0-d ones too), Discrete leaves as numpy integers.
+        arrays = [
+            slot.objects[leaf.key][i]
+            if leaf.is_object
+            else slot.obs[leaf.key][i]
+            if discrete
+            else np.array(slot.obs[leaf.key][i])
+            for leaf, discrete in zip(self.obs_leaves, self.obs_leaf_discrete)
+        ]
+        return build_value(self.observation_space, self.obs_leaves, arrays)
+
+    def infos(self, slot: Slot, rows: np.ndarray | None, extras: dict[int, dict | None]) -> dict:
+        """gymnasium's vector infos from the info fields of ``slot`` and the extras."""
+        reported = {i: e for i, e in extras.items() if e and (rows is None or rows[i])}
+        fields = self.fields
+        if not reported and not fields:
+            return {}
+        infos: dict = {}
+        # A field that is also an extra somewhere changed type: gymnasium types the array after
+        # the first sub-env that reports the key, so such fields go sub-env by sub-env.
+        mixed = {name for e in reported.values() for name in e} & fields.keys()
+        per_env: dict[int, dict] = {}
+        for k, (name, field) in enumerate(fields.items()):
+            present = slot.info_present[:, k]
+            if rows is not None:
+                present = present & rows
+            if not present.any():
+                continue
+            if name in mixed:
+                for i in np.flatnonzero(present).tolist():
+                    per_env.setdefault(i, {})[name] = field_value(field, slot.info[name][i])
+                continue
+            values = np.zeros((self.num_envs, *field.shape), dtype=field.dtype)
+            values[present] = slot.info[name][present]
+            infos[name], infos[f"_{name}"] = values, present.copy()
+        for i in sorted(reported.keys() | per_env.keys()):
+            infos = self.add_info(infos, {**per_env.get(i, {}), **reported.get(i, {})}, i)
+        return infos
+
+
+def field_value(field: Any, stored: np.ndarray) -> Any:
+    """A value read from an info field's buffer, back as the type the sub-env reported."""
+    if field.kind is np.ndarray:
+        return np.array(stored)
+    return field.kind(stored)
