@@ -173,6 +173,7 @@ class BatchEngine:
         self.any_finished = False
         self.root_stale = np.zeros(self.num_envs, dtype=bool)  # root older than "next"
         self._uniform_mode: int | None = None  # the mode every control byte holds, if known
+        self._modes_none_finished = {m: step_modes(m, self.finished, False) for m in AutoresetMode}
         self.lanes = LaneChoice(self.buffers, self.control.lane)
         self.has_observation_lanes = self.buffers.has_lanes and not self.heterogeneous
         # (bound, not wrapped: the face writes actions every step)
@@ -293,20 +294,19 @@ class BatchEngine:
     ) -> None:
         """Step every sub-env with the actions in ``buffers.action`` (see
         ``commands.step_modes`` for what each ``AutoresetMode`` does with finished sub-envs);
-        the transitions land in ``buffers.next``.
-        After a SAME_STEP step the root is current for every sub-env, and the last
-        observation of each sub-env it reset is in ``buffers.next`` (or the lane, below), or,
-        where that cannot hold it exactly, in its extras as the sub-env returned it
-        (``final_obs``).
+        the transitions land in ``buffers.next``. After a SAME_STEP step the root is current,
+        and the last observation of each sub-env it reset is in ``buffers.next`` (or the
+        lane), or, where that cannot hold it exactly, in its extras (``final_obs``).
 
         ``handout``: the caller hands "next"'s observations out: they go to a free
-        observation lane where there is one (see :class:`Received`). A SAME_STEP step into a
-        lane leaves the root's observations of the sub-envs it did not reset in the lane
-        only (``Received.observations``; the root buffer holds those of the reset ones): one
-        copy fewer of every observation. Object actions (``buffers.action_objects``, see
-        ``BufferLayout``) travel with the command.
+        observation lane where there is one (see :class:`Received`); a SAME_STEP step into a
+        lane leaves the root's observations of the rows it did not reset in the lane only.
+        Object actions (``buffers.action_objects``) travel with the command.
         """
-        modes = step_modes(autoreset, self.finished, self.any_finished)
+        if self.any_finished:
+            modes = step_modes(autoreset, self.finished, True)
+        else:  # (the planner's answer for each mode, asked once: see __init__)
+            modes = self._modes_none_finished[autoreset]
         command = Command("step", autoreset)
         if self._object_actions:
             command.action_objects = self.buffers.action_objects

@@ -3,6 +3,11 @@ step-for-step comparison of the two."""
 
 from __future__ import annotations
 
+import pytest
+
+pytest.importorskip("ale_py")  # gymvec[atari]: ale-py and opencv
+pytest.importorskip("cv2")
+
 from typing import Any
 
 import gymnasium as gym

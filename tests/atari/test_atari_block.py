@@ -3,10 +3,14 @@ frameskip=1))), step for step, with the same seeds and random actions."""
 
 from __future__ import annotations
 
+import pytest
+
+pytest.importorskip("ale_py")  # gymvec[atari]: ale-py and opencv
+pytest.importorskip("cv2")
+
 import cv2
 import gymnasium as gym
 import numpy as np
-import pytest
 from _reference import compare, reference
 
 from gymvec.atari import AtariVectorEnv

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
+pytest.importorskip("ale_py")  # gymvec[atari]: ale-py and opencv
+pytest.importorskip("cv2")
+
 import subprocess
 import sys
 
 import numpy as np
-import pytest
 
 from gymvec.atari import AtariVectorEnv, make_env, make_vec
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
+pytest.importorskip("ale_py")  # gymvec[atari]: ale-py and opencv
+pytest.importorskip("cv2")
+
 import re
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "atari_ppo.py"
 

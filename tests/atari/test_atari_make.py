@@ -3,8 +3,12 @@ SyncVectorEnv over the wrappers, run as blocks inside gymvec's batched envs."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
+
+pytest.importorskip("ale_py")  # gymvec[atari]: ale-py and opencv
+pytest.importorskip("cv2")
+
+import numpy as np
 from _reference import compare, reference
 from gymnasium.vector import AutoresetMode
 
