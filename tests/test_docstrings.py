@@ -22,7 +22,7 @@ MODULES = [name for name in MODULES if not name.startswith("gymvec.torchrl")]
 
 
 def test_the_examples_were_found():
-    assert "gymvec.envs.batched" in MODULES and "gymvec.vector.vector_env" in MODULES
+    assert "gymvec.envs.parallel_env" in MODULES and "gymvec.vector.vector_env" in MODULES
 
 
 @pytest.mark.parametrize("name", MODULES)
