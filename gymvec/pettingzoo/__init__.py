@@ -5,6 +5,12 @@
   block that gymvec's engine runs in each worker.
 * :func:`make_vec`: ``num_envs`` such envs over gymvec's ``ParallelVectorEnv`` (or
   ``SerialVectorEnv``), one block per worker; ``envs.rows`` lists ``(env, agent)`` per row.
+* :class:`PettingZooEnvBlock`: PettingZoo parallel envs as a vector env whose rows are the
+  envs, their agents in groups (``Dict`` spaces per group), in DISABLED autoreset mode.
+* :func:`make_env`: ``num_envs`` such envs as a tensordict batched env (:class:`PettingZooEnv`)
+  in torchrl's multi-agent layout: per group, ``(group, "observation")``, ``(group,
+  "action")``, ``("next", group, "reward")``, ``(group, "mask")``, per-agent and per-env done
+  keys.
 
 Needs pettingzoo: ``pip install 'gymvec[pettingzoo]'``.
 """
@@ -18,6 +24,15 @@ except ImportError as err:
 
 from gymvec.pettingzoo.agents import default_groups
 from gymvec.pettingzoo.block import PettingZooBlock
+from gymvec.pettingzoo.env_block import PettingZooEnvBlock
+from gymvec.pettingzoo.make_env import PettingZooEnv, make_env
 from gymvec.pettingzoo.make_vec import make_vec
 
-__all__ = ["PettingZooBlock", "default_groups", "make_vec"]
+__all__ = [
+    "PettingZooBlock",
+    "PettingZooEnv",
+    "PettingZooEnvBlock",
+    "default_groups",
+    "make_env",
+    "make_vec",
+]

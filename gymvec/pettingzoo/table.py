@@ -6,14 +6,14 @@ out per group of agents. What both blocks of ``gymvec.pettingzoo`` step:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
-from gymvec.common.structure import LeafSpec, get_leaf, space_leaves
+from gymvec.common.structure import Leaf, get_leaf, space_leaves
 from gymvec.pettingzoo.agents import check_parallel_env, close_env, common_spaces
 
 
@@ -28,7 +28,7 @@ class AgentGroup:
     positions: np.ndarray
     observation_space: spaces.Space
     action_space: spaces.Space
-    leaves: list[LeafSpec]
+    leaves: list[Leaf]
     obs: list[np.ndarray]
 
 
@@ -173,7 +173,9 @@ class AgentTable:
         return [array[e, j].copy() for array in group.obs]
 
 
-def check_groups(groups: dict[str, Sequence[str]], agents: Sequence[str]) -> dict[str, list[str]]:
+def check_groups(
+    groups: Mapping[str, Sequence[str]], agents: Sequence[str]
+) -> dict[str, list[str]]:
     """``groups`` (name -> agents) as lists, after checking that every agent of ``agents`` is
     in exactly one group and that groups name only those agents; a ValueError naming the
     agents otherwise."""
