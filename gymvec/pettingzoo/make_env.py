@@ -155,7 +155,7 @@ class PettingZooEnv(EnvBase):
             if action is None:
                 raise KeyError(
                     f"step() needs a {(name, 'action')} entry for group {name!r}; the "
-                    f"tensordict has {sorted(td.keys(include_nested=True, leaves_only=True))}"
+                    f"tensordict has {td.keys(include_nested=True, leaves_only=True)}"
                 )
             actions.set(("action", name), action)
         return actions
