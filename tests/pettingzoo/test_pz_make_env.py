@@ -257,17 +257,21 @@ def test_a_missing_group_action_is_a_key_error_naming_it():
         env.close()
 
 
-def test_to_torchrl_passes_check_env_specs():
+@pytest.mark.parametrize(("env_fn", "backend"), [(simple_tag, "serial"), (leaving_env, "parallel")])
+def test_to_torchrl_passes_check_env_specs(env_fn, backend):
     pytest.importorskip("torchrl")
     from torchrl.envs.utils import check_env_specs
 
     from gymvec.torchrl import to_torchrl
 
-    env = to_torchrl(make_env(simple_tag, 2, backend="serial"))
+    inner = make_env(env_fn, 2, backend=backend, num_workers=2 if backend == "parallel" else 1)
+    env = to_torchrl(inner)
     try:
         check_env_specs(env)
-        assert set(env.reward_keys) == {("adversary", "reward"), ("agent", "reward")}
-        rollout = env.rollout(10, break_when_any_done=False)
-        assert rollout.get(("next", "adversary", "reward")).shape == (2, 10, 3, 1)
+        assert set(env.reward_keys) == {(name, "reward") for name in inner.group_map}
+        rollout = env.rollout(12, break_when_any_done=False)  # through envs' resets
+        name, agents = next(iter(inner.group_map.items()))
+        assert rollout.get(("next", name, "reward")).shape == (2, 12, len(agents), 1)
+        assert rollout.get(("next", "done")).any()
     finally:
         env.close()
