@@ -116,6 +116,10 @@ class PettingZooEnv(EnvBase):
         td.set("next", self._outer(inner.get("next"), with_reward=True))
         return td, self._outer(root, with_reward=False)
 
+    def _step_mdp(self, td: TensorDictBase) -> TensorDictBase:
+        root = super()._step_mdp(td)
+        return root.exclude(*((name, "reward") for name in self.group_map))
+
     def _check_action(self, td: TensorDictBase) -> None:
         pass  # (the actions are checked where _step hands them on: see _inner_actions)
 

@@ -257,6 +257,18 @@ def test_a_missing_group_action_is_a_key_error_naming_it():
         env.close()
 
 
+def test_rollout_stops_when_an_env_is_done_and_leaves_rewards_in_next():
+    env = make_env(late_env, 2, backend="serial")
+    try:
+        env.set_seed(SEED)
+        rollout = env.rollout(8)  # everyone leaves at step 5
+        assert rollout.batch_size == (2, 5) and rollout.get(("next", "done"))[:, -1].all()
+        assert ("p", "reward") not in rollout.keys(include_nested=True)
+        assert rollout.get(("next", "p", "reward")).shape == (2, 5, 2, 1)
+    finally:
+        env.close()
+
+
 @pytest.mark.parametrize(("env_fn", "backend"), [(simple_tag, "serial"), (leaving_env, "parallel")])
 def test_to_torchrl_passes_check_env_specs(env_fn, backend):
     pytest.importorskip("torchrl")
