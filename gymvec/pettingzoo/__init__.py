@@ -22,11 +22,27 @@ except ImportError as err:
         "pettingzoo is not installed: pip install 'gymvec[pettingzoo]' (or pip install pettingzoo)"
     ) from err
 
+from typing import TYPE_CHECKING, Any
+
 from gymvec.pettingzoo.agents import default_groups
 from gymvec.pettingzoo.block import PettingZooBlock
 from gymvec.pettingzoo.env_block import PettingZooEnvBlock
-from gymvec.pettingzoo.make_env import PettingZooEnv, make_env
 from gymvec.pettingzoo.make_vec import make_vec
+
+if TYPE_CHECKING:
+    from gymvec.pettingzoo.tensordict_env import PettingZooEnv, make_env
+
+
+def __getattr__(name: str) -> Any:
+    # The tensordict side imports torch: loaded on first use, so that the workers, which
+    # import this package to build the blocks, stay torch-free.
+    if name in ("PettingZooEnv", "make_env"):
+        from gymvec.pettingzoo import tensordict_env
+
+        value = globals()[name] = getattr(tensordict_env, name)
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "PettingZooBlock",
