@@ -122,7 +122,7 @@ class EnvBase:
         finished.
         """
         td = self.step(td)
-        root = step_mdp(td)
+        root = self._step_mdp(td)
         done = root.get("done")
         if done.any():
             root.set("_reset", done.clone())
@@ -165,7 +165,7 @@ class EnvBase:
                 steps.append(td)
                 if td.get(("next", "done")).any():
                     break
-                td = step_mdp(td)
+                td = self._step_mdp(td)
             else:
                 td, next_root = self.step_and_maybe_reset(td)
                 steps.append(td)
@@ -213,6 +213,11 @@ class EnvBase:
             raise ValueError(
                 f'"_reset": expected a bool tensor of shape {expected}, got {_describe(mask)}'
             )
+
+    def _step_mdp(self, td: TensorDictBase) -> TensorDictBase:
+        """The root of the next step (:func:`step_mdp`; envs whose rewards sit elsewhere than
+        ``"reward"`` leave those out too)."""
+        return step_mdp(td)
 
     # ---- to implement -------------------------------------------------------------------------
     def _reset(self, td: TensorDictBase | None) -> TensorDictBase:

@@ -32,9 +32,17 @@ def close_env(env: Any) -> None:
         close()
 
 
-def common_spaces(env: ParallelEnv, agents: Sequence[str]) -> tuple[spaces.Space, spaces.Space]:
+ROWS_ADVICE = (
+    "so they cannot be rows of one vector env: use gymvec.pettingzoo.make_env, whose groups "
+    "(group_map) hold agents of different spaces"
+)
+
+
+def common_spaces(
+    env: ParallelEnv, agents: Sequence[str], advice: str = ROWS_ADVICE
+) -> tuple[spaces.Space, spaces.Space]:
     """The observation and action space that all of ``agents`` share; a ValueError naming the
-    agents and their spaces where they differ."""
+    agents and their spaces where they differ, followed by ``advice``."""
     first = agents[0]
     obs_space, act_space = env.observation_space(first), env.action_space(first)
     for kind, space, of in (
@@ -44,11 +52,7 @@ def common_spaces(env: ParallelEnv, agents: Sequence[str]) -> tuple[spaces.Space
         differing = [agent for agent in agents if of(agent) != space]
         if differing:
             listed = "; ".join(f"{agent}: {of(agent)}" for agent in [first, *differing])
-            raise ValueError(
-                f"the agents' {kind} spaces differ ({listed}), so they cannot be rows of one "
-                "vector env: use gymvec.pettingzoo.make_env, whose groups (group_map) hold "
-                "agents of different spaces"
-            )
+            raise ValueError(f"the agents' {kind} spaces differ ({listed}), {advice}")
     return obs_space, act_space
 
 

@@ -3,7 +3,7 @@ their agents, the block that gymvec's engine runs in a worker (see ``gymvec.pett
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,9 +12,9 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, iterate
 from pettingzoo import ParallelEnv
 
-from gymvec.common.structure import build_value, get_leaf, space_leaves
+from gymvec.common.structure import build_value
 from gymvec.options import parse_autoreset_mode
-from gymvec.pettingzoo.agents import check_parallel_env, close_env, common_spaces
+from gymvec.pettingzoo.table import AgentTable
 
 _INTEGER_KINDS = {spaces.Discrete: "iu", spaces.MultiDiscrete: "iu", spaces.MultiBinary: "iub"}
 
@@ -63,22 +63,11 @@ class PettingZooBlock(VectorEnv):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"{name}: expected an int >= {least}, got {value!r}")
         mode = parse_autoreset_mode(autoreset_mode)
-        self.envs: list[ParallelEnv] = []
-        try:
-            for _ in range(num_envs):
-                self.envs.append(env_fn())
-                check_parallel_env(self.envs[-1])
-            self.agents: list[str] = list(self.envs[0].possible_agents)
-            for env in self.envs[1:]:
-                if list(env.possible_agents) != self.agents:
-                    raise ValueError(
-                        f"env_fn(): expected every env to have possible_agents {self.agents}, "
-                        f"got {list(env.possible_agents)}"
-                    )
-            obs_space, act_space = common_spaces(self.envs[0], self.agents)
-        except BaseException:
-            self._close_envs()
-            raise
+        self.table = table = AgentTable(env_fn, num_envs)
+        self.envs = table.envs
+        self.agents = table.agents
+        (group,) = table.groups
+        obs_space, act_space = group.observation_space, group.action_space
         self.first_env, self.copy = first_env, copy
         self.num_agents = len(self.agents)
         self.num_envs = num_envs * self.num_agents
@@ -92,22 +81,15 @@ class PettingZooBlock(VectorEnv):
         }
         self.render_mode = getattr(self.envs[0], "render_mode", None)
         self.closed = False
-        self._index = {agent: k for k, agent in enumerate(self.agents)}
-        self._leaves = space_leaves(obs_space, ())
-        for leaf in self._leaves:
-            if leaf.is_object:
-                raise TypeError(
-                    f"observation space {obs_space}: the leaf at {leaf.path} has no fixed shape "
-                    "and dtype; gymvec.pettingzoo takes Box, Discrete, MultiDiscrete, "
-                    "MultiBinary, and Dict and Tuple of them"
-                )
+        self._index = table.index
+        self._leaves = group.leaves
         n = self.num_envs
-        self._obs = [np.zeros((n, *leaf.shape), leaf.dtype) for leaf in self._leaves]
-        self._rewards = np.zeros(n, np.float64)
-        self._terminations = np.zeros(n, np.bool_)
-        self._truncations = np.zeros(n, np.bool_)
-        self._alive = np.zeros(n, np.bool_)
-        self._ended = np.zeros(num_envs, np.bool_)  # no agent left: reset before stepping
+        # the table's arrays seen as rows (views: (num_envs, A, ...) -> (num_envs * A, ...))
+        self._obs = [array.reshape(n, *array.shape[2:]) for array in group.obs]
+        self._rewards = table.rewards.reshape(n)
+        self._terminations = table.terminated.reshape(n)
+        self._truncations = table.truncated.reshape(n)
+        self._alive = table.alive.reshape(n)
 
     # ---- gymnasium's VectorEnv ----------------------------------------------------------------
     def reset(
@@ -126,8 +108,7 @@ class PettingZooBlock(VectorEnv):
         which = self._envs_of_mask(mask)
         infos: dict[str, Any] = {}
         for e in which:
-            obs, env_infos = self.envs[e].reset(seed=seeds[e], options=env_options)
-            self._take_reset(e, obs, env_infos, infos)
+            self._add_infos(infos, e, self.table.reset_env(e, seeds[e], env_options))
         infos["alive"] = self._alive.copy()
         return self._observations(), infos
 
@@ -137,45 +118,31 @@ class PettingZooBlock(VectorEnv):
         mode = self.metadata["autoreset_mode"]
         A = self.num_agents
         infos: dict[str, Any] = {}
-        for e, env in enumerate(self.envs):
+        table = self.table
+        for e in range(len(self.envs)):
             first = e * A
-            if self._ended[e]:
+            if table.ended[e]:
                 if mode != AutoresetMode.NEXT_STEP:
                     raise ValueError(
                         f"env {self.first_env + e} (rows {first}..{first + A - 1}) has no agent "
                         "left: reset it first (options={'reset_mask': ...}) before stepping it"
                     )
-                obs, env_infos = env.reset()
-                self._take_reset(e, obs, env_infos, infos)
+                self._add_infos(infos, e, table.reset_env(e, None, None))
                 continue
-            live = list(env.agents)
-            step = env.step({a: row_actions[first + self._index[a]] for a in live})
-            obs, rewards, terminations, truncations, env_infos = step
-            self._clear(e, obs)
-            for agent in live:
-                self._alive[first + self._index[agent]] = True
-            self._write_obs(first, obs)
-            for agent, reward in rewards.items():
-                self._rewards[first + self._index[agent]] = reward
-            for agent, flag in terminations.items():
-                self._terminations[first + self._index[agent]] = flag
-            for agent, flag in truncations.items():
-                self._truncations[first + self._index[agent]] = flag
+            step = table.step_env(e, lambda env, agent: row_actions[env * A + self._index[agent]])
+            obs, _, terminations, truncations, env_infos = step
             if mode == AutoresetMode.SAME_STEP:
                 # each row that finished ends as a sub-env would: its last observation and
                 # info in final_obs/final_info, its observation what the row holds next
-                finished = self._final(first, terminations, truncations, env_infos, infos)
-                if not env.agents:
-                    obs, reset_infos = env.reset()
+                finished = self._final(e, terminations, truncations, env_infos, infos)
+                if table.ended[e]:
                     # the step's rewards and flags stay, and the agents that acted stay alive
-                    self._take_reset(e, obs, reset_infos, infos, keep_results=True)
+                    reset_infos = table.reset_env(e, None, None, keep_results=True)
+                    self._add_infos(infos, e, reset_infos)
                     continue
-                self._clear(e, set(obs) - finished, keep_results=True)
+                table.clear(e, set(obs) - finished, keep_results=True)
                 env_infos = {a: info for a, info in env_infos.items() if a not in finished}
-            for agent, info in env_infos.items():
-                self._add_info(infos, info, first + self._index[agent])
-            if not env.agents:
-                self._ended[e] = True
+            self._add_infos(infos, e, env_infos)
         infos["alive"] = self._alive.copy()
         return (
             self._observations(),
@@ -203,13 +170,9 @@ class PettingZooBlock(VectorEnv):
         return tuple(env.render() for env in self.envs)
 
     def close_extras(self, **kwargs: Any) -> None:
-        self._close_envs()
+        self.table.close()
 
     # ---- helpers ------------------------------------------------------------------------------
-    def _close_envs(self) -> None:
-        for env in self.envs:
-            close_env(env)
-
     def _env_seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
         n = len(self.envs)
         if seed is None:
@@ -265,58 +228,22 @@ class PettingZooBlock(VectorEnv):
             return list(array)
         return list(iterate(self.action_space, actions))
 
-    def _clear(self, e: int, observed: Iterable[str], keep_results: bool = False) -> None:
-        """Env ``e``'s rows as not alive: a zero observation for the agents not in
-        ``observed`` (whose rows are about to be written: not zeroed first, which would double
-        the copying of image observations), and, unless ``keep_results``, reward 0 and flags
-        False."""
-        first = e * self.num_agents
-        rows = slice(first, first + self.num_agents)
-        observed = set(observed)
-        for k, agent in enumerate(self.agents):
-            if agent not in observed:
-                for array in self._obs:
-                    array[first + k] = 0
-        if keep_results:
-            return
-        self._rewards[rows] = 0.0
-        self._terminations[rows] = False
-        self._truncations[rows] = False
-        self._alive[rows] = False
-
-    def _write_obs(self, first: int, obs: dict[str, Any]) -> None:
-        for agent, value in obs.items():
-            row = first + self._index[agent]
-            for leaf, array in zip(self._leaves, self._obs):
-                array[row] = get_leaf(value, leaf.path)
-
-    def _take_reset(
-        self, e: int, obs: dict, env_infos: dict, infos: dict[str, Any], keep_results: bool = False
-    ) -> None:
-        """Env ``e`` was reset: its rows hold the reset observations of the agents present
-        (and, with ``keep_results``, the rewards, flags and alive rows of the step before)."""
-        first = e * self.num_agents
-        self._clear(e, obs, keep_results)
-        self._ended[e] = False
-        for agent in self.envs[e].agents:
-            self._alive[first + self._index[agent]] = True
-        self._write_obs(first, obs)
+    def _add_infos(self, infos: dict[str, Any], e: int, env_infos: dict[str, dict]) -> None:
+        """Env ``e``'s agents' infos into gymnasium's vector info layout over the rows."""
         for agent, info in env_infos.items():
-            self._add_info(infos, info, first + self._index[agent])
+            self._add_info(infos, info, e * self.num_agents + self._index[agent])
 
     def _final(
-        self, first: int, terminations: dict, truncations: dict, env_infos: dict, infos: dict
+        self, e: int, terminations: dict, truncations: dict, env_infos: dict, infos: dict
     ) -> set[str]:
         """``final_obs``/``final_info`` (gymnasium's SAME_STEP layout) for the rows whose
         agent finished in this step; returns those agents."""
         agents = terminations.keys() | truncations.keys()
         finished = {a for a in agents if terminations.get(a) or truncations.get(a)}
         for agent in finished:
-            row = first + self._index[agent]
+            row = e * self.num_agents + self._index[agent]
             final_obs = build_value(
-                self.single_observation_space,
-                self._leaves,
-                [array[row].copy() for array in self._obs],
+                self.single_observation_space, self._leaves, self.table.agent_obs(e, agent)
             )
             self._add_info(
                 infos, {"final_obs": final_obs, "final_info": env_infos.get(agent, {})}, row

@@ -85,7 +85,9 @@ class GymvecWrapper(TorchRLEnvBase):
             observation["info"] = env.info_spec.clone()
         self.observation_spec = to_torchrl_spec(observation, device, "observation_spec")
         self.action_spec = to_torchrl_spec(env.full_action_spec, device, "full_action_spec")
-        reward = Composite({"reward": env.reward_spec}, shape=env.batch_size)
+        reward = env.reward_spec
+        if not isinstance(reward, Composite):  # (a Composite: rewards by key, as multi-agent)
+            reward = Composite({"reward": reward}, shape=env.batch_size)
         self.reward_spec = to_torchrl_spec(reward, device, "reward_spec")
         self.done_spec = to_torchrl_spec(env.done_spec, device, "done_spec")
         if len(env.state_spec.keys()):

@@ -127,9 +127,9 @@ def test_disabled_needs_whole_env_reset_masks():
     actions = np.zeros(block.num_envs, np.int64)
     for _ in range(10):
         obs, *_, infos = block.step(actions)
-        if block._ended.any():
+        if block.table.ended.any():
             break
-    e = int(np.flatnonzero(block._ended)[0])
+    e = int(np.flatnonzero(block.table.ended)[0])
     with pytest.raises(ValueError, match=f"env {e} .*has no agent left"):
         block.step(actions)
     split = np.zeros(block.num_envs, bool)
