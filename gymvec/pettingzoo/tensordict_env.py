@@ -233,8 +233,8 @@ def make_env(
     ValueError for a bad ``group_map`` or a group of agents with different spaces) before
     any worker starts.
     """
-    from gymvec.envs.batched import ParallelEnv as BatchedParallelEnv
-    from gymvec.envs.batched import SerialEnv
+    from gymvec.envs.parallel_env import ParallelEnv as BatchedParallelEnv
+    from gymvec.envs.serial_env import SerialEnv
     from gymvec.subenvs.factories import BlockFactory
 
     if backend not in BACKENDS:
