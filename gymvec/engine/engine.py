@@ -161,7 +161,7 @@ class BatchEngine:
                 summaries = probed
             else:  # one factory per sub-env (the drop-ins): ask the sub-envs themselves
                 summaries = self.executor.summaries()
-            self.heterogeneous = heterogeneous(summaries, self.multi_task)
+            self.heterogeneous = heterogeneous(summaries, self.multi_task, self.worker_layout)
         except BaseException:
             self.close()
             raise

@@ -100,9 +100,12 @@ def layout_of(
     return info_fields, layout
 
 
-def heterogeneous(summaries: list[SubEnvSummary], multi_task: bool) -> bool:
-    """Whether the sub-envs' keys, shapes or dtypes differ, which only the tasks of a
-    multi-task batch may (else a SpaceMismatchError)."""
+def heterogeneous(
+    summaries: list[SubEnvSummary], multi_task: bool, layout: WorkerLayout | None = None
+) -> bool:
+    """Whether the sub-envs' keys, shapes or dtypes differ (``summaries``: one per row), which
+    only the tasks of a multi-task batch may (else a SpaceMismatchError naming the two
+    sub-envs, by their factory and rows where ``layout`` has blocks, and their spaces)."""
     first = summaries[0]
     differ = False
     for i, summary in enumerate(summaries):
@@ -114,12 +117,23 @@ def heterogeneous(summaries: list[SubEnvSummary], multi_task: bool) -> bool:
                 continue
             if not multi_task:
                 raise SpaceMismatchError(
-                    f"sub-env {i}: {name} leaves {b} differ from sub-env 0's {a}; a batch "
-                    "needs the same keys, shapes and dtypes",
+                    f"{_who(i, layout)}: {name} leaves {b} differ from {_who(0, layout)}'s "
+                    f"{a}; a batch needs the same keys, shapes and dtypes",
                     kind=name.split("_")[0],
                 )
             differ = True
     return differ
+
+
+def _who(row: int, layout: WorkerLayout | None) -> str:
+    """Row ``row``'s sub-env as errors name it: by its row, or in a batch with blocks, by its
+    factory and its rows."""
+    if layout is None or not layout.has_blocks:
+        return f"sub-env {row}"
+    for j, (start, stop) in enumerate(layout.sub_env_rows):
+        if start <= row < stop:
+            return f"factory {j} (rows {start}..{stop - 1})"
+    return f"row {row}"
 
 
 def _union_leaves(leaves_per_env: list[list[LeafSpec]], name: str) -> list[LeafSpec]:

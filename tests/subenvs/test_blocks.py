@@ -283,7 +283,10 @@ def test_a_factory_of_neither_env_nor_vector_env_is_a_type_error():
 
 def test_blocks_whose_spaces_differ_are_a_value_error():
     fns = [BlockFactory(be.sync_block_fn(2), 2), BlockFactory(lambda: be.pendulum_block(2), 2)]
-    with pytest.raises(ValueError, match=r"observation"):
+    expected = (
+        r"factory 1 \(rows 2..3\): observation_spec.*\(3,\).*factory 0 \(rows 0..1\)'s.*\(4,\)"
+    )
+    with pytest.raises(ValueError, match=expected):
         SerialVectorEnv(fns)
 
 
