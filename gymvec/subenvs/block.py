@@ -21,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from gymvec.common.arrays import any_set
 from gymvec.common.structure import build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.errors import UnsupportedSpaceError
 from gymvec.subenvs.drivers import CommandRunner
@@ -28,15 +29,20 @@ from gymvec.subenvs.kinds import SubEnvSummary
 from gymvec.subenvs.layout import WorkerLayout
 from gymvec.wire.buffers import Buffers, Slot
 from gymvec.wire.commands import (
-    AUTORESET,
     RESET,
     RESET_INTO_NEXT,
     RESET_NEXT,
+    SAME_STEP_MODES,
     SEED,
     STEP,
     SYNC_ROOT,
     Extras,
 )
+
+# The mode bytes of a step of a whole block (see BlockRunner.run), and two of them alone.
+_WHOLE_STEPS = bytes([STEP, RESET_NEXT, SAME_STEP_MODES])
+_STEP_BYTE, _SAME_STEP_BYTE = bytes([STEP]), bytes([SAME_STEP_MODES])
+_RESET_NEXT_BYTE = bytes([RESET_NEXT])
 
 # The requested modes (the front end's autoreset, "explicit": resets only when asked) that a
 # block of each mode carries out exactly.
@@ -123,45 +129,47 @@ class BlockRunner(CommandRunner):
 
     # ---- the command --------------------------------------------------------------------------
     def run(self, modes: bytes, seeds: np.ndarray, options: dict | None) -> dict[int, Extras]:
-        codes = np.frombuffer(modes, dtype=np.uint8)
-        if not codes.any():
+        if not modes.strip(b"\0"):  # (C passes over the bytes, not numpy masks, for steps)
             return {}
         self.extras = {}
-        stepping = (codes & STEP).astype(bool)
-        root_written = np.zeros(self.n, dtype=bool)
-        if stepping.any():
-            root_written = self._step(codes, stepping, options)
-        else:
-            resetting = (codes & RESET).astype(bool)
-            if resetting.any():
-                into_next = self._same_for_all(codes, resetting, RESET_INTO_NEXT, "reset into")
-                self._reset(self.next if into_next else self.root, resetting, codes, seeds, options)
-                root_written = resetting & (not into_next)
-        sync = (codes & SYNC_ROOT).astype(bool) & ~root_written
-        if sync.all():
-            self.sync_root(self.rows)
-        elif sync.any():
-            self.sync_root((np.flatnonzero(sync) + self.start).tolist())
+        stepping = _STEP_BYTE in modes or _SAME_STEP_BYTE in modes
+        if stepping and not modes.translate(None, _WHOLE_STEPS):
+            self._step(modes, options)
+        else:  # (resets, all of them into "next" too: RESET_NEXT alone steps nothing)
+            self._resets(np.frombuffer(modes, dtype=np.uint8), seeds, options)
         if self.lane:  # written into lane 0 (the "next" slot's own rows): hand them over
             self.obs_lanes[self.lane][self.rows] = self.obs_lanes[0][self.rows]
         extras, self.extras = self.extras, {}
         return extras
 
-    def _same_for_all(self, codes: np.ndarray, rows: np.ndarray, flag: int, what: str) -> bool:
-        values = (codes[rows] & flag).astype(bool)
-        if values.all() != values.any():
-            raise ValueError(f"{self.what}: its rows differ in {what} within one command")
-        return bool(values[0])
-
-    def _step(self, codes: np.ndarray, stepping: np.ndarray, options: dict | None) -> np.ndarray:
-        """Step the block; returns the rows whose root the step wrote (SAME_STEP resets)."""
-        resetting = (codes & RESET).astype(bool)
-        if not (stepping | resetting).all() or (resetting & (codes != RESET_NEXT)).any():
+    def _resets(self, codes: np.ndarray, seeds: np.ndarray, options: dict | None) -> None:
+        """A command that steps no row: resets, and the root synced where SYNC_ROOT asks."""
+        if (codes & STEP).any():
             raise ValueError(
                 f"{self.what}: a block steps all its rows at once; this command steps rows "
-                f"{(np.flatnonzero(stepping) + self.start).tolist()} only"
+                f"{(np.flatnonzero(codes & STEP) + self.start).tolist()} only"
             )
-        if resetting.any() and self.mode is not AutoresetMode.NEXT_STEP:
+        resetting = (codes & RESET).astype(bool)
+        root_written = np.zeros(self.n, dtype=bool)
+        if resetting.any():
+            into = (codes[resetting] & RESET_INTO_NEXT).astype(bool)
+            if into.all() != into.any():
+                raise ValueError(f"{self.what}: its rows reset into both slots in one command")
+            self._reset(self.next if into[0] else self.root, resetting, codes, seeds, options)
+            root_written = resetting & (not into[0])
+        sync = (codes & SYNC_ROOT).astype(bool) & ~root_written
+        if sync.all():
+            self.sync_root(self.rows)
+        elif sync.any():
+            self.sync_root((np.flatnonzero(sync) + self.start).tolist())
+
+    def _step(self, modes: bytes, options: dict | None) -> None:
+        """A step of every row (STEP; RESET_NEXT rows the NEXT_STEP block resets itself in
+        place of their step; or SAME_STEP_MODES: the rows that finish reset into the root)."""
+        same_step = _SAME_STEP_BYTE in modes
+        if same_step and modes.count(_SAME_STEP_BYTE) != self.n:
+            raise ValueError(f"{self.what}: only some of its rows step with SAME_STEP resets")
+        if _RESET_NEXT_BYTE in modes and self.mode is not AutoresetMode.NEXT_STEP:
             raise ValueError(f"{self.what}: NEXT_STEP resets need a NEXT_STEP block")
         obs, rewards, terminations, truncations, infos = self.block.step(self._read_actions())
         final_obs = final_info = None
@@ -171,28 +179,29 @@ class BlockRunner(CommandRunner):
             infos.pop("_final_obs", None)
             infos.pop("_final_info", None)
         done = self._write_transition(rewards, terminations, truncations)
-        autoreset = done & (codes & AUTORESET).astype(bool)
-        if not autoreset.any():
+        if not same_step or not any_set(done):
             self._write_obs(self.next, obs, self.all_rows)
             self._write_infos(self.next, infos, self.all_rows)
-            return np.zeros(self.n, dtype=bool)
+            if same_step:
+                self.sync_root(self.rows)
+            return
         if self.mode is AutoresetMode.SAME_STEP:
             # the block returned its first observations for the rows it reset, and their last
             # ones in final_obs: the transition ends in those, the root starts from these
-            self._write_obs(self.root, obs, autoreset)
-            self._write_infos(self.root, infos, autoreset)
-            self._clear_flags(self.root, autoreset)
-            self._write_obs(self.next, obs, ~autoreset)
-            self._write_final_obs(final_obs, autoreset)
-            self._write_infos(self.next, infos, ~autoreset)
+            self._write_obs(self.next, obs, ~done)
+            self._write_final_obs(final_obs, done)
+            self._write_infos(self.next, infos, ~done)
             if final_info is not None:
-                self._write_infos(self.next, final_info, autoreset)
+                self._write_infos(self.next, final_info, done)
+            self.sync_root(self.rows)  # then the reset rows' root is overwritten
+            self._write_obs(self.root, obs, done)
+            self._write_infos(self.root, infos, done)
+            self._clear_flags(self.root, done)
         else:  # a DISABLED block: the rows that finished reset into the root now
             self._write_obs(self.next, obs, self.all_rows)
             self._write_infos(self.next, infos, self.all_rows)
             self.sync_root(self.rows)
-            self._reset(self.root, autoreset, np.zeros(self.n, np.uint8), None, options)
-        return autoreset
+            self._reset(self.root, done, np.zeros(self.n, np.uint8), None, options)
 
     def _reset(
         self,
