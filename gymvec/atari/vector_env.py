@@ -15,6 +15,7 @@ from gymnasium.vector.utils import batch_space
 from gymvec.atari.config import AtariConfig
 from gymvec.atari.frames import FrameStacks
 from gymvec.atari.games import AtariGames
+from gymvec.common.vector_reset import check_reset_mask
 from gymvec.options import parse_autoreset_mode
 
 INFO_KEYS = ("lives", "episode_frame_number", "frame_number")
@@ -132,7 +133,7 @@ class AtariVectorEnv(gym.vector.VectorEnv):
             super().reset(seed=seed)
         mask = None
         if options is not None and "reset_mask" in options:
-            mask = _check_reset_mask(options["reset_mask"], n)
+            mask = check_reset_mask(options["reset_mask"], n)
         rows = np.arange(n) if mask is None else np.flatnonzero(mask)
         if mask is None:
             self._terminations[:] = False
@@ -265,19 +266,3 @@ def _expand_seeds(seed: Any, n: int) -> list[int | None]:
             raise ValueError(f"seed: a list of seeds must have one per game ({n}), got {len(seed)}")
         return [None if s is None else int(s) for s in seed]
     raise TypeError(f"seed: expected None, an int or a list of {n} ints, got {seed!r}")
-
-
-def _check_reset_mask(mask: Any, n: int) -> np.ndarray:
-    """gymnasium's checks of ``options["reset_mask"]`` (SyncVectorEnv.reset)."""
-    if not isinstance(mask, np.ndarray):
-        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
-    if mask.shape != (n,):
-        raise ValueError(f"`options['reset_mask']` must have shape `({n},)`, got {mask.shape}")
-    if mask.dtype != np.bool_:
-        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
-    if not mask.any():
-        raise ValueError(
-            "`options['reset_mask']` must contain a boolean array with at least one True "
-            f"value, got reset_mask={mask}"
-        )
-    return mask

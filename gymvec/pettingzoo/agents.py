@@ -69,3 +69,12 @@ def default_groups(agents: Sequence[str]) -> dict[str, list[str]]:
         match = _TRAILING_NUMBER.match(agent)
         groups.setdefault(match.group(1) if match else agent, []).append(agent)
     return groups
+
+
+def split_reset_options(options: dict | None) -> tuple[Any, dict | None]:
+    """``(options["reset_mask"] or None, the other options, for each env's reset)``; the
+    caller's dict is never mutated (gymnasium's vector envs pop "reset_mask" from theirs)."""
+    if options is None:
+        return None, None
+    env_options = {**options}
+    return env_options.pop("reset_mask", None), env_options

@@ -14,6 +14,7 @@ from pettingzoo import ParallelEnv
 
 from gymvec.common.structure import build_value
 from gymvec.options import parse_autoreset_mode
+from gymvec.pettingzoo.agents import split_reset_options
 from gymvec.pettingzoo.table import AgentTable
 
 _INTEGER_KINDS = {spaces.Discrete: "iu", spaces.MultiDiscrete: "iu", spaces.MultiBinary: "iub"}
@@ -100,11 +101,7 @@ class PettingZooBlock(VectorEnv):
             seed = int(seed)
             super().reset(seed=seed)  # the vector env's own np_random, as gymnasium's
         seeds = self._env_seeds(seed)
-        # (the caller's dict is never mutated: gymnasium's vector envs pop "reset_mask")
-        mask = options.get("reset_mask") if options else None
-        env_options = None if options is None else {**options}
-        if env_options is not None:
-            env_options.pop("reset_mask", None)
+        mask, env_options = split_reset_options(options)
         which = self._envs_of_mask(mask)
         infos: dict[str, Any] = {}
         for e in which:

@@ -13,7 +13,7 @@ from gymnasium.vector.utils import batch_space
 from pettingzoo import ParallelEnv
 
 from gymvec.common.structure import build_value, get_leaf, space_leaves
-from gymvec.pettingzoo.agents import default_groups
+from gymvec.pettingzoo.agents import default_groups, split_reset_options
 from gymvec.pettingzoo.table import AgentGroup, AgentTable
 
 # The per-agent entries of a group's observation beside the agents' own observation.
@@ -137,11 +137,7 @@ class PettingZooEnvBlock(VectorEnv):
             seed = int(seed)
             super().reset(seed=seed)  # the vector env's own np_random, as gymnasium's
         seeds = self._env_seeds(seed)
-        mask = options.get("reset_mask") if options else None
-        # (the caller's dict is never mutated: gymnasium's vector envs pop "reset_mask")
-        env_options = None if options is None else {**options}
-        if env_options is not None:
-            env_options.pop("reset_mask", None)
+        mask, env_options = split_reset_options(options)
         infos: dict[str, Any] = {}
         for e in self._envs_of_mask(mask):
             self._rewards[e] = 0.0

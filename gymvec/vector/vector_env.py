@@ -45,6 +45,7 @@ from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from gymvec.common.arrays import any_set
 from gymvec.common.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
+from gymvec.common.vector_reset import check_reset_mask
 from gymvec.engine.protocol import Engine, FirstReadyEngine
 from gymvec.errors import ClosedEnvError
 from gymvec.subenvs.probe import expand_seeds
@@ -158,7 +159,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         options = dict(options) if options is not None else None  # never mutate the caller's
         mask = None
         if options is not None and "reset_mask" in options:
-            mask = _check_reset_mask(options.pop("reset_mask"), self.num_envs)
+            mask = check_reset_mask(options.pop("reset_mask"), self.num_envs)
         if seed is not None:
             super().reset(seed=seed if isinstance(seed, int) else None)
         # Only a reset of every sub-env into "next" fills a whole lane.
@@ -462,18 +463,3 @@ def _take_rows(infos: dict, rows: np.ndarray) -> dict:
         key: _take_rows(value, rows) if isinstance(value, dict) else value[rows]
         for key, value in infos.items()
     }
-
-
-def _check_reset_mask(mask: Any, n: int) -> np.ndarray:
-    if not isinstance(mask, np.ndarray):
-        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
-    if mask.shape != (n,):
-        raise ValueError(f"`options['reset_mask']` must have shape `({n},)`, got {mask.shape}")
-    if mask.dtype != np.bool_:
-        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
-    if not mask.any():
-        raise ValueError(
-            "`options['reset_mask']` must contain a boolean array with at least one True "
-            f"value, got reset_mask={mask}"
-        )
-    return mask
