@@ -74,3 +74,19 @@ class CountingBlock(SyncVectorEnv):
 
 def not_an_env() -> object:
     return np.zeros(3)
+
+
+class HangingBlock(SyncVectorEnv):
+    """A block whose ``hang_at``-th step sleeps far longer than any test waits."""
+
+    def __init__(self, n: int, hang_at: int = 2):
+        super().__init__([cartpole] * n)
+        self.hang_at, self.steps = hang_at, 0
+
+    def step(self, actions):
+        self.steps += 1
+        if self.steps == self.hang_at:
+            import time
+
+            time.sleep(600)
+        return super().step(actions)

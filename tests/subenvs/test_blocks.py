@@ -7,6 +7,8 @@ SyncVectorEnv over the same envs) alone with the contract's seeds: a block gets
 
 from __future__ import annotations
 
+import time
+
 import _block_envs as be
 import gymnasium as gym
 import numpy as np
@@ -360,3 +362,23 @@ def test_first_ready_batch_size_must_be_a_multiple_of_the_block_size():
         SerialVectorEnv([be.sync_block_fn(2)] * 4, batch_size=3)
     with pytest.raises(ValueError, match=r"batch_size=2.*\[1, 2\] rows"):
         SerialVectorEnv([BlockFactory(be.sync_block_fn(2), 2), be.cartpole], batch_size=2)
+
+
+# ---- timeouts and close -------------------------------------------------------------------------
+def test_a_hung_block_times_out_naming_its_rows_and_close_ends_it(no_leaks):
+    envs = ParallelVectorEnv(
+        [lambda: be.HangingBlock(2), lambda: be.cartpole_block(2)], num_workers=2, timeout=1.0
+    )
+    try:
+        envs.reset(seed=0)
+        envs.step(np.zeros(4, dtype=np.int64))
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"still busy: sub-envs 0, 1 \(worker 0"):
+            envs.step(np.zeros(4, dtype=np.int64))
+        assert time.monotonic() - started < 10
+        with pytest.raises(RuntimeError):  # the env refuses further steps, saying why
+            envs.step(np.zeros(4, dtype=np.int64))
+    finally:
+        started = time.monotonic()
+        envs.close()
+        assert time.monotonic() - started < 20
