@@ -106,10 +106,13 @@ class WorkerHandle:
 
     def wait(self, spin: Spin, timeout: float | None) -> Any:
         """Wait for the answer to the last command; returns the reply (None if none)."""
-        try:
-            wait_for(self.words, DONE_SEQ, self.seq, self.done, spin, self.alive, timeout)
-        except PeerDied:
-            raise self.died() from None
+        if self.words[DONE_SEQ] >= self.seq:  # done already (a step's usual case, after the
+            self.done.acquire(False)  # local share): wait_for's own first test, without its call
+        else:
+            try:
+                wait_for(self.words, DONE_SEQ, self.seq, self.done, spin, self.alive, timeout)
+            except PeerDied:
+                raise self.died() from None
         reply: Any = None  # (an ErrorDetail where the worker raised)
         try:
             # Answered from here on: an interrupt below either cuts the reply (the worker is
