@@ -181,3 +181,26 @@ def test_bare_first_ready_raises_instead_of_hanging_when_a_process_dies(no_leaks
             pool.recv()
     finally:
         pool.close()
+
+
+def test_bare_blocks_step_as_the_blocks_alone(no_leaks):
+    """bare-blocks' reference: one vector env (a block) per process, rows seeded seed + row."""
+    make = functools.partial(
+        gym.make_vec, "CartPole-v1", 3, vectorization_mode="vector_entry_point"
+    )
+    bare = BareParallel([make, make], 2, block_rows=3)
+    alone = [make(), make()]
+    try:
+        bare.reset(seed=4)
+        np.testing.assert_array_equal(
+            bare.arrays.obs, np.concatenate([alone[0].reset(seed=4)[0], alone[1].reset(seed=7)[0]])
+        )
+        rng = np.random.default_rng(0)
+        for _ in range(40):
+            actions = rng.integers(0, 2, 6)
+            obs, rewards, terminated, truncated = bare.step(actions)
+            want = [alone[0].step(actions[:3]), alone[1].step(actions[3:])]
+            np.testing.assert_array_equal(obs, np.concatenate([want[0][0], want[1][0]]))
+            np.testing.assert_array_equal(terminated, np.concatenate([want[0][2], want[1][2]]))
+    finally:
+        bare.close()

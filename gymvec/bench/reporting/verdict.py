@@ -51,13 +51,16 @@ REFERENCES = {
     "gymvec-td": ("bare-parallel", "the framework-free lock-step loop"),
     "gymvec-sb3": ("bare-parallel", "the framework-free lock-step loop"),
     "gymvec-first-ready": ("bare-first-ready", "the framework-free first-ready pool"),
-    "gymvec-blocks": ("vector-entry-point", "the vector env alone in one process"),
+    "gymvec-blocks": ("bare-blocks", "the framework-free lock-step blocks"),
     "pz-gymvec": ("pz-plain", "the plain two-process loop"),
     "pz-block": ("pz-loop", "the plain one-process loop"),
 }
 # Other vectorizers a runner's verdict measures it against, where they ran.
 RIVALS = {
-    "gymvec-blocks": (("envpool", "envpool"),),
+    "gymvec-blocks": (
+        ("vector-entry-point", "the vector env alone in one process"),
+        ("envpool", "envpool"),
+    ),
     "pz-gymvec": (("pz-supersuit", "SuperSuit's concat_vec_envs_v1"),),
 }
 

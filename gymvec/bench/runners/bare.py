@@ -135,10 +135,45 @@ class Share:
             env.close()
 
 
-def _templates(env: gym.Env, num_envs: int) -> tuple[np.ndarray, np.ndarray]:
-    """Arrays shaped like a batch of ``env``'s observations and of its actions."""
+class BlockShare:
+    """One vector env (a block) stepping rows ``[start, start + num_envs)`` of the arrays in one
+    call; it resets its finished rows itself (its own autoreset)."""
+
+    def __init__(self, block: gym.vector.VectorEnv, arrays: BatchArrays, start: int) -> None:
+        self.block, self.start = block, start
+        rows = slice(start, start + block.num_envs)
+        self.actions, self.obs = arrays.actions[rows], arrays.obs[rows]
+        self.rewards = arrays.rewards[rows]
+        self.terminated, self.truncated = arrays.terminated[rows], arrays.truncated[rows]
+
+    def reset(self, seed: int) -> None:
+        self.obs[...], _ = self.block.reset(seed=seed + self.start)
+
+    def step(self) -> None:
+        obs, rewards, terminated, truncated, _ = self.block.step(self.actions)
+        self.obs[...], self.rewards[...] = obs, rewards
+        self.terminated[...], self.truncated[...] = terminated, truncated
+
+    def close(self) -> None:
+        self.block.close()
+
+
+def make_share(envs: Sequence[Any], arrays: BatchArrays, start: int) -> Share | BlockShare:
+    """The share of ``envs``: single envs, or one block."""
+    if len(envs) == 1 and isinstance(envs[0], gym.vector.VectorEnv):
+        return BlockShare(envs[0], arrays, start)
+    return Share(envs, arrays, start)
+
+
+def _templates(env: Any, num_envs: int) -> tuple[np.ndarray, np.ndarray]:
+    """Arrays shaped like a batch of ``env``'s observations and of its actions (a block's:
+    of its single spaces)."""
+    if isinstance(env, gym.vector.VectorEnv):
+        spaces = (env.single_observation_space, env.single_action_space)
+    else:
+        spaces = (env.observation_space, env.action_space)
     templates = []
-    for name, space in (("observation", env.observation_space), ("action", env.action_space)):
+    for name, space in zip(("observation", "action"), spaces):
         sample = batch_space(space, num_envs).sample()
         if not isinstance(sample, np.ndarray):
             raise ValueError(
@@ -179,7 +214,7 @@ def _worker(
     parent: int,
 ) -> None:
     arrays = BatchArrays(*templates, num_workers, lambda nbytes: buffer)
-    share = Share([fn() for fn in env_fns], arrays, start)
+    share = make_share([fn() for fn in env_fns], arrays, start)
     words = arrays.words[index]
     seq = 0
     while True:
@@ -232,19 +267,23 @@ class BareParallel:
     """
 
     def __init__(
-        self, env_fns: Sequence[Callable[[], gym.Env]], num_workers: int, lag: int = 0
+        self,
+        env_fns: Sequence[Callable[[], Any]],
+        num_workers: int,
+        lag: int = 0,
+        block_rows: int = 1,
     ) -> None:
-        n = len(env_fns)
-        if num_workers < 1 or n % num_workers:
+        # (with block_rows > 1, each factory builds a vector env of that many rows: one a worker)
+        if num_workers < 1 or len(env_fns) % num_workers:
             raise ValueError(
-                f"num_workers: expected a divisor of the {n} sub-envs, got {num_workers}"
+                f"num_workers: expected a divisor of the {len(env_fns)} sub-envs, got {num_workers}"
             )
-        per_worker = n // num_workers
+        per_worker = len(env_fns) // num_workers
         local_envs = [fn() for fn in env_fns[:per_worker]]
-        templates = _templates(local_envs[0], n)
+        templates = _templates(local_envs[0], len(env_fns) * block_rows)
         ctx = fork_or_spawn()
         self.arrays = BatchArrays(*templates, num_workers, lambda nbytes: ctx.RawArray("b", nbytes))
-        self.share = Share(local_envs, self.arrays, 0)
+        self.share = make_share(local_envs, self.arrays, 0)
         self.lag = lag
         self.seq = 0
         self.waited = 0  # the last command whose finish the calling process took
@@ -253,8 +292,9 @@ class BareParallel:
         try:
             for w in range(1, num_workers):
                 wake, done = ctx.Semaphore(0), ctx.Semaphore(0)
-                start = w * per_worker
-                fns = list(env_fns[start : start + per_worker])
+                first = w * per_worker
+                fns = list(env_fns[first : first + per_worker])
+                start = first * block_rows
                 args = (fns, templates, num_workers, self.arrays.buffer, w, start, wake, done, ppid)
                 process = ctx.Process(target=_worker, args=args, daemon=True)
                 process.start()

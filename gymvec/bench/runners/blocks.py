@@ -6,14 +6,20 @@ one per worker, against the same vector env alone in one process and envpool's C
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from gymvec.bench.runners.base import Runner, RunnerOptions, VectorEnvRunner, register_runner
-
-BLOCKS_RUNNERS = ("vector-entry-point", "gymvec-blocks", "envpool")
+from gymvec.bench.runners.bare import BareParallel
+from gymvec.bench.runners.base import (
+    BareRunner,
+    Runner,
+    RunnerOptions,
+    VectorEnvRunner,
+    register_runner,
+)
 
 
 @register_runner("vector-entry-point")
@@ -31,6 +37,19 @@ def _gymvec_blocks(env_id: str, num_envs: int, options: RunnerOptions) -> Runner
         env_id, num_envs, vectorization_mode="vector_entry_point", num_workers=options.num_workers
     )
     return VectorEnvRunner(envs)
+
+
+@register_runner("bare-blocks")
+def _bare_blocks(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    """The framework-free reference of gymvec-blocks: the same blocks, the calling process
+    stepping one and a process per other worker the others, in lock-step, nothing copied in
+    or out but the batch (see ``runners.bare``)."""
+    workers = options.num_workers or 1
+    if num_envs % workers:
+        raise ValueError(f"bare-blocks: {num_envs} rows do not split over {workers} workers")
+    rows = num_envs // workers
+    make = functools.partial(gym.make_vec, env_id, rows, vectorization_mode="vector_entry_point")
+    return BareRunner(BareParallel([make] * workers, workers, block_rows=rows))
 
 
 class EnvpoolRunner(Runner):
