@@ -69,8 +69,8 @@ def check_block_mode(metadata: dict, requested: str, what: str) -> None:
         raise ValueError(
             f"{what}: a block whose autoreset mode is {mode.value} cannot be run with "
             f"autoreset mode {requested!r} exactly; build its vector env with "
-            f"autoreset_mode={' or '.join(fits)} (for gymnasium.make_vec: "
-            f"vector_kwargs={{'autoreset_mode': ...}})"
+            f"autoreset_mode={' or '.join(fits)} (gymnasium.make_vec's sync and async modes "
+            "take vector_kwargs={'autoreset_mode': ...})"
         )
 
 
