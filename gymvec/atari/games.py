@@ -12,6 +12,13 @@ from gymnasium.utils import seeding
 
 from gymvec.atari.config import AtariConfig
 
+# AtariEnv's info entries, read from each game's ALEInterface (see AtariGames.info)
+_INFO_GETTERS = {
+    "lives": ale_py.ALEInterface.lives,
+    "episode_frame_number": ale_py.ALEInterface.getEpisodeFrameNumber,
+    "frame_number": ale_py.ALEInterface.getFrameNumber,
+}
+
 
 class AtariGames:
     """``num_games`` ALE games with ``AtariEnv``'s seeding, ``TimeLimit``'s step count and
@@ -176,11 +183,7 @@ class AtariGames:
     def info(self, key: str) -> np.ndarray:
         """``AtariEnv``'s info ``key`` ("lives", "episode_frame_number", "frame_number") of
         every game, as int64 (the dtype SyncVectorEnv gives Python ints)."""
-        getter = {
-            "lives": ale_py.ALEInterface.lives,
-            "episode_frame_number": ale_py.ALEInterface.getEpisodeFrameNumber,
-            "frame_number": ale_py.ALEInterface.getFrameNumber,
-        }[key]
+        getter = _INFO_GETTERS[key]
         return np.fromiter((getter(ale) for ale in self.ales), dtype=np.int64, count=self.num_games)
 
     def screen_rgb(self, i: int) -> np.ndarray:

@@ -90,7 +90,13 @@ class SubEnvFactories:
         tasks: bool = True,
     ):
         layout = WorkerLayout.plan(num_workers=num_workers, envs_per_worker=envs_per_worker)
-        self._init(layout, create_env_fn, create_env_kwargs, tasks)
+        self.layout = layout
+        self.num_workers = layout.num_workers
+        self.tasks = tasks
+        self.num_envs = layout.num_sub_envs  # sub-envs (a block is one; see rows())
+        self.worker_bounds = list(layout.worker_sub_envs)
+        self.fns = _per_sub_env(create_env_fn, self.worker_bounds, "create_env_fn")
+        self.kwargs = _per_sub_env(create_env_kwargs or {}, self.worker_bounds, "create_env_kwargs")
 
     @classmethod
     def spread(
@@ -98,21 +104,8 @@ class SubEnvFactories:
     ) -> SubEnvFactories:
         """One factory per sub-env (one task, as gymnasium's vector envs take them), spread
         over ``num_workers`` workers (default: one per usable core)."""
-        layout = WorkerLayout.plan(len(env_fns), num_workers=num_workers)
-        factories = cls.__new__(cls)
-        factories._init(layout, list(env_fns), None, False)
-        return factories
-
-    def _init(
-        self, layout: WorkerLayout, fns: Any, kwargs: dict | Sequence[dict] | None, tasks: bool
-    ) -> None:
-        self.layout = layout
-        self.num_workers = layout.num_workers
-        self.tasks = tasks
-        self.num_envs = layout.num_sub_envs  # sub-envs (a block is one; see rows())
-        self.worker_bounds = list(layout.worker_sub_envs)
-        self.fns = _per_sub_env(fns, self.worker_bounds, "create_env_fn")
-        self.kwargs = _per_sub_env(kwargs or {}, self.worker_bounds, "create_env_kwargs")
+        shares = WorkerLayout.plan(len(env_fns), num_workers=num_workers).sub_envs_per_worker
+        return cls(len(shares), list(env_fns), None, list(shares), tasks=False)
 
     def rows(self, probed_rows: Sequence[int], probed: Sequence[int]) -> WorkerLayout:
         """The layout with each sub-env's rows: a :class:`BlockFactory`'s declared size, or
