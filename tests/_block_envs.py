@@ -31,6 +31,20 @@ def cartpole_block(n: int) -> CartPoleVectorEnv:
     return CartPoleVectorEnv(n, max_episode_steps=MAX_STEPS)
 
 
+WIDE = 4096  # each row's CartPole state repeated to 16 kB: a batch fills observation lanes
+
+
+def wide_cartpole() -> gym.Env:
+    """A CartPole whose observation is its state repeated ``WIDE`` times (large rows)."""
+    env = cartpole()
+    space = gym.spaces.Box(-np.inf, np.inf, (4 * WIDE,), np.float32)
+    return gym.wrappers.TransformObservation(env, lambda obs: np.tile(obs, WIDE), space)
+
+
+def wide_block(n: int, mode: AutoresetMode = AutoresetMode.DISABLED) -> SyncVectorEnv:
+    return SyncVectorEnv([wide_cartpole] * n, autoreset_mode=mode)
+
+
 def pendulum_block(n: int) -> SyncVectorEnv:
     return SyncVectorEnv([lambda: gym.make("Pendulum-v1")] * n)
 

@@ -451,7 +451,12 @@ class BatchEngine:
             control.mode[:] = modes
         self._uniform_mode = uniform
         # (asked before SEED is written)
-        into_lane = handout and self.has_observation_lanes and lane_modes(control, uniform)
+        # (a step's modes, the autoreset planner's, all go to lanes)
+        into_lane = (
+            handout
+            and self.has_observation_lanes
+            and (command.kind == "step" or lane_modes(control, uniform))
+        )
         if seeds is not None and control.write_seeds(seeds):
             self._uniform_mode = None
         lanes = self.lanes

@@ -123,22 +123,34 @@ class BlockRunner(CommandRunner):
         self.reward = buffers.reward
         self.extras: dict[int, Extras] = {}
         self.all_rows = np.ones(n, dtype=bool)
+        self.all_step = bytes([STEP]) * n  # the mode bytes of the usual command
+        # The block's rows of each observation lane (see BufferLayout), lane 0 first. Lane 0
+        # gets every observation, then the command's lane a copy: writing the lane alone and
+        # lane 0 only when a command reads it measured about 10% slower on the blocks case.
+        self.lane_rows = [lane[rows] for lane in buffers.obs_lanes]
 
     def fields_changed(self) -> None:
         self.field_index = {name: k for k, name in enumerate(self.fields)}
 
     # ---- the command --------------------------------------------------------------------------
     def run(self, modes: bytes, seeds: np.ndarray, options: dict | None) -> dict[int, Extras]:
-        if not modes.strip(b"\0"):  # (C passes over the bytes, not numpy masks, for steps)
+        # (C passes over the bytes, not numpy masks; the usual command takes one compare)
+        same_step = False
+        whole_step = modes == self.all_step
+        if not whole_step:
+            same_step = _SAME_STEP_BYTE in modes
+            whole_step = (same_step or _STEP_BYTE in modes) and not modes.translate(
+                None, _WHOLE_STEPS
+            )
+        if not whole_step and not modes.strip(b"\0"):
             return {}
         self.extras = {}
-        stepping = _STEP_BYTE in modes or _SAME_STEP_BYTE in modes
-        if stepping and not modes.translate(None, _WHOLE_STEPS):
-            self._step(modes, options)
+        if whole_step:
+            self._step(modes, same_step, options)
         else:  # (resets, all of them into "next" too: RESET_NEXT alone steps nothing)
             self._resets(np.frombuffer(modes, dtype=np.uint8), seeds, options)
-        if self.lane:  # written into lane 0 (the "next" slot's own rows): hand them over
-            self.obs_lanes[self.lane][self.rows] = self.obs_lanes[0][self.rows]
+        if self.lane:  # written into lane 0: hand them over
+            self.lane_rows[self.lane][...] = self.lane_rows[0]
         extras, self.extras = self.extras, {}
         return extras
 
@@ -163,10 +175,10 @@ class BlockRunner(CommandRunner):
         elif sync.any():
             self.sync_root((np.flatnonzero(sync) + self.start).tolist())
 
-    def _step(self, modes: bytes, options: dict | None) -> None:
+    def _step(self, modes: bytes, same_step: bool, options: dict | None) -> None:
         """A step of every row (STEP; RESET_NEXT rows the NEXT_STEP block resets itself in
-        place of their step; or SAME_STEP_MODES: the rows that finish reset into the root)."""
-        same_step = _SAME_STEP_BYTE in modes
+        place of their step; or, ``same_step``, SAME_STEP_MODES: the rows that finish reset
+        into the root)."""
         if same_step and modes.count(_SAME_STEP_BYTE) != self.n:
             raise ValueError(f"{self.what}: only some of its rows step with SAME_STEP resets")
         if _RESET_NEXT_BYTE in modes and self.mode is not AutoresetMode.NEXT_STEP:

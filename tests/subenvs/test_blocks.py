@@ -7,6 +7,7 @@ SyncVectorEnv over the same envs) alone with the contract's seeds: a block gets
 
 from __future__ import annotations
 
+import functools
 import time
 
 import _block_envs as be
@@ -145,6 +146,49 @@ def test_disabled_mode_partial_resets_reach_the_blocks_as_reset_masks():
                 ref_obs, _ = reference.reset(options={"reset_mask": mask.copy()})
                 np.testing.assert_array_equal(obs, ref_obs)
         assert resets > 0
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize("cls", [SerialVectorEnv, ParallelVectorEnv])
+@pytest.mark.parametrize("mode", [AutoresetMode.DISABLED, AutoresetMode.NEXT_STEP])
+def test_large_observations_of_blocks_go_out_through_lanes_and_stay_right(mode, cls):
+    # Steps into observation lanes, then commands that read lane 0 ("next"'s own rows): a
+    # reset of one row (the other block skips it), a step into lane 0 once every lane is
+    # held, a reset of everything into "next".
+    kwargs = {"num_workers": 2} if cls is ParallelVectorEnv else {}
+    envs = cls([functools.partial(be.wide_block, 3, mode)] * 2, autoreset_mode=mode, **kwargs)
+    reference = SyncVectorEnv([be.wide_cartpole] * 6, autoreset_mode=mode)
+    assert envs.observation_space.shape == (6, 4 * be.WIDE)  # 96 kB: lanes
+    try:
+        np.testing.assert_array_equal(envs.reset(seed=SEED)[0], reference.reset(seed=SEED)[0])
+        rng, held, resets = np.random.default_rng(4), [], 0
+        for t in range(STEPS):
+            a = actions(rng, 6)
+            got, want = envs.step(a), reference.step(a)
+            for name, x, y in zip(TRANSITION, got[:4], want[:4]):
+                np.testing.assert_array_equal(x, y, err_msg=f"step {t}: {name}")
+            if t < 5:  # hold some: every lane taken, the steps go to lane 0
+                held.append((got[0], want[0].copy()))
+            if t == 5:  # handed out: never written again; let go, the lanes are free again
+                for k, (array, value) in enumerate(held):
+                    np.testing.assert_array_equal(array, value, err_msg=f"held observation {k}")
+                held = []
+            done = got[2] | got[3]
+            if t % 7 == 3 and not done.any():  # a reset of one row: the other block skips it
+                one = np.arange(6) == t % 6
+                obs, _ = envs.reset(options={"reset_mask": one})
+                ref_obs, _ = reference.reset(options={"reset_mask": one.copy()})
+                np.testing.assert_array_equal(obs, ref_obs, err_msg=f"reset after step {t}")
+            if mode is AutoresetMode.DISABLED and done.any():
+                resets += 1
+                obs, _ = envs.reset(options={"reset_mask": done.copy()})
+                ref_obs, _ = reference.reset(options={"reset_mask": done.copy()})
+                np.testing.assert_array_equal(obs, ref_obs, err_msg=f"reset after step {t}")
+            if t == STEPS // 2:  # a reset of everything into "next" (the lanes' own too)
+                obs, _ = envs.reset(seed=SEED + 1)
+                np.testing.assert_array_equal(obs, reference.reset(seed=SEED + 1)[0])
+        assert resets > 0 or mode is AutoresetMode.NEXT_STEP
     finally:
         envs.close()
 
