@@ -185,9 +185,12 @@ def test_large_observations_of_blocks_go_out_through_lanes_and_stay_right(mode, 
                 obs, _ = envs.reset(options={"reset_mask": done.copy()})
                 ref_obs, _ = reference.reset(options={"reset_mask": done.copy()})
                 np.testing.assert_array_equal(obs, ref_obs, err_msg=f"reset after step {t}")
-            if t == STEPS // 2:  # a reset of everything into "next" (the lanes' own too)
+            if t == STEPS // 2:  # a reset of everything into a lane, then of one row
                 obs, _ = envs.reset(seed=SEED + 1)
                 np.testing.assert_array_equal(obs, reference.reset(seed=SEED + 1)[0])
+                one = np.arange(6) == 4
+                obs, _ = envs.reset(options={"reset_mask": one})
+                np.testing.assert_array_equal(obs, reference.reset(options={"reset_mask": one})[0])
         assert resets > 0 or mode is AutoresetMode.NEXT_STEP
     finally:
         envs.close()
