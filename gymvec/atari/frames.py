@@ -8,15 +8,19 @@ import numpy as np
 
 from gymvec.atari.config import AtariConfig
 
+RESIZE_CHANNELS = 4  # the most channels OpenCV's INTER_AREA resize takes in one call
+
 
 class FrameStacks:
     """``AtariPreprocessing._get_obs`` and ``FrameStackObservation`` for ``num_games`` games.
 
     ``screens[k]`` holds every game's ``obs_buffer[k]``, one under the other. One
-    ``np.maximum`` pools them all, and one ``cv2.resize(..., INTER_AREA)`` of the tall image
-    resizes them all when that gives the pixels of one resize per game (checked once, at
-    construction: INTER_AREA's source windows then start at each game's first row, as for
-    210 rows to 84, an exact 2.5).
+    ``np.maximum`` pools them all. Gray frames are resized four games at a time, as the
+    channels of one image (``cv2.merge``, one ``cv2.resize(..., INTER_AREA)``, ``cv2.split``:
+    about 30 us a frame against 40 for one frame alone); RGB frames with one resize of the
+    tall image. Each way is taken where it gives the pixels of one resize per game (checked
+    once, at construction: INTER_AREA weighs each channel alike, and in the tall image its
+    source windows start at each game's first row, as for 210 rows to 84, an exact 2.5).
     """
 
     def __init__(self, config: AtariConfig, num_games: int, screen_height: int, screen_width: int):
@@ -29,6 +33,22 @@ class FrameStacks:
         width, height = config.screen_size
         self.resized_shape = (num_games, height, width, *channels)
         self.tall_resize = _tall_resize_is_exact(config, num_games, tall)
+        # gray frames: the games in groups of up to RESIZE_CHANNELS, each group's screens the
+        # channels of one image, split back into the games' rows of ``resized``
+        self.groups: list[tuple[list[np.ndarray], np.ndarray, np.ndarray, list[np.ndarray]]] = []
+        if (
+            not channels
+            and num_games > 1
+            and _channel_resize_is_exact(config, screen_height, screen_width)
+        ):
+            self.resized = np.empty(self.resized_shape, dtype=np.uint8)
+            screens0 = self.screens[0]
+            for a in range(0, num_games, RESIZE_CHANNELS):
+                b = min(a + RESIZE_CHANNELS, num_games)
+                games = [screens0[i * screen_height : (i + 1) * screen_height] for i in range(a, b)]
+                merged = np.empty((screen_height, screen_width, b - a), dtype=np.uint8)
+                out = np.empty((height, width, b - a), dtype=np.uint8)
+                self.groups.append((games, merged, out, [self.resized[i] for i in range(a, b)]))
         self.stacks: np.ndarray = np.zeros(
             (num_games, config.stack_size, *config.frame_shape), dtype=config.frame_dtype
         )
@@ -41,7 +61,16 @@ class FrameStacks:
         if config.frame_skip > 1:
             np.maximum(screens0, self.screens[1], out=screens0)
         width, height = config.screen_size
-        if self.tall_resize:
+        if self.groups:
+            for games, merged, out, into in self.groups:
+                if len(games) == 1:
+                    cv2.resize(games[0], (width, height), into[0], interpolation=cv2.INTER_AREA)
+                    continue
+                cv2.merge(games, merged)
+                cv2.resize(merged, (width, height), out, interpolation=cv2.INTER_AREA)
+                cv2.split(out, into)
+            resized = self.resized
+        elif self.tall_resize:
             resized = cv2.resize(
                 screens0, (width, height * self.num_games), interpolation=cv2.INTER_AREA
             ).reshape(self.resized_shape)
@@ -87,6 +116,28 @@ class FrameStacks:
                 new[reset, :-1] = self.config.padding_value
             new[reset, -1] = frames[reset]
         self.stacks = new
+
+
+def _channel_resize_is_exact(config: AtariConfig, screen_height: int, screen_width: int) -> bool:
+    """Whether the resize of up to RESIZE_CHANNELS gray screens as the channels of one image
+    gives, pixel for pixel, one resize per screen (checked on random screens; an OpenCV
+    that refuses so many channels: no)."""
+    width, height = config.screen_size
+    rng = np.random.default_rng(0)
+    shape = (screen_height, screen_width)
+    for channels in range(2, RESIZE_CHANNELS + 1):
+        screens = rng.integers(0, 256, size=(channels, *shape), dtype=np.uint8)
+        try:
+            together = cv2.resize(
+                cv2.merge(list(screens)), (width, height), interpolation=cv2.INTER_AREA
+            )
+        except cv2.error:
+            return False
+        for k in range(channels):
+            alone = cv2.resize(screens[k], (width, height), interpolation=cv2.INTER_AREA)
+            if not np.array_equal(together[..., k], alone):
+                return False
+    return True
 
 
 def _tall_resize_is_exact(config: AtariConfig, num_games: int, tall: tuple[int, ...]) -> bool:
