@@ -295,19 +295,25 @@ class BlockRunner(CommandRunner):
         if not infos and not self.fields:
             return
         present = slot.info_present[self.rows]
-        present[rows] = False
+        everyone = rows is self.all_rows  # (a step's infos: most entries cover every row)
+        present[slice(None) if everyone else rows] = False
         per_row: dict[int, dict] = {}
         for name, values in infos.items():
             if name.startswith("_"):
                 continue
-            mask = infos.get(f"_{name}")
-            mask = rows if mask is None else rows & np.asarray(mask, dtype=bool)
-            if not mask.any():
+            given = infos.get(f"_{name}")
+            whole = everyone and (given is None or _all_true(given))
+            mask = rows if given is None else rows & np.asarray(given, dtype=bool)
+            if not whole and not mask.any():
                 continue
             field = self.fields.get(name)
             if field is not None and isinstance(values, np.ndarray) and _fits(values, field):
-                slot.info[name][self.rows][mask] = values[mask]
-                present[mask, self.field_index[name]] = True
+                if whole:
+                    slot.info[name][self.rows] = values
+                    present[:, self.field_index[name]] = True
+                else:
+                    slot.info[name][self.rows][mask] = values[mask]
+                    present[mask, self.field_index[name]] = True
                 continue
             for k in np.flatnonzero(mask).tolist():
                 per_row.setdefault(k, {})[name] = _row_value(values, k)
@@ -317,6 +323,11 @@ class BlockRunner(CommandRunner):
                 extras.next = entries
             else:
                 extras.root = entries
+
+
+def _all_true(mask: Any) -> bool:
+    """Whether a bool array of gymnasium's ``_name`` masks is all True (a byte search)."""
+    return isinstance(mask, np.ndarray) and mask.dtype == np.bool_ and b"\x00" not in mask.tobytes()
 
 
 def _fits(values: np.ndarray, field: Any) -> bool:

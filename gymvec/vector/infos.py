@@ -85,9 +85,13 @@ class FaceInfos:
                 for i in np.flatnonzero(present).tolist():
                     per_env.setdefault(i, {})[name] = field_value(field, slot.info[name][i])
                 continue
-            values = np.zeros((self.num_envs, *field.shape), dtype=field.dtype)
-            values[present] = slot.info[name][present]
-            infos[name], infos[f"_{name}"] = values, present.copy()
+            present = present.copy()
+            if b"\x00" not in present.tobytes():  # (the usual case: every sub-env reported it)
+                values = slot.info[name].copy()
+            else:
+                values = np.zeros((self.num_envs, *field.shape), dtype=field.dtype)
+                values[present] = slot.info[name][present]
+            infos[name], infos[f"_{name}"] = values, present
         for i in sorted(reported.keys() | per_env.keys()):
             infos = self.add_info(infos, {**per_env.get(i, {}), **reported.get(i, {})}, i)
         return infos
