@@ -14,6 +14,23 @@ from collections.abc import Callable
 import numpy as np
 
 _BIG_INT_LIMIT = 4096  # values; beyond, one numpy reduction costs less than a huge Python int
+_COLUMNS_LIMIT = 16  # columns of a Fortran-ordered batch that copy_batch copies one by one
+
+
+def copy_batch(target: np.ndarray, value: np.ndarray) -> None:
+    """``target[...] = value`` (a C-ordered batch of rows). A Fortran-ordered 2-D ``value`` of
+    a few columns (numpy vector envs return ``state.T``, CartPoleVectorEnv among them) goes
+    column by column: numpy's own copy of it runs at half that speed."""
+    if (
+        value.ndim == 2
+        and value.shape[1] <= _COLUMNS_LIMIT
+        and value.flags.f_contiguous
+        and not value.flags.c_contiguous
+    ):
+        for k in range(value.shape[1]):
+            target[:, k] = value[:, k]
+    else:
+        target[...] = value
 
 
 def any_set(flags: np.ndarray) -> bool:

@@ -21,7 +21,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from gymvec.common.arrays import any_set
+from gymvec.common.arrays import any_set, copy_batch
 from gymvec.common.structure import build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.errors import UnsupportedSpaceError
 from gymvec.subenvs.drivers import CommandRunner
@@ -277,7 +277,7 @@ class BlockRunner(CommandRunner):
                 f"observation {leaf.key}", get_leaf(obs, leaf.path), target.shape[1:]
             )
             if everyone:
-                target[...] = value
+                copy_batch(target, value)
             else:
                 target[rows] = value[rows]
 

@@ -1,9 +1,9 @@
-"""The hot-path checks of gymvec.common.arrays agree with plain numpy on every kind of input."""
+"""The hot-path helpers of gymvec.common.arrays agree with plain numpy on every kind of input."""
 
 import numpy as np
 import pytest
 
-from gymvec.common.arrays import all_below, any_set, below_check
+from gymvec.common.arrays import all_below, any_set, below_check, copy_batch
 
 INT64 = np.iinfo(np.int64)
 
@@ -45,3 +45,19 @@ def test_any_set():
     flags[36] = True
     assert any_set(flags)
     assert not any_set(np.zeros(0, dtype=bool))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        np.arange(24, dtype=np.float32).reshape(4, 6).T,  # Fortran-ordered: column by column
+        np.arange(24, dtype=np.float32).reshape(6, 4),  # C-ordered
+        np.arange(6 * 20, dtype=np.float64).reshape(20, 6).T,  # Fortran, 20 columns: one copy
+        np.arange(6, dtype=np.int64),  # one dim
+        np.asfortranarray(np.arange(24).reshape(6, 4))[::2],  # neither order
+    ],
+)
+def test_copy_batch_copies_every_ordering_exactly(value):
+    target = np.zeros(value.shape, np.float64)
+    copy_batch(target, value)
+    np.testing.assert_array_equal(target, value)

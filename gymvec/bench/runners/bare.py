@@ -38,6 +38,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
+from gymvec.common.arrays import copy_batch
+
 WORKER_SPIN_S = 200e-6  # the probe's figures: an idle worker spins this long, then blocks
 PARENT_SPIN_S = 100e-6
 FREE_LAG = 8  # bare-free: steps a worker may trail; a timed run of 2000 steps counts <0.5% more
@@ -151,7 +153,8 @@ class BlockShare:
 
     def step(self) -> None:
         obs, rewards, terminated, truncated, _ = self.block.step(self.actions)
-        self.obs[...], self.rewards[...] = obs, rewards
+        copy_batch(self.obs, obs)  # (gymvec's own copy: a reference as quick as it can be)
+        self.rewards[...] = rewards
         self.terminated[...], self.truncated[...] = terminated, truncated
 
     def close(self) -> None:
