@@ -91,6 +91,8 @@ class PettingZooBlock(VectorEnv):
         self._terminations = table.terminated.reshape(n)
         self._truncations = table.truncated.reshape(n)
         self._alive = table.alive.reshape(n)
+        # step_into's condition: the observations are one array (no Dict or Tuple leaves)
+        self.writes_into = [leaf.path for leaf in self._leaves] == [()]
 
     # ---- gymnasium's VectorEnv ----------------------------------------------------------------
     def reset(
@@ -111,6 +113,42 @@ class PettingZooBlock(VectorEnv):
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         """One step of every env: each gets its live agents' actions."""
+        infos = self._step(actions)
+        return (
+            self._observations(),
+            self._rewards.copy(),
+            self._terminations.copy(),
+            self._truncations.copy(),
+            infos,
+        )
+
+    def step_into(
+        self, actions: Any, out: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
+        """``step``, the agents' observations written straight into ``out`` (C-ordered, of
+        the batched observation space's shape), which comes back as the observations: gymvec
+        hands its shared memory's rows, and the images skip a copy. For an observation space
+        of one array (see ``writes_into``); ``out`` is not kept past the call (a step writes
+        every row, so no later call reads what this one wrote)."""
+        if not self.writes_into:
+            raise TypeError(f"step_into: needs one array observation, not {self._leaves}")
+        group = self.table.groups[0]
+        own = group.obs
+        group.obs = [out.reshape(len(self.envs), self.num_agents, *out.shape[1:])]
+        try:
+            infos = self._step(actions)
+        finally:
+            group.obs = own
+        return (
+            out,
+            self._rewards.copy(),
+            self._terminations.copy(),
+            self._truncations.copy(),
+            infos,
+        )
+
+    def _step(self, actions: Any) -> dict[str, Any]:
+        """Step every env, its results in the table; returns the infos."""
         row_actions = self._check_actions(actions)
         mode = self.metadata["autoreset_mode"]
         A = self.num_agents
@@ -141,13 +179,7 @@ class PettingZooBlock(VectorEnv):
                 env_infos = {a: info for a, info in env_infos.items() if a not in finished}
             self._add_infos(infos, e, env_infos)
         infos["alive"] = self._alive.copy()
-        return (
-            self._observations(),
-            self._rewards.copy(),
-            self._terminations.copy(),
-            self._truncations.copy(),
-            infos,
-        )
+        return infos
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Each env's ``name`` (called if callable), once per row, as ``SyncVectorEnv.call``

@@ -233,3 +233,26 @@ def test_import_without_pettingzoo_names_the_extra():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "gymvec[pettingzoo]" in out.stdout
+
+
+@pytest.mark.parametrize("mode", ["next_step", "same_step"])
+def test_step_into_equals_step_and_writes_into_out(mode):
+    # gymvec's block protocol: the observations land in the array it hands (shared memory)
+    plain = PettingZooBlock(leaving_env, 3, autoreset_mode=mode)
+    into = PettingZooBlock(leaving_env, 3, autoreset_mode=mode)
+    try:
+        np.testing.assert_array_equal(plain.reset(seed=2)[0], into.reset(seed=2)[0])
+        rng, ended = np.random.default_rng(5), 0
+        for t in range(14):
+            actions = rng.integers(0, 3, plain.num_envs)
+            out = np.full(into.observation_space.shape, 99, into.observation_space.dtype)
+            want, got = plain.step(actions), into.step_into(actions, out)
+            assert got[0] is out
+            for k, (x, y) in enumerate(zip(want[:4], got[:4])):
+                np.testing.assert_array_equal(x, y, err_msg=f"step {t}, item {k}")
+            np.testing.assert_array_equal(want[4]["alive"], got[4]["alive"])
+            ended += int(not want[4]["alive"].all())
+        assert ended > 0  # agents left (and envs reset) on the way
+    finally:
+        plain.close()
+        into.close()
