@@ -128,8 +128,10 @@ class PettingZooBlock(VectorEnv):
         """``step``, the agents' observations written straight into ``out`` (C-ordered, of
         the batched observation space's shape), which comes back as the observations: gymvec
         hands its shared memory's rows, and the images skip a copy. For an observation space
-        of one array (see ``writes_into``); ``out`` is not kept past the call (a step writes
-        every row, so no later call reads what this one wrote)."""
+        of one array (see ``writes_into``); ``out`` is not kept past the call. A later
+        ``step`` writes every row again, but a ``reset`` with a ``reset_mask`` returns, for
+        the rows it leaves alone, what they held before this call (gymvec reads only the
+        rows it reset)."""
         if not self.writes_into:
             raise TypeError(f"step_into: needs one array observation, not {self._leaves}")
         group = self.table.groups[0]
