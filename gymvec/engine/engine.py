@@ -450,13 +450,8 @@ class BatchEngine:
         elif uniform is None or uniform != self._uniform_mode:
             control.mode[:] = modes
         self._uniform_mode = uniform
-        # (asked before SEED is written)
-        # (a step's modes, the autoreset planner's, all go to lanes)
-        into_lane = (
-            handout
-            and self.has_observation_lanes
-            and (command.kind == "step" or lane_modes(control, uniform))
-        )
+        into_lane = handout and self.has_observation_lanes  # (asked before SEED is written:)
+        into_lane = into_lane and lane_modes(control, uniform, command.kind)
         if seeds is not None and control.write_seeds(seeds):
             self._uniform_mode = None
         lanes = self.lanes

@@ -121,9 +121,12 @@ class Control:
         return written
 
 
-def lane_modes(control: Control, uniform: int | None) -> bool:
-    """Whether the command in the control block (whose modes are all ``uniform``, where not
-    None) can write "next"'s observations into an observation lane (see ``LANE_MODES``)."""
+def lane_modes(control: Control, uniform: int | None, kind: str = "") -> bool:
+    """Whether the command in the control block (of ``kind``, whose modes are all
+    ``uniform``, where not None) can write "next"'s observations into an observation lane
+    (see ``LANE_MODES``). A step's can: its modes are the autoreset planner's, lane modes."""
+    if kind == "step":
+        return True
     if uniform is not None:
         return uniform in LANE_MODES
     return not control.mode.tobytes().translate(None, _LANE_BYTES)  # (a C pass, not a set)
