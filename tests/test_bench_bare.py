@@ -183,12 +183,14 @@ def test_bare_first_ready_raises_instead_of_hanging_when_a_process_dies(no_leaks
         pool.close()
 
 
-def test_bare_blocks_step_as_the_blocks_alone(no_leaks):
-    """bare-blocks' reference: one vector env (a block) per process, rows seeded seed + row."""
+@pytest.mark.parametrize("copy_out", [True, False])
+def test_bare_blocks_step_as_the_blocks_alone(copy_out, no_leaks):
+    """bare-blocks' reference: one vector env (a block) per process, rows seeded seed + row;
+    the batch handed out as copies, or (the blocks' runners) as views of the shared memory."""
     make = functools.partial(
         gym.make_vec, "CartPole-v1", 3, vectorization_mode="vector_entry_point"
     )
-    bare = BareParallel([make, make], 2, block_rows=3)
+    bare = BareParallel([make, make], 2, block_rows=3, copy_out=copy_out)
     alone = [make(), make()]
     try:
         bare.reset(seed=4)
@@ -199,6 +201,7 @@ def test_bare_blocks_step_as_the_blocks_alone(no_leaks):
         for _ in range(40):
             actions = rng.integers(0, 2, 6)
             obs, rewards, terminated, truncated = bare.step(actions)
+            assert np.shares_memory(obs, bare.arrays.obs) is not copy_out
             want = [alone[0].step(actions[:3]), alone[1].step(actions[3:])]
             np.testing.assert_array_equal(obs, np.concatenate([want[0][0], want[1][0]]))
             np.testing.assert_array_equal(terminated, np.concatenate([want[0][2], want[1][2]]))

@@ -93,8 +93,15 @@ CASES.update(
 
 # Blocks (a vector env per worker): CartPole's numpy vector env over 16,384 rows in 2 workers,
 # against the same vector env alone in one process, the same blocks in the framework-free
-# lock-step layout (bare-blocks) and envpool's CartPole (where installed).
-BLOCKS_BACKENDS = ("vector-entry-point", "gymvec-blocks", "bare-blocks", "envpool")
+# lock-step layout (bare-blocks) and stepping freely (bare-blocks-free), and envpool's CartPole
+# (where installed).
+BLOCKS_BACKENDS = (
+    "vector-entry-point",
+    "gymvec-blocks",
+    "bare-blocks",
+    "bare-blocks-free",
+    "envpool",
+)
 CASES["blocks"] = Case("blocks", "CartPole-v1", 16384, num_workers=2, backends=BLOCKS_BACKENDS)
 
 # PettingZoo agents as rows (gymvec[pettingzoo]; see bench.runners.pettingzoo): mpe2's

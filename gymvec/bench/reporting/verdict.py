@@ -60,6 +60,7 @@ RIVALS = {
     "gymvec-blocks": (
         ("vector-entry-point", "the vector env alone in one process"),
         ("envpool", "envpool"),
+        ("bare-blocks-free", "the same blocks with no lock-step at all, the ceiling"),
     ),
     "pz-gymvec": (("pz-supersuit", "SuperSuit's concat_vec_envs_v1"),),
 }

@@ -95,9 +95,10 @@ class BatchArrays:
             view = np.frombuffer(self.buffer, dtype, count, offset).reshape(shape)
             setattr(self, name, view)
 
-    def batch(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Fresh copies of the last step's observations, rewards and flags."""
-        return self.obs.copy(), self.rewards.copy(), self.terminated.copy(), self.truncated.copy()
+    def batch(self, copy: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The last step's observations, rewards and flags: fresh copies (or the views)."""
+        batch = self.obs, self.rewards, self.terminated, self.truncated
+        return tuple(array.copy() for array in batch) if copy else batch  # type: ignore[return-value]
 
 
 class Share:
@@ -266,7 +267,10 @@ class BareParallel:
     of it, not for the step it posted: each side steps its own sub-envs at its own pace (the
     workers with whatever actions the buffer holds when they get there), so the batch a step
     returns mixes rows of different steps. That is no vectorizer; it measures what the two
-    halves give when nothing makes them wait for each other (``bare-free``).
+    halves give when nothing makes them wait for each other (``bare-free``). With
+    ``copy_out=False`` a step returns views of the batch, not copies (the blocks' references:
+    gymvec hands their large observations out of a lane, copied in the processes that step
+    them).
     """
 
     def __init__(
@@ -275,6 +279,7 @@ class BareParallel:
         num_workers: int,
         lag: int = 0,
         block_rows: int = 1,
+        copy_out: bool = True,
     ) -> None:
         # (with block_rows > 1, each factory builds a vector env of that many rows: one a worker)
         if num_workers < 1 or len(env_fns) % num_workers:
@@ -287,7 +292,7 @@ class BareParallel:
         ctx = fork_or_spawn()
         self.arrays = BatchArrays(*templates, num_workers, lambda nbytes: ctx.RawArray("b", nbytes))
         self.share = make_share(local_envs, self.arrays, 0)
-        self.lag = lag
+        self.lag, self.copy_out = lag, copy_out
         self.seq = 0
         self.waited = 0  # the last command whose finish the calling process took
         self.workers: list[tuple[Any, Any, Any]] = []  # (process, wake, done)
@@ -332,7 +337,7 @@ class BareParallel:
         self._post(STEP)
         self.share.step()
         self._wait(self.seq - self.lag)
-        return self.arrays.batch()
+        return self.arrays.batch(self.copy_out)
 
     def _stop_workers(self) -> None:
         # Lagging workers finish their steps before they read CLOSE; with one already gone

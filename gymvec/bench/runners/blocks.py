@@ -12,7 +12,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from gymvec.bench.runners.bare import BareParallel
+from gymvec.bench.runners.bare import FREE_LAG, BareParallel
 from gymvec.bench.runners.base import (
     BareRunner,
     Runner,
@@ -39,17 +39,29 @@ def _gymvec_blocks(env_id: str, num_envs: int, options: RunnerOptions) -> Runner
     return VectorEnvRunner(envs)
 
 
-@register_runner("bare-blocks")
-def _bare_blocks(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
-    """The framework-free reference of gymvec-blocks: the same blocks, the calling process
-    stepping one and a process per other worker the others, in lock-step, nothing copied in
-    or out but the batch (see ``runners.bare``)."""
+def _bare_blocks_loop(env_id: str, num_envs: int, options: RunnerOptions, lag: int) -> Runner:
     workers = options.num_workers or 1
     if num_envs % workers:
         raise ValueError(f"bare-blocks: {num_envs} rows do not split over {workers} workers")
     rows = num_envs // workers
     make = functools.partial(gym.make_vec, env_id, rows, vectorization_mode="vector_entry_point")
-    return BareRunner(BareParallel([make] * workers, workers, block_rows=rows))
+    loop = BareParallel([make] * workers, workers, lag=lag, block_rows=rows, copy_out=False)
+    return BareRunner(loop)
+
+
+@register_runner("bare-blocks")
+def _bare_blocks(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    """The framework-free reference of gymvec-blocks: the same blocks, the calling process
+    stepping one and a process per other worker the others, in lock-step, the batch handed
+    out as views of the shared memory, copied nowhere (see ``runners.bare``)."""
+    return _bare_blocks_loop(env_id, num_envs, options, lag=0)
+
+
+@register_runner("bare-blocks-free")
+def _bare_blocks_free(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    """bare-blocks whose processes do not wait for each other (``bare-free``'s rule): what
+    the machine gives these blocks at all, no lock-step runner can be faster."""
+    return _bare_blocks_loop(env_id, num_envs, options, lag=FREE_LAG)
 
 
 class EnvpoolRunner(Runner):
