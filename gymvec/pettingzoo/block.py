@@ -114,13 +114,7 @@ class PettingZooBlock(VectorEnv):
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         """One step of every env: each gets its live agents' actions."""
         infos = self._step(actions)
-        return (
-            self._observations(),
-            self._rewards.copy(),
-            self._terminations.copy(),
-            self._truncations.copy(),
-            infos,
-        )
+        return self._result(self._observations(), infos)
 
     def step_into(
         self, actions: Any, out: np.ndarray
@@ -141,13 +135,14 @@ class PettingZooBlock(VectorEnv):
             infos = self._step(actions)
         finally:
             group.obs = own
-        return (
-            out,
-            self._rewards.copy(),
-            self._terminations.copy(),
-            self._truncations.copy(),
-            infos,
-        )
+        return self._result(out, infos)
+
+    def _result(
+        self, obs: Any, infos: dict
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        """A step's five values: ``obs``, copies of the rewards and flags, ``infos``."""
+        rewards, terminations, truncations = self._rewards, self._terminations, self._truncations
+        return obs, rewards.copy(), terminations.copy(), truncations.copy(), infos
 
     def _step(self, actions: Any) -> dict[str, Any]:
         """Step every env, its results in the table; returns the infos."""
