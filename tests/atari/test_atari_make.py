@@ -94,3 +94,29 @@ def make_vec_(backend: str, mode: str):
         autoreset_mode=mode,
         max_num_frames_per_episode=200,
     )
+
+
+def test_the_preprocessing_defaults_are_gymnasiums_in_every_signature():
+    # The four signatures that take the wrappers' options repeat their defaults: they stay
+    # gymnasium's AtariPreprocessing's and FrameStackObservation's.
+    import inspect
+
+    from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
+
+    from gymvec.atari import make_env, make_vec
+    from gymvec.atari.config import AtariConfig
+
+    def defaults(fn) -> dict:
+        return {
+            name: p.default
+            for name, p in inspect.signature(fn).parameters.items()
+            if p.default is not inspect.Parameter.empty
+        }
+
+    wrapper = defaults(AtariPreprocessing.__init__)
+    wrapper["padding_type"] = defaults(FrameStackObservation.__init__)["padding_type"]
+    wrapper["stack_size"] = 4  # (FrameStackObservation has none: the Atari papers' 4)
+    for fn in (make_vec, make_env, AtariVectorEnv.__init__, AtariConfig.build):
+        ours = defaults(fn)
+        for name, value in wrapper.items():
+            assert ours[name] == value, f"{fn.__qualname__}: {name}={ours[name]!r}, not {value!r}"
