@@ -192,10 +192,11 @@ class BlockRunner(CommandRunner):
             raise ValueError(f"{self.what}: only some of its rows step with SAME_STEP resets")
         if _RESET_NEXT_BYTE in modes and self.mode is not AutoresetMode.NEXT_STEP:
             raise ValueError(f"{self.what}: NEXT_STEP resets need a NEXT_STEP block")
-        step_into = None if same_step else self.step_into
-        into = self.into_rows if step_into is not None else None
-        if step_into is not None:
-            obs, rewards, terminations, truncations, infos = step_into(self._read_actions(), into)
+        into = None if same_step else self.into_rows  # (None unless the block has step_into)
+        if into is not None and self.step_into is not None:
+            obs, rewards, terminations, truncations, infos = self.step_into(
+                self._read_actions(), into
+            )
         else:
             obs, rewards, terminations, truncations, infos = self.block.step(self._read_actions())
         final_obs = final_info = None
