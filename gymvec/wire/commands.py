@@ -56,6 +56,7 @@ _LANE_BYTES = bytes(sorted(LANE_MODES))
 
 # NEXT_STEP's modes from the bytes of the finished flags: False -> step, True -> reset
 STEP_OR_RESET_NEXT = bytes([STEP, RESET_NEXT]) + bytes(254)
+ARITHMETIC_MODES_MIN = 4096  # sub-envs from which numpy makes those modes faster than bytes
 
 
 # The modes of a command, as the engine writes them into the control block: one mode for
@@ -79,8 +80,13 @@ def step_modes(autoreset: AutoresetMode, finished: np.ndarray, any_finished: boo
     if autoreset is AutoresetMode.SAME_STEP:
         return SAME_STEP_MODES
     if autoreset is AutoresetMode.NEXT_STEP and any_finished:
-        # the finished sub-envs reset, the others step: a byte translation of the flags
-        return finished.tobytes().translate(STEP_OR_RESET_NEXT)
+        # the finished sub-envs reset, the others step: a byte translation of the flags, or
+        # in large batches two numpy passes (translate takes about 0.4 ns a byte)
+        if finished.size < ARITHMETIC_MODES_MIN:
+            return finished.tobytes().translate(STEP_OR_RESET_NEXT)
+        modes = finished.view(np.uint8) * np.uint8(RESET_NEXT - STEP)
+        modes += np.uint8(STEP)
+        return modes
     return STEP
 
 

@@ -7,6 +7,7 @@ import pytest
 from gymnasium.vector import AutoresetMode
 
 from gymvec.wire.commands import (
+    ARITHMETIC_MODES_MIN,
     AUTORESET,
     KEEP_FINAL_OBS,
     RESET_NEXT,
@@ -25,6 +26,9 @@ def _per_row(modes, n: int = len(FINISHED)) -> list[int]:
     or bytes per row)."""
     if isinstance(modes, bytes | bytearray):
         return list(modes)
+    if isinstance(modes, np.ndarray):
+        assert modes.dtype == np.uint8 and modes.shape == (n,)
+        return modes.tolist()
     return [int(modes)] * n
 
 
@@ -37,6 +41,17 @@ def test_next_step_resets_the_finished_rows_into_next_instead_of_stepping_them()
     assert modes == [STEP, RESET_NEXT, STEP, RESET_NEXT]
     # nothing finished: one byte for all, no per-row translation
     assert step_modes(AutoresetMode.NEXT_STEP, np.zeros(4, bool), False) == STEP
+
+
+@pytest.mark.parametrize("n", [ARITHMETIC_MODES_MIN - 1, ARITHMETIC_MODES_MIN, 20000])
+def test_next_step_modes_of_large_batches_are_the_same_bytes(n: int) -> None:
+    # (from ARITHMETIC_MODES_MIN rows on, numpy arithmetic makes them, not bytes.translate)
+    finished = np.random.default_rng(n).random(n) < 0.1
+    modes = _per_row(step_modes(AutoresetMode.NEXT_STEP, finished, True), n)
+    assert modes == [RESET_NEXT if f else STEP for f in finished.tolist()]
+    rows = np.flatnonzero(np.arange(n) % 3 == 0)  # a first-ready step's rows (a copy)
+    modes = _per_row(step_modes(AutoresetMode.NEXT_STEP, finished[rows], True), len(rows))
+    assert modes == [RESET_NEXT if f else STEP for f in finished[rows].tolist()]
 
 
 def test_same_step_has_every_row_reset_itself_and_bring_the_root_current() -> None:

@@ -54,22 +54,23 @@ def assert_same_transitions(envs, reference, steps: int = STEPS) -> int:
 
 # ---- the gymnasium face ---------------------------------------------------------------------
 @pytest.mark.parametrize("cls", [SerialVectorEnv, ParallelVectorEnv])
-def test_blocks_in_workers_equal_the_blocks_stepped_alone(cls):
+@pytest.mark.parametrize("rows", [3, 2500])  # 5,000 rows: the planner's numpy path as well
+def test_blocks_in_workers_equal_the_blocks_stepped_alone(cls, rows):
     kwargs = {"num_workers": 2} if cls is ParallelVectorEnv else {}
-    envs = cls([lambda: be.cartpole_block(3)] * 2, **kwargs)
-    alone = [be.cartpole_block(3), be.cartpole_block(3)]
+    envs = cls([functools.partial(be.cartpole_block, rows)] * 2, **kwargs)
+    alone = [be.cartpole_block(rows), be.cartpole_block(rows)]
     try:
-        assert envs.num_envs == 6
+        assert envs.num_envs == 2 * rows
         assert envs.single_observation_space == alone[0].single_observation_space
         obs, _ = envs.reset(seed=SEED)
-        # block 1's first row is row 3: it is reset with seed SEED + 3
-        want = [alone[0].reset(seed=SEED)[0], alone[1].reset(seed=SEED + 3)[0]]
+        # block 1's first row is row `rows`: it is reset with seed SEED + rows
+        want = [alone[0].reset(seed=SEED)[0], alone[1].reset(seed=SEED + rows)[0]]
         np.testing.assert_array_equal(obs, np.concatenate(want))
         rng, finished = np.random.default_rng(1), 0
         for t in range(STEPS):
-            a = actions(rng, 6)
+            a = actions(rng, 2 * rows)
             got = envs.step(a)
-            parts = [alone[0].step(a[:3]), alone[1].step(a[3:])]
+            parts = [alone[0].step(a[:rows]), alone[1].step(a[rows:])]
             for k, name in enumerate(TRANSITION):
                 want_k = np.concatenate([parts[0][k], parts[1][k]])
                 np.testing.assert_array_equal(got[k], want_k, err_msg=f"step {t}: {name}")
