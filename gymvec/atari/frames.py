@@ -32,7 +32,6 @@ class FrameStacks:
         self.screens = [np.zeros(tall, dtype=np.uint8), np.zeros(tall, dtype=np.uint8)]
         width, height = config.screen_size
         self.resized_shape = (num_games, height, width, *channels)
-        self.tall_resize = _tall_resize_is_exact(config, num_games, tall)
         # gray frames: the games in groups of up to RESIZE_CHANNELS, each group's screens the
         # channels of one image, split back into the games' rows of ``resized``
         self.groups: list[tuple[list[np.ndarray], np.ndarray, np.ndarray, list[np.ndarray]]] = []
@@ -49,6 +48,8 @@ class FrameStacks:
                 merged = np.empty((screen_height, screen_width, b - a), dtype=np.uint8)
                 out = np.empty((height, width, b - a), dtype=np.uint8)
                 self.groups.append((games, merged, out, [self.resized[i] for i in range(a, b)]))
+        # (asked only where the groups do not resize them all)
+        self.tall_resize = not self.groups and _tall_resize_is_exact(config, num_games, tall)
         self.stacks: np.ndarray = np.zeros(
             (num_games, config.stack_size, *config.frame_shape), dtype=config.frame_dtype
         )

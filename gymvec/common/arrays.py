@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +37,14 @@ def copy_batch(target: np.ndarray, value: np.ndarray) -> None:
 def any_set(flags: np.ndarray) -> bool:
     """``flags.any()`` for a bool array, by a byte search instead of a reduction."""
     return b"\x01" in flags.tobytes()
+
+
+def all_set(flags: Any) -> bool:
+    """``flags.all()`` for a bool array, by a byte search instead of a reduction (False for
+    anything else: a caller then takes its general path)."""
+    if not isinstance(flags, np.ndarray) or flags.dtype != np.bool_:
+        return False
+    return b"\x00" not in flags.tobytes()
 
 
 @functools.lru_cache(maxsize=64)

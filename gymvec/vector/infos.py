@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from gymvec.common.arrays import all_set
 from gymvec.common.structure import Leaf, build_value
 from gymvec.wire.buffers import Buffers, Slot
 from gymvec.wire.commands import NOTHING
@@ -86,7 +87,7 @@ class FaceInfos:
                     per_env.setdefault(i, {})[name] = field_value(field, slot.info[name][i])
                 continue
             present = present.copy()
-            if b"\x00" not in present.tobytes():  # (the usual case: every sub-env reported it)
+            if all_set(present):  # (the usual case: every sub-env reported it)
                 values = slot.info[name].copy()
             else:
                 values = np.zeros((self.num_envs, *field.shape), dtype=field.dtype)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from gymvec.common.arrays import all_below, any_set, below_check, copy_batch
+from gymvec.common.arrays import all_below, all_set, any_set, below_check, copy_batch
 
 INT64 = np.iinfo(np.int64)
 
@@ -45,6 +45,16 @@ def test_any_set():
     flags[36] = True
     assert any_set(flags)
     assert not any_set(np.zeros(0, dtype=bool))
+
+
+def test_all_set():
+    flags = np.ones(37, dtype=bool)
+    assert all_set(flags)
+    flags[36] = False
+    assert not all_set(flags)
+    assert all_set(np.ones((5, 3), dtype=bool)[:, 1])  # a column, as the infos' presence
+    assert not all_set(np.ones(4, dtype=np.uint8))  # not bools: the caller's general path
+    assert not all_set([True, True])
 
 
 @pytest.mark.parametrize(

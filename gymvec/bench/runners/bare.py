@@ -97,8 +97,9 @@ class BatchArrays:
 
     def batch(self, copy: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The last step's observations, rewards and flags: fresh copies (or the views)."""
-        batch = self.obs, self.rewards, self.terminated, self.truncated
-        return tuple(array.copy() for array in batch) if copy else batch  # type: ignore[return-value]
+        if not copy:
+            return self.obs, self.rewards, self.terminated, self.truncated
+        return self.obs.copy(), self.rewards.copy(), self.terminated.copy(), self.truncated.copy()
 
 
 class Share:
