@@ -59,7 +59,7 @@ from gymvec.engine.info_learning import InfoLearner
 from gymvec.engine.life import CallLife
 from gymvec.engine.requests import Requests
 from gymvec.errors import ClosedEnvError
-from gymvec.subenvs.block import check_blocks
+from gymvec.subenvs.block import check_blocks, resets_finished_rows
 from gymvec.subenvs.factories import SubEnvFactories
 from gymvec.subenvs.kinds import SubEnvSummary, spaces_of_summaries
 from gymvec.subenvs.probe import (
@@ -174,6 +174,10 @@ class BatchEngine:
         self.root_stale = np.zeros(self.num_envs, dtype=bool)  # root older than "next"
         self._uniform_mode: int | None = None  # the mode every control byte holds, if known
         self._modes_none_finished = {m: step_modes(m, self.finished, False) for m in AutoresetMode}
+        # Only NEXT_STEP's modes depend on which sub-envs finished, and not for a batch of
+        # NEXT_STEP blocks alone: they reset their finished rows in their own step
+        planned = not all(map(resets_finished_rows, summaries))
+        self._plans_rows = {m: planned and m is AutoresetMode.NEXT_STEP for m in AutoresetMode}
         self.lanes = LaneChoice(self.buffers, self.control.lane)
         self.has_observation_lanes = self.buffers.has_lanes and not self.heterogeneous
         # (bound, not wrapped: the face writes actions every step)
@@ -267,12 +271,10 @@ class BatchEngine:
         return spaces_of_summaries(self.summaries)
 
     def learn_info_fields(self) -> None:
-        """Learn buffer fields for the numeric info entries of the sub-envs' first results,
-        until each has stepped once: ``recv`` hands their places out
-        (``Received.info_places``) for the caller to pass to :meth:`adopt_info_fields`;
-        ``async_recv`` adopts them itself, between rows. Until then, and for entries that do
-        not fit the reserve (see ``BufferLayout``), infos travel as extras. For front ends
-        whose infos are built per call (the gymnasium face), not fixed by specs."""
+        """Learn buffer fields for the numeric info entries of the sub-envs' first results
+        (for the gymnasium face, whose infos no spec fixes): ``recv`` hands their places out
+        (``Received.info_places``) for :meth:`adopt_info_fields`; ``async_recv`` adopts them
+        itself. Until then, and past the reserve (``BufferLayout``), infos go as extras."""
         self.learner.start()
 
     def adopt_info_fields(self, places: InfoPlaces) -> None:
@@ -287,10 +289,7 @@ class BatchEngine:
 
     # ---- verbs --------------------------------------------------------------------------------
     def step_send(
-        self,
-        autoreset: AutoresetMode = AutoresetMode.DISABLED,
-        *,
-        handout: bool = False,
+        self, autoreset: AutoresetMode = AutoresetMode.DISABLED, *, handout: bool = False
     ) -> None:
         """Step every sub-env with the actions in ``buffers.action`` (see
         ``commands.step_modes`` for what each ``AutoresetMode`` does with finished sub-envs);
@@ -303,7 +302,7 @@ class BatchEngine:
         lane leaves the root's observations of the rows it did not reset in the lane only.
         Object actions (``buffers.action_objects``) travel with the command.
         """
-        if self.any_finished:
+        if self.any_finished and self._plans_rows[autoreset]:
             modes = step_modes(autoreset, self.finished, True)
         else:  # (the planner's answer for each mode, asked once: see __init__)
             modes = self._modes_none_finished[autoreset]
@@ -360,11 +359,8 @@ class BatchEngine:
             raise
 
     def recv(self, timeout: float | None = None) -> Received:
-        """Wait for the command sent last (see :meth:`recv_local`).
-
-        ``timeout``: raise ``TimeoutError`` past it; the command stays in flight and a later
-        ``recv`` resumes the wait.
-        """
+        """Wait for the command sent last (see :meth:`recv_local`). ``timeout``: raise
+        ``TimeoutError`` past it; the command stays in flight, a later ``recv`` resumes it."""
         life, executor = self.life, self._executor
         call = life.call
         if not isinstance(call, Command) or call.interrupted or life.stuck or executor is None:

@@ -59,6 +59,12 @@ def block_mode(metadata: dict) -> AutoresetMode:
     return mode if isinstance(mode, AutoresetMode) else AutoresetMode(mode)
 
 
+def resets_finished_rows(summary: SubEnvSummary) -> bool:
+    """Whether a sub-env is a NEXT_STEP block: one that resets its finished rows in its own
+    step, whatever the mode bytes of those rows say."""
+    return summary.block and block_mode(summary.metadata) is AutoresetMode.NEXT_STEP
+
+
 def check_block_mode(metadata: dict, requested: str, what: str) -> None:
     """A ValueError naming both modes where a block of ``metadata``'s autoreset mode cannot
     carry out ``requested`` ("next_step", "same_step", "disabled", or "explicit": the

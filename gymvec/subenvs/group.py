@@ -97,7 +97,7 @@ class SubEnvGroup:
 
     def _runner(self, buffers: Buffers) -> Any:
         """One runner over the single envs, or, with blocks, one per block and one per run of
-        single envs between them, in row order."""
+        single envs between them, in row order (a block alone: its own runner)."""
         self.drivers = [
             None if is_block(env) else make_driver(env, first, buffers)
             for env, first in zip(self.envs, self.firsts)
@@ -116,6 +116,8 @@ class SubEnvGroup:
             parts.append(BlockRunner(env, first, buffers))
         if singles:
             parts.append(command_runner(singles, buffers, singles[0].index))
+        if len(parts) == 1:  # one block, the usual group of blocks: its modes are all its own
+            return parts[0]
         return PartsRunner(parts, self.start)
 
     def summaries(self) -> list[SubEnvSummary]:

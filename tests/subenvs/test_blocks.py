@@ -98,6 +98,38 @@ def test_blocks_mixed_with_single_envs_in_factory_order(cls):
         envs.close()
 
 
+def test_next_step_blocks_alone_step_every_row_and_single_envs_get_resets_planned():
+    """A NEXT_STEP block resets its finished rows in its own step: a batch of such blocks
+    alone gets one STEP mode for every row, finished or not; a single env among them still
+    gets RESET_NEXT for a finished row (and both equal their references)."""
+    from gymvec.wire.commands import RESET_NEXT, STEP
+
+    blocks = SerialVectorEnv([be.sync_block_fn(3), be.sync_block_fn(3)])
+    mixed = SerialVectorEnv([BlockFactory(be.sync_block_fn(3), 3), be.cartpole])
+    try:
+        for envs in (blocks, mixed):
+            reference = flat_reference(envs.num_envs)
+            reference.reset(seed=SEED)
+            obs, _ = envs.reset(seed=SEED)
+            rng, seen = np.random.default_rng(3), set()
+            for t in range(STEPS):
+                finished = envs.engine.finished.copy()
+                a = actions(rng, envs.num_envs)
+                got, want = envs.step(a), reference.step(a)
+                for name, x, y in zip(TRANSITION, got[:4], want[:4]):
+                    np.testing.assert_array_equal(x, y, err_msg=f"step {t}: {name}")
+                modes = envs.engine.control.mode
+                if envs is blocks:
+                    assert set(modes.tolist()) == {STEP}, f"step {t}: {modes}"
+                elif finished[-1]:  # the single env finished last step: reset, not stepped
+                    assert modes[-1] == RESET_NEXT
+                    seen.add(t)
+            assert envs is blocks or seen, "the single env never finished"
+    finally:
+        blocks.close()
+        mixed.close()
+
+
 @pytest.mark.parametrize("block_mode", [AutoresetMode.SAME_STEP, AutoresetMode.DISABLED])
 def test_same_step_over_blocks_equals_sync_vector_env(block_mode):
     envs = ParallelVectorEnv(
