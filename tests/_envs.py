@@ -409,3 +409,25 @@ class TimedEnv(gym.Env):
     def slow_method(self, seconds: float) -> str:
         time.sleep(seconds)
         return "done"
+
+
+class TemporariesEnv(gym.Env):
+    """Each step makes and drops temporaries of 64 KiB, as a numpy vector env's step does, and
+    reports the page faults its process took during the step (``info["faults"]``)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        import resource
+
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        temporaries = [np.ones(8192) for _ in range(24)]
+        total = sum(float(t[0]) for t in temporaries)
+        del temporaries
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+        return np.zeros(1, np.float32), total, False, False, {"faults": faults}

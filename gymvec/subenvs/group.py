@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from gymvec.common.arrays import settle_allocator
 from gymvec.errors import SpaceMismatchError, WorkerError, local_sub_env_error
 from gymvec.subenvs.block import BlockRunner
 from gymvec.subenvs.drivers import CommandRunner, command_runner, make_driver
@@ -48,6 +49,7 @@ class SubEnvGroup:
         worker_index: int | None = None,
         where: str = "in the calling process",
     ):
+        settle_allocator()  # before the sub-envs: each step's temporaries cost no page faults
         planned = [1] * len(env_fns) if rows is None else list(rows)
         self.start = start
         self.worker_index, self.where = worker_index, where

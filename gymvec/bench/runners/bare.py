@@ -38,7 +38,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
-from gymvec.common.arrays import copy_batch
+from gymvec.common.arrays import copy_batch, settle_allocator
 
 WORKER_SPIN_S = 200e-6  # the probe's figures: an idle worker spins this long, then blocks
 PARENT_SPIN_S = 100e-6
@@ -164,7 +164,9 @@ class BlockShare:
 
 
 def make_share(envs: Sequence[Any], arrays: BatchArrays, start: int) -> Share | BlockShare:
-    """The share of ``envs``: single envs, or one block."""
+    """The share of ``envs``: single envs, or one block (in a process whose allocator is
+    settled, as gymvec's sub-env groups settle theirs: a forked process may not be)."""
+    settle_allocator()
     if len(envs) == 1 and isinstance(envs[0], gym.vector.VectorEnv):
         return BlockShare(envs[0], arrays, start)
     return Share(envs, arrays, start)
@@ -246,7 +248,7 @@ class BareLoop:
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]]) -> None:
         envs = [fn() for fn in env_fns]
         self.arrays = BatchArrays(*_templates(envs[0], len(envs)), num_workers=0)
-        self.share = Share(envs, self.arrays, 0)
+        self.share = make_share(envs, self.arrays, 0)
 
     def reset(self, seed: int) -> None:
         self.share.reset(seed)
