@@ -127,6 +127,10 @@ class BlockRunner(CommandRunner):
         self.fields = buffers.layout.info_fields
         self.field_index = {name: k for k, name in enumerate(self.fields)}
         self.reward = buffers.reward
+        nxt = buffers.next  # each step's targets, sliced once
+        self.transition_rows = (
+            self.reward[rows], nxt.terminated[rows], nxt.truncated[rows], nxt.done[rows]
+        )
         self.extras: dict[int, Extras] = {}
         self.all_rows = np.ones(n, dtype=bool)
         self.all_step = bytes([STEP]) * n  # the mode bytes of the usual command
@@ -267,7 +271,7 @@ class BlockRunner(CommandRunner):
         )
 
     def _check_length(self, name: str, value: Any, tail: tuple = ()) -> np.ndarray:
-        array = np.asarray(value)
+        array = value if type(value) is np.ndarray else np.asarray(value)
         if array.shape[:1] != (self.n,) or (tail and array.shape[1:] != tail):
             raise ValueError(
                 f"{self.what} returned {name} of shape {array.shape}; expected {(self.n, *tail)}"
@@ -275,12 +279,11 @@ class BlockRunner(CommandRunner):
         return array
 
     def _write_transition(self, rewards: Any, terminations: Any, truncations: Any) -> np.ndarray:
-        rows, slot = self.rows, self.next
-        self.reward[rows] = self._check_length("rewards", rewards, ())
-        slot.terminated[rows] = self._check_length("terminations", terminations)
-        slot.truncated[rows] = self._check_length("truncations", truncations)
-        done = slot.done[rows]
-        np.logical_or(slot.terminated[rows], slot.truncated[rows], out=done)
+        reward, terminated, truncated, done = self.transition_rows
+        reward[...] = self._check_length("rewards", rewards, ())
+        terminated[...] = self._check_length("terminations", terminations)
+        truncated[...] = self._check_length("truncations", truncations)
+        np.logical_or(terminated, truncated, out=done)
         return done.copy()
 
     def _clear_flags(self, slot: Slot, rows: np.ndarray) -> None:
