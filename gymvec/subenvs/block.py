@@ -129,7 +129,10 @@ class BlockRunner(CommandRunner):
         self.reward = buffers.reward
         nxt = buffers.next  # each step's targets, sliced once
         self.transition_rows = (
-            self.reward[rows], nxt.terminated[rows], nxt.truncated[rows], nxt.done[rows]
+            self.reward[rows],
+            nxt.terminated[rows],
+            nxt.truncated[rows],
+            nxt.done[rows],
         )
         self.extras: dict[int, Extras] = {}
         self.all_rows = np.ones(n, dtype=bool)

@@ -6,8 +6,9 @@ envs and gymvec's ``ParallelVectorEnv`` over gymnasium's wrappers, ALE's own C++
 envpool (where installed), and two references with no vectorizer around them: the block in
 two plain processes (``atari-block-procs``) and the emulator alone (``atari-emulator``: four
 games a process, ``act`` four times and two gray screens a step, no resize, no stack), the
-limit of any vectorizer that emulates these frames. ale-py, opencv and envpool are imported
-only when their runner is built.
+limit of any vectorizer that emulates these frames; ``atari-emulator-resize`` adds the
+max-pool and resize that no pipeline equal to gymnasium's wrappers skips. ale-py, opencv and
+envpool are imported only when their runner is built.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ ATARI_BACKENDS = (
     "atari-envpool",
     "atari-block-procs",
     "atari-emulator",
+    "atari-emulator-resize",
 )
 
 
@@ -155,9 +157,12 @@ def _envpool(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
 
 
 # ---- references in plain processes ------------------------------------------------------------
-def _emulator_loop(conn: Connection, num_games: int, seed: int) -> None:
+def _emulator_loop(conn: Connection, num_games: int, seed: int, resize: bool = False) -> None:
     """Four (``num_games``) Pong emulators: per step ``act`` four times and two gray screens
-    each, a reset when a game ends; nothing else."""
+    each, a reset when a game ends; nothing else. With ``resize``, then the pixel work no
+    gymnasium-equal pipeline skips: the two screens max-pooled and one ``INTER_AREA`` resize
+    to 84x84, four games at a time as the channels of one image (the fastest exact way known,
+    ``gymvec.atari``'s own)."""
     import ale_py
 
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
@@ -170,24 +175,54 @@ def _emulator_loop(conn: Connection, num_games: int, seed: int) -> None:
         ale.reset_game()
         ales.append(ale)
     action_set = [a.value for a in ales[0].getMinimalActionSet()]
-    screens = np.empty((2, 210, 160), dtype=np.uint8)
+    screens = np.empty((2, num_games, 210, 160), dtype=np.uint8)
+    pixels = _PixelWork(screens, num_games) if resize else None
     conn.send(None)
     while True:
         actions = conn.recv()
         if actions is None:
             break
-        for ale, a in zip(ales, actions):
+        for i, (ale, a) in enumerate(zip(ales, actions)):
             action = action_set[a]
             for _ in range(3):
                 ale.act(action)
                 ale.game_over()
-            ale.getScreenGrayscale(screens[0])
+            ale.getScreenGrayscale(screens[0, i])
             ale.act(action)
-            ale.getScreenGrayscale(screens[1])
+            ale.getScreenGrayscale(screens[1, i])
             if ale.game_over():
                 ale.reset_game()
+        if pixels is not None:
+            pixels.run()
         conn.send(None)
     conn.close()
+
+
+class _PixelWork:
+    """``atari-emulator-resize``'s pixel work on the screens of a step (see ``_emulator_loop``)."""
+
+    def __init__(self, screens: np.ndarray, num_games: int) -> None:
+        import cv2
+
+        self.cv2, self.screens = cv2, screens
+        self.resized = np.empty((num_games, 84, 84), dtype=np.uint8)
+        self.groups = []
+        for a in range(0, num_games, 4):
+            b = min(a + 4, num_games)
+            merged = np.empty((210, 160, b - a), dtype=np.uint8)
+            out = np.empty((84, 84, b - a), dtype=np.uint8)
+            self.groups.append((list(screens[0, a:b]), merged, out, list(self.resized[a:b])))
+
+    def run(self) -> None:
+        cv2 = self.cv2
+        np.maximum(self.screens[0], self.screens[1], out=self.screens[0])
+        for games, merged, out, into in self.groups:
+            cv2.merge(games, merged)
+            cv2.resize(merged, (84, 84), out, interpolation=cv2.INTER_AREA)
+            if len(into) == 1:
+                into[0][...] = out[:, :, 0]
+            else:
+                cv2.split(out, into)
 
 
 def _block_loop(conn: Connection, num_games: int, seed: int) -> None:
@@ -255,6 +290,12 @@ def _emulator(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
     return ProcessesRunner(_emulator_loop, num_envs, _workers(num_envs, options))
 
 
+@register_runner("atari-emulator-resize")
+def _emulator_resize(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    loop = functools.partial(_emulator_loop, resize=True)
+    return ProcessesRunner(loop, num_envs, _workers(num_envs, options))
+
+
 @register_runner("atari-block-procs")
 def _block_procs(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
     return ProcessesRunner(_block_loop, num_envs, _workers(num_envs, options))
@@ -276,10 +317,14 @@ def atari_verdict(timed: Mapping[str, Any], paired_ratio: Callable[..., float]) 
     for name, label in (("atari-ale-vector", "ALE's AtariVectorEnv"), ("atari-envpool", "envpool")):
         if name in timed:
             parts.append(f"{paired_ratio(ours, [timed[name]]):.2f}x {label}")
-    limit = timed.get("atari-emulator")
-    if limit is not None:
-        share = f"{paired_ratio(ours, [limit]):.2f} of the emulator alone"
-        if "atari-ale-vector" in timed:
-            share += f" (ALE's: {paired_ratio(timed['atari-ale-vector'], [limit]):.2f})"
-        parts.append(share)
+    for name, what in (
+        ("atari-emulator", "the emulator alone"),
+        ("atari-emulator-resize", "the emulator and the resize alone"),
+    ):
+        limit = timed.get(name)
+        if limit is not None:
+            share = f"{paired_ratio(ours, [limit]):.2f} of {what}"
+            if "atari-ale-vector" in timed:
+                share += f" (ALE's: {paired_ratio(timed['atari-ale-vector'], [limit]):.2f})"
+            parts.append(share)
     return [textwrap.fill("atari-8 verdict: " + ", ".join(parts), width=100)]
