@@ -134,6 +134,9 @@ class BlockRunner(CommandRunner):
             nxt.truncated[rows],
             nxt.done[rows],
         )
+        self.next_obs_rows = [nxt.obs[leaf.key][rows] for leaf in self.obs_leaves]
+        self.root_obs_rows = [buffers.root.obs[leaf.key][rows] for leaf in self.obs_leaves]
+        self.obs_labels = [f"observation {leaf.key}" for leaf in self.obs_leaves]
         self.extras: dict[int, Extras] = {}
         self.all_rows = np.ones(n, dtype=bool)
         self.all_step = bytes([STEP]) * n  # the mode bytes of the usual command
@@ -145,7 +148,7 @@ class BlockRunner(CommandRunner):
         step_into = getattr(block, "step_into", None)
         if callable(step_into) and [leaf.path for leaf in self.obs_leaves] == [()]:
             self.step_into = step_into
-            self.into_rows = buffers.next.obs[self.obs_leaves[0].key][rows]
+            self.into_rows = self.next_obs_rows[0]
 
     def fields_changed(self) -> None:
         self.field_index = {name: k for k, name in enumerate(self.fields)}
@@ -294,12 +297,10 @@ class BlockRunner(CommandRunner):
             flags[self.rows][rows] = False
 
     def _write_obs(self, slot: Slot, obs: Any, rows: np.ndarray) -> None:
-        everyone = rows.all()
-        for leaf in self.obs_leaves:
-            target = slot.obs[leaf.key][self.rows]
-            value = self._check_length(
-                f"observation {leaf.key}", get_leaf(obs, leaf.path), target.shape[1:]
-            )
+        everyone = rows is self.all_rows or all_set(rows)
+        targets = self.next_obs_rows if slot is self.next else self.root_obs_rows
+        for leaf, target, label in zip(self.obs_leaves, targets, self.obs_labels):
+            value = self._check_length(label, get_leaf(obs, leaf.path), target.shape[1:])
             if everyone:
                 copy_batch(target, value)
             else:
