@@ -42,7 +42,7 @@ def settle_allocator() -> None:
     Until a process has freed a block above 128 KiB, glibc gives the heap's free top back to
     the system past 128 KiB and maps larger blocks anew on each allocation, so a numpy env
     whose step makes and drops temporaries of that size faults their pages in again every
-    step: about 40 page faults a step, a third of its time, for CartPoleVectorEnv of 8,192
+    step: about 40 page faults a step, a quarter of its time, for CartPoleVectorEnv of 8,192
     rows in a freshly forked process. Whether a process is past that depends on what it did
     before (what it imported, say); with this its steps cost the same either way. Nothing is
     touched (numpy asks for the block without writing it), no setting is fixed, and elsewhere
