@@ -126,10 +126,9 @@ class BlockRunner(CommandRunner):
         self.wide = [buffers.wide_action.get(leaf.key) for leaf in self.action_leaves]
         self.fields = buffers.layout.info_fields
         self.field_index = {name: k for k, name in enumerate(self.fields)}
-        self.reward = buffers.reward
         nxt = buffers.next  # each step's targets, sliced once
         self.transition_rows = (
-            self.reward[rows],
+            buffers.reward[rows],
             nxt.terminated[rows],
             nxt.truncated[rows],
             nxt.done[rows],

@@ -10,7 +10,7 @@ import cv2
 import numpy as np
 import pytest
 
-from gymvec.bench.runners.atari import _PixelWork
+from gymvec.bench.runners.atari import SCREEN, reference_frames
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -18,13 +18,16 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.mark.parametrize("num_games", [1, 3, 4, 6])
 def test_the_resize_references_pixels_are_one_resize_per_game(num_games):
     rng = np.random.default_rng(num_games)
-    screens = rng.integers(0, 256, (2, num_games, 210, 160), dtype=np.uint8)
-    pooled = np.maximum(screens[0], screens[1])
-    work = _PixelWork(screens, num_games)
-    work.run()
+    pixels = reference_frames(num_games)
+    for screens in pixels.screens:
+        screens[...] = rng.integers(0, 256, screens.shape, dtype=np.uint8)
+    h = SCREEN[0]
+    pooled = np.maximum(pixels.screens[0], pixels.screens[1])
+    frames = pixels.frames()
+    assert frames.shape == (num_games, 84, 84)
     for i in range(num_games):
-        want = cv2.resize(pooled[i], (84, 84), interpolation=cv2.INTER_AREA)
-        np.testing.assert_array_equal(work.resized[i], want, err_msg=f"game {i}")
+        want = cv2.resize(pooled[i * h : (i + 1) * h], (84, 84), interpolation=cv2.INTER_AREA)
+        np.testing.assert_array_equal(frames[i], want, err_msg=f"game {i}")
 
 
 def test_quick_atari_case_reports_both_limits():

@@ -33,6 +33,7 @@ from gymvec.bench.runners import (
 
 ATARI_ID = "ale_py:ALE/Pong-v5"  # "ale_py:" makes gym.make import ale-py, which registers it
 GAME = "pong"
+SCREEN = (210, 160)  # ALE's screen: rows, columns
 NUM_WORKERS = 2
 # sticky actions off: ALE's vector env and envpool are compared with their defaults' rules
 MAKE_KWARGS: dict[str, Any] = {"repeat_action_probability": 0.0}
@@ -160,9 +161,9 @@ def _envpool(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
 def _emulator_loop(conn: Connection, num_games: int, seed: int, resize: bool = False) -> None:
     """Four (``num_games``) Pong emulators: per step ``act`` four times and two gray screens
     each, a reset when a game ends; nothing else. With ``resize``, then the pixel work no
-    gymnasium-equal pipeline skips: the two screens max-pooled and one ``INTER_AREA`` resize
-    to 84x84, four games at a time as the channels of one image (the fastest exact way known,
-    ``gymvec.atari``'s own)."""
+    gymnasium-equal pipeline skips, done by ``gymvec.atari``'s own frames (the fastest exact
+    way known): the two screens max-pooled and one ``INTER_AREA`` resize to 84x84 per game,
+    four games at a time as the channels of one image (see :func:`reference_frames`)."""
     import ale_py
 
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
@@ -175,8 +176,14 @@ def _emulator_loop(conn: Connection, num_games: int, seed: int, resize: bool = F
         ale.reset_game()
         ales.append(ale)
     action_set = [a.value for a in ales[0].getMinimalActionSet()]
-    screens = np.empty((2, num_games, 210, 160), dtype=np.uint8)
-    pixels = _PixelWork(screens, num_games) if resize else None
+    pixels = reference_frames(num_games) if resize else None
+    if pixels is not None:
+        screens = pixels.screens  # every game's two screens, one under the other
+    else:
+        screens = [np.empty((num_games * SCREEN[0], SCREEN[1]), dtype=np.uint8) for _ in "ab"]
+    h = SCREEN[0]
+    last = [screens[0][i * h : (i + 1) * h] for i in range(num_games)]
+    second_last = [screens[1][i * h : (i + 1) * h] for i in range(num_games)]
     conn.send(None)
     while True:
         actions = conn.recv()
@@ -187,42 +194,26 @@ def _emulator_loop(conn: Connection, num_games: int, seed: int, resize: bool = F
             for _ in range(3):
                 ale.act(action)
                 ale.game_over()
-            ale.getScreenGrayscale(screens[0, i])
+            ale.getScreenGrayscale(second_last[i])
             ale.act(action)
-            ale.getScreenGrayscale(screens[1, i])
+            ale.getScreenGrayscale(last[i])
             if ale.game_over():
                 ale.reset_game()
         if pixels is not None:
-            pixels.run()
+            pixels.frames()
         conn.send(None)
     conn.close()
 
 
-class _PixelWork:
-    """``atari-emulator-resize``'s pixel work on the screens of a step (see ``_emulator_loop``)."""
+def reference_frames(num_games: int) -> Any:
+    """The ``FrameStacks`` of ``atari-emulator-resize`` (``gymvec.atari``'s, for the case's
+    preprocessing): write each game's screens into its rows of ``screens``, then ``frames()``
+    pools and resizes them all."""
+    from gymvec.atari.config import AtariConfig
+    from gymvec.atari.frames import FrameStacks
 
-    def __init__(self, screens: np.ndarray, num_games: int) -> None:
-        import cv2
-
-        self.cv2, self.screens = cv2, screens
-        self.resized = np.empty((num_games, 84, 84), dtype=np.uint8)
-        self.groups = []
-        for a in range(0, num_games, 4):
-            b = min(a + 4, num_games)
-            merged = np.empty((210, 160, b - a), dtype=np.uint8)
-            out = np.empty((84, 84, b - a), dtype=np.uint8)
-            self.groups.append((list(screens[0, a:b]), merged, out, list(self.resized[a:b])))
-
-    def run(self) -> None:
-        cv2 = self.cv2
-        np.maximum(self.screens[0], self.screens[1], out=self.screens[0])
-        for games, merged, out, into in self.groups:
-            cv2.merge(games, merged)
-            cv2.resize(merged, (84, 84), out, interpolation=cv2.INTER_AREA)
-            if len(into) == 1:
-                into[0][...] = out[:, :, 0]
-            else:
-                cv2.split(out, into)
+    config = AtariConfig.build(_env_id(ATARI_ID), **MAKE_KWARGS)
+    return FrameStacks(config, num_games, *SCREEN)
 
 
 def _block_loop(conn: Connection, num_games: int, seed: int) -> None:
