@@ -105,7 +105,8 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 50)
 
 def _faults_per_step(how: str) -> float:
     command = [sys.executable, "-c", _FAULTS_PER_STEP, how]
-    return float(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+    result = subprocess.run(command, capture_output=True, text=True, check=True, timeout=120)
+    return float(result.stdout)
 
 
 @glibc
