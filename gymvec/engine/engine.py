@@ -1,8 +1,8 @@
 """The batch engine: what both front ends drive, in verbs.
 
 A :class:`BatchEngine` owns the buffers (one preallocated block, ``buffers.py``), the control
-block (``commands.py``) and an executor that runs the sub-envs (``executor.py``: in this
-process; ``processes.py``: in worker processes). It speaks in verbs:
+block (``wire/commands.py``) and an executor that runs the sub-envs (``backends/local.py``: in
+this process; ``backends/processes/executor.py``: in worker processes). It speaks in verbs:
 
 * ``step_send(autoreset=...)`` / ``recv()``: step every sub-env with the actions in
   ``buffers.action``, handling finished sub-envs by gymnasium's ``AutoresetMode``

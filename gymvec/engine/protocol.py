@@ -30,7 +30,7 @@ class Engine(Protocol):
     ``buffers.next`` and ``buffers.root``, as ``BatchEngine`` documents. ``finished`` marks the
     sub-envs whose episode ended since their last reset (NEXT_STEP resets them at the next
     step), ``any_finished`` whether there is one. Requests go to the sub-envs by name (see
-    ``engine.subenvs.REQUESTS``). ``stuck``: the timeout that ended the engine's use (then
+    ``subenvs.group.REQUESTS``). ``stuck``: the timeout that ended the engine's use (then
     ``check_not_stuck`` raises); ``timed_out``: the last wait outlasted its timeout.
 
     Of ``buffers`` (a ``Buffers``), front ends use only the members its docstring lists for

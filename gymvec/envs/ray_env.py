@@ -1,7 +1,7 @@
 """``RayEnv``: a batch of sub-envs on Ray actors, across the nodes of a cluster.
 
 The same batched env as ``SerialEnv`` and ``ParallelEnv`` (one engine, one batching code
-path); only the engine's executor differs: ``engine.ray_executor.RayExecutor``, one Ray actor
+path); only the engine's executor differs: ``backends.ray.executor.RayExecutor``, one Ray actor
 per worker, each holding its ``envs_per_worker`` sub-envs on its node.
 """
 

@@ -134,7 +134,7 @@ class ProcessExecutor(Executor):
         self.parent_spin = Spin(parent_spin_s)
         self.sync_memory: Any = None  # (a ctypes array)
         self.concurrency: BoundedSemaphore | None = None  # one that max_concurrency groups share
-        # first-ready commands (see process_rows.py): the row words, the semaphore a
+        # first-ready commands (see rows.py): the row words, the semaphore a
         # finished row posts
         self.rows_memory: Any = None
         self.ready: Semaphore | None = None
@@ -431,7 +431,7 @@ class ProcessExecutor(Executor):
             raise error
         return results
 
-    # ---- first-ready commands (see process_rows.py) ---------------------------------------------
+    # ---- first-ready commands (see rows.py) ---------------------------------------------
     def send_some(self, rows: Sequence[int]) -> None:
         self.rows.send_some(rows)
 

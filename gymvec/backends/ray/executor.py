@@ -1,6 +1,6 @@
 """Sub-envs on Ray actors, across the nodes of a cluster: the executor of ``RayEnv``.
 
-One actor per worker (``ray_worker.RayWorker``), placed through a placement group
+One actor per worker (``worker.RayWorker``), placed through a placement group
 (``placement="spread"``: on distinct nodes where the cluster has them). The engine's buffers
 stay in the driver's memory; per command, :class:`RayExecutor` makes one remote call per actor
 carrying that actor's rows of the control bytes and actions as two flat arrays, and copies what

@@ -9,7 +9,7 @@ actor's buffers through shared memory on that node.
 One command is one actor call. :class:`ShareLayout` says which bytes travel: the caller's
 actions and control bytes for these rows go in (two flat arrays, no per-sub-env objects), and
 the root and/or ``"next"`` part of the share's block comes back, only what the command wrote,
-as flat arrays through Ray's object store. The driver (``ray_executor.py``) copies them into
+as flat arrays through Ray's object store. The driver (``executor.py``) copies them into
 its own buffers, so the engine above sees the same buffers as with any other executor.
 
 This module imports neither ray nor torch: the actor class is made from :class:`RayWorker` by

@@ -197,7 +197,7 @@ def wait_for(
     """Spin until ``words[slot]`` reaches ``seq`` (at most ``spin_s``), then take the semaphore
     the other side released with it; raise RuntimeError when ``alive()`` turns False.
 
-    Not ``batched.worker.wait_for``: the reference keeps the probe's plain spin, without the
+    Not ``worker.wait_for``: the reference keeps the probe's plain spin, without the
     back-off that gymvec's waits add.
     """
     end = time.perf_counter() + spin_s
