@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, __getattr__ i
     from gymvec.envs.serial_env import SerialEnv as SerialEnv
     from gymvec.integrations.gymnasium_ids import register_vector_ids as register_vector_ids
     from gymvec.integrations.make_vec import make_vec as make_vec
+    from gymvec.layout.auto import autotune as autotune
     from gymvec.spaces import space_from_spec as space_from_spec
     from gymvec.spaces import spec_from_space as spec_from_space
     from gymvec.specs import Binary as Binary
@@ -72,6 +73,7 @@ _EXPORTS = {
     "SerialVectorEnv": "gymvec.vector.dropin",
     "ParallelVectorEnv": "gymvec.vector.dropin",
     "make_vec": "gymvec.integrations.make_vec",
+    "autotune": "gymvec.layout.auto",
     "BlockFactory": "gymvec.subenvs.factories",
     "register_vector_ids": "gymvec.integrations.gymnasium_ids",
     "spec_from_space": "gymvec.spaces",

@@ -24,13 +24,15 @@ import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 
+from gymvec.common.cores import usable_cores
 from gymvec.subenvs.factories import BlockFactory
 from gymvec.subenvs.layout import WorkerLayout
 
 if TYPE_CHECKING:  # importing gymvec registers the ids: torch is not imported for that
+    from gymvec.layout.auto import AutoVectorEnv
     from gymvec.vector.vector_env import GymnasiumVectorEnv
 
-BACKENDS = ("serial", "parallel", "ray")
+BACKENDS = ("auto", "serial", "parallel", "ray")
 _GYMVEC_OPTIONS = (
     "backend",
     "num_workers",
@@ -50,7 +52,7 @@ def make_vec(
     env_id: str | EnvSpec,
     num_envs: int = 1,
     *,
-    backend: str = "parallel",
+    backend: str = "auto",
     num_workers: int | None = None,
     autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
     output: str = "numpy",
@@ -61,14 +63,16 @@ def make_vec(
     ray_options: dict | None = None,
     vectorization_mode: str | None = None,
     **env_kwargs: Any,
-) -> GymnasiumVectorEnv:
+) -> GymnasiumVectorEnv | AutoVectorEnv:
     """``num_envs`` copies of a registered gymnasium env as a gymvec vector env.
 
     Args:
         env_id: a registered id (or an ``EnvSpec``).
         num_envs: number of sub-envs.
-        backend: "parallel" (worker processes), "serial" (this process) or "ray" (Ray
-            actors, as ``RayEnv``; needs Ray: ``pip install ray``).
+        backend: "auto" (default: this process or worker processes, chosen at the first
+            reset from the sub-env's measured costs, see ``docs/layout.md`` and
+            ``envs.layout``), "parallel" (worker processes), "serial" (this process) or "ray"
+            (Ray actors, as ``RayEnv``; needs Ray: ``pip install ray``).
         num_workers: worker processes for the parallel backend (default: usable cores);
             Ray actors for the ray backend (default: one per alive node of the cluster).
         autoreset_mode: "next_step", "same_step" or "disabled" (or a gymnasium
@@ -103,55 +107,101 @@ def make_vec(
         >>> envs.close()
     """
     from gymvec.options import parse_autoreset_mode
-    from gymvec.vector.dropin import ParallelVectorEnv, SerialVectorEnv
 
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs: expected a positive int, got {num_envs!r}")
+    if num_workers is not None and (isinstance(num_workers, bool | str) or num_workers < 1):
+        raise ValueError(
+            f"num_workers: expected a positive int or None (make_vec's backend='auto' chooses "
+            f"it), got {num_workers!r}"
+        )
     autoreset_mode = parse_autoreset_mode(autoreset_mode)
     spec = gym.spec(env_id) if isinstance(env_id, str) else env_id
     check_env_kwargs(spec, env_kwargs)
-    if vectorization_mode == "vector_entry_point":
-        workers = 1 if backend == "serial" else num_workers
-        env_fns: list[Any] = _block_fns(spec, num_envs, workers, autoreset_mode, env_kwargs)
-        num_workers = len(env_fns)
-    elif vectorization_mode in (None, "sync"):
-        env_fns = [functools.partial(gym.make, spec, **env_kwargs)] * num_envs
-    else:
+    if vectorization_mode not in (None, "sync", "vector_entry_point"):
         raise ValueError(
             "vectorization_mode: expected None (one env per row) or 'vector_entry_point' "
             f"(blocks), got {vectorization_mode!r}"
         )
+    blocks = vectorization_mode == "vector_entry_point"
+    if backend == "auto" and blocks:
+        # the id's own vector env is vectorised already: one block, in this process, unless
+        # the options ask for workers (then as backend="parallel")
+        wants_workers = num_workers is not None or local_worker is not None
+        backend = "parallel" if wants_workers or timeout is not None else "serial"
+    common = dict(autoreset_mode=autoreset_mode, output=output, batch_size=batch_size)
+
+    def build(backend: str, workers: int | None, local: bool | None) -> GymnasiumVectorEnv:
+        if blocks:
+            if backend == "serial":
+                workers = 1
+            env_fns: list[Any] = _block_fns(spec, num_envs, workers, autoreset_mode, env_kwargs)
+            workers = len(env_fns)
+        else:
+            env_fns = [functools.partial(gym.make, spec, **env_kwargs)] * num_envs
+        envs = _build(backend, env_fns, workers, local, context, timeout, ray_options, common)
+        envs.spec = spec
+        return envs
+
+    if backend != "auto":
+        return build(backend, num_workers, local_worker)
+    from gymvec.layout.auto import AutoVectorEnv
+    from gymvec.layout.cache import cache_key
+    from gymvec.layout.model import Constraints
+
+    constraints = Constraints.of(
+        num_workers=num_workers,
+        local_worker=local_worker,
+        timeout=timeout,
+        first_ready=batch_size is not None and batch_size < num_envs,
+        context=context,
+    )
+    auto = AutoVectorEnv(
+        [functools.partial(gym.make, spec, **env_kwargs)] * num_envs,
+        lambda c: build(c.backend, c.workers if c.backend == "parallel" else None, c.local),
+        constraints,
+        autoreset_mode,
+        key=cache_key(spec.id, env_kwargs, num_envs, usable_cores()),
+    )
+    auto.spec = spec
+    return auto
+
+
+def _build(
+    backend: str,
+    env_fns: list,
+    num_workers: int | None,
+    local_worker: bool | None,
+    context: str | None,
+    timeout: float | None,
+    ray_options: dict | None,
+    common: dict[str, Any],
+) -> GymnasiumVectorEnv:
+    """The vector env of one fixed backend over ``env_fns``."""
+    from gymvec.vector.dropin import ParallelVectorEnv, SerialVectorEnv
+
     if backend == "ray":
-        envs = _ray_vec(
-            env_fns, num_workers, ray_options, autoreset_mode, output, batch_size, timeout
-        )
-    elif backend == "serial":
+        return _ray_vec(env_fns, num_workers, ray_options, timeout=timeout, **common)
+    if backend == "serial":
         if timeout is not None:
             raise ValueError(
                 "timeout: the serial backend steps every sub-env in this process, where a "
                 "timeout cannot cut them short; use backend='parallel'"
             )
-        envs = SerialVectorEnv(
-            env_fns, autoreset_mode=autoreset_mode, output=output, batch_size=batch_size
-        )
-    else:
-        envs = ParallelVectorEnv(
-            env_fns,
-            num_workers=num_workers,
-            autoreset_mode=autoreset_mode,
-            output=output,
-            local_worker=local_worker,
-            context=context,
-            batch_size=batch_size,
-            timeout=timeout,
-            # Arrays go through shared memory either way; False also takes the spaces that
-            # gymnasium's AsyncVectorEnv cannot share (Graph, Sequence, custom), pickled.
-            shared_memory=False,
-        )
-    envs.spec = spec
-    return envs
+        return SerialVectorEnv(env_fns, **common)
+    return ParallelVectorEnv(
+        env_fns,
+        num_workers=num_workers,
+        local_worker=local_worker,
+        context=context,
+        timeout=timeout,
+        # Arrays go through shared memory either way; False also takes the spaces that
+        # gymnasium's AsyncVectorEnv cannot share (Graph, Sequence, custom), pickled.
+        shared_memory=False,
+        **common,
+    )
 
 
 def _block_fns(
@@ -192,6 +242,7 @@ def _ray_vec(
     env_fns: list,
     num_workers: int | None,
     ray_options: dict | None,
+    *,
     autoreset_mode: Any,
     output: str,
     batch_size: int | None,
@@ -290,7 +341,9 @@ def _constructor_names(spec: EnvSpec) -> frozenset[str]:
         return frozenset()
 
 
-def vector_entry_point(base_id: str, num_envs: int = 1, **kwargs: Any) -> GymnasiumVectorEnv:
+def vector_entry_point(
+    base_id: str, num_envs: int = 1, **kwargs: Any
+) -> GymnasiumVectorEnv | AutoVectorEnv:
     """The ``vector_entry_point`` of gymvec's derived ids (called by ``gymnasium.make_vec``)."""
     options = {name: kwargs.pop(name) for name in _GYMVEC_OPTIONS if name in kwargs}
     options |= {_ALIASES[name]: kwargs.pop(name) for name in _ALIASES if name in kwargs}

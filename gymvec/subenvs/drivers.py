@@ -500,7 +500,10 @@ class BatchStep(CommandRunner):
                 raise self._observation_error(observations, stepping) from exc
         else:  # lists, say, or a shape that is off (no broadcasting, as in SyncVectorEnv)
             try:
-                if not all(np.shape(obs) == self.obs_shape for obs in observations):
+                # Scalars (Discrete spaces) need no shape check: numpy refuses a batch of them
+                # with any sequence in it (ragged, or one dim too many for the rows).
+                scalar = not self.obs_shape
+                if not scalar and not all(np.shape(obs) == self.obs_shape for obs in observations):
                     raise ValueError
                 self.obs[rows] = observations
             except (ValueError, TypeError) as exc:

@@ -13,6 +13,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import gymvec
 from gymvec import ParallelVectorEnv, SerialVectorEnv
+from gymvec.layout.auto import AutoVectorEnv
 
 
 def sync_reference(env_id, num_envs, **kwargs):
@@ -83,7 +84,7 @@ def test_id_registered_at_run_time_works_in_workers(context, no_leaks):
 def test_gymnasium_make_vec_with_a_derived_id():
     before = copy.deepcopy(gym.spec("CartPole-v1"))
     env = gym.make_vec("gymvec:gymvec/CartPole-v1", num_envs=2, max_episode_steps=3)
-    assert isinstance(env, ParallelVectorEnv)
+    assert isinstance(env, AutoVectorEnv)  # make_vec's default backend, "auto"
     assert env.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
     ref = sync_reference("CartPole-v1", 2, max_episode_steps=3)
     fe.assert_same(env.reset(seed=0), ref.reset(seed=0), "reset")
@@ -94,7 +95,7 @@ def test_gymnasium_make_vec_with_a_derived_id():
     assert env.spec.id == "gymvec/CartPole-v1"
     env.close()
     ref.close()
-    rebuilt = gym.make_vec(env.spec, num_envs=2)
+    rebuilt = gym.make_vec(env.spec, num_envs=2, backend="parallel")
     assert isinstance(rebuilt, ParallelVectorEnv) and rebuilt.num_envs == 2
     rebuilt.close()
     # the original id is untouched and keeps its own vector entry point

@@ -1,0 +1,113 @@
+"""What ``backend="auto"`` measures: a throwaway sub-env's step and reset cost in the calling
+process (bounded in time), and this machine's round trip between two processes."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from typing import Any
+
+from gymvec.common.cores import usable_cores
+from gymvec.layout import cache
+from gymvec.layout.model import Constraints, Costs, LayoutReport, choose
+
+STEPS = 2000  # at most this many timed steps: a cheap env's costs settle well before
+MIN_STEPS = 20  # a slow env still gets this many (its budget may then run over a little)
+PINGS = 200
+_round_trip: float | None = None  # measured once per process
+
+
+def time_sub_env(env: Any, seconds: float = 0.5) -> tuple[float, float, float]:
+    """``(step, reset, reset_rate)`` of a gymnasium ``env``, stepped with random actions for
+    at most ``seconds``; the env is reset first and left open.
+
+    Costs that drift: the step cost is the mean of the second half of the timed steps, so a
+    slow start (first resets, caches, compilation) weighs nothing once it has passed; the
+    reset cost is the mean of the resets after the first (the first one alone where no
+    episode ended in the window)."""
+    space = env.action_space
+    space.seed(0)
+    started = time.perf_counter()
+    env.reset(seed=0)
+    first_reset = time.perf_counter() - started
+    deadline = started + seconds
+    steps: list[float] = []
+    resets: list[float] = []
+    while len(steps) < STEPS and (len(steps) < MIN_STEPS or time.perf_counter() < deadline):
+        action = space.sample()
+        t = time.perf_counter()
+        _, _, terminated, truncated, _ = env.step(action)
+        steps.append(time.perf_counter() - t)
+        if terminated or truncated:
+            t = time.perf_counter()
+            env.reset()
+            resets.append(time.perf_counter() - t)
+    later = steps[len(steps) // 2 :]
+    step = statistics.fmean(later)
+    reset = statistics.fmean(resets) if resets else first_reset
+    return step, reset, len(resets) / len(steps)
+
+
+def round_trip() -> float:
+    """Seconds for one byte to go to another process and back (the median of ``PINGS``):
+    what waking a worker and hearing back costs at the least. Measured once per process,
+    with a forked child; where fork is missing, a typical figure (50 us)."""
+    global _round_trip
+    if _round_trip is not None:
+        return _round_trip
+    if not hasattr(os, "fork"):
+        _round_trip = 50e-6
+        return _round_trip
+    child_in, to_child = os.pipe()  # (read end, write end)
+    from_child, child_out = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: echo until the parent closes its end
+        try:
+            os.close(to_child)
+            os.close(from_child)
+            while os.read(child_in, 1):
+                os.write(child_out, b"x")
+        finally:
+            os._exit(0)
+    os.close(child_in)
+    os.close(child_out)
+    times = []
+    try:
+        for _ in range(PINGS):
+            t = time.perf_counter()
+            os.write(to_child, b"x")
+            os.read(from_child, 1)
+            times.append(time.perf_counter() - t)
+    finally:
+        os.close(to_child)
+        os.close(from_child)
+        os.waitpid(pid, 0)
+    _round_trip = statistics.median(times)
+    return _round_trip
+
+
+def measure(env: Any, cores: int, seconds: float = 0.5) -> Costs:
+    """The costs of ``env`` (timed for at most ``seconds``) and of this machine."""
+    step, reset, rate = time_sub_env(env, seconds)
+    return Costs(step, reset, rate, round_trip(), cores)
+
+
+def choose_layout(
+    throwaway: Any,
+    num_envs: int,
+    constraints: Constraints,
+    *,
+    key: str | None = None,
+    seconds: float = 0.5,
+) -> LayoutReport:
+    """The layout for ``num_envs`` copies of the env ``throwaway`` is one of (untouched: it
+    is timed here unless the cache has its costs under ``key``; the caller closes it)."""
+    cores = usable_cores()
+    costs = None if key is None else cache.load(key)
+    if costs is not None and costs.cores == cores:
+        return choose(costs, num_envs, constraints, "cache")
+    costs = measure(throwaway, cores, seconds)
+    if key is not None:
+        cache.store(key, costs)
+    return choose(costs, num_envs, constraints, "timed")
