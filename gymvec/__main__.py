@@ -20,6 +20,7 @@ import numpy as np
 import gymvec
 from gymvec.backends.processes.executor import default_start_method
 from gymvec.common.cores import usable_cores
+from gymvec.layout.cache import cache_dir, enabled
 
 PACKAGES = ("gymnasium", "numpy", "torch", "tensordict")
 CHECK_ENV_ID = "CartPole-v1"
@@ -45,6 +46,7 @@ def report_lines() -> list[str]:
         f"platform    {platform.platform()}",
         f"cores       {usable_cores()} usable of {multiprocessing.cpu_count()}",
         f"start       {default_start_method()} (the worker processes' default start method)",
+        f"cache       {cache_dir()} (backend='auto' layouts{'' if enabled() else '; off: GYMVEC_CACHE=0'})",
     ]
     return lines
 

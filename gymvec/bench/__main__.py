@@ -22,7 +22,7 @@ from gymvec.bench.harness import Settings, run_cases
 from gymvec.bench.reporting.plot import plot_problem
 from gymvec.bench.reporting.progress import Progress
 from gymvec.bench.reporting.report import format_sweep, format_table, to_json, write_json
-from gymvec.bench.reporting.verdict import LEGEND, verdict_lines
+from gymvec.bench.reporting.verdict import LEGEND, verdict_header, verdict_lines
 from gymvec.bench.runners import RUNNERS, usable_cores
 from gymvec.bench.soak import CONFIGS as SOAK_CONFIGS
 from gymvec.bench.soak import SOAK_STEPS
@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--env-id", help="a custom case on this gymnasium id (default CartPole-v1)")
     parser.add_argument(
+        "--tune", metavar="ID", help="measure every layout of make_vec's backend='auto' on ID"
+    )
+    parser.add_argument(
         "--num-envs", type=_positive_int, help="sub-envs of the custom case (default 8)"
     )
     parser.add_argument(
@@ -115,7 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"cap on one timed run in seconds, 0 for none (default {FULL.max_seconds})",
     )
     parser.add_argument("--seed", type=int, help="seed of the envs and the action pool")
-    parser.add_argument("--quick", action="store_true", help="tiny runs, for CI")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny runs that check every runner works (CI); the figures are noise",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--strict", action="store_true", help="exit 1 if any runner failed")
     parser.add_argument(
@@ -219,6 +226,10 @@ def soak_main(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.tune:
+        from gymvec.bench.layouts import tune_main
+
+        return tune_main(args)
     if args.soak:
         return soak_main(args)
     if args.plot:
@@ -247,8 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print()
         print(format_sweep(case_results))
     print()
-    print("Verdict:")
-    print("\n".join(verdict_lines(case_results)) or "no runner was timed")
+    print(verdict_header(settings))
+    print("\n".join(verdict_lines(case_results, settings)) or "no runner was timed")
     if args.json:
         write_json(args.json, to_json(case_results, settings))
     if args.plot:

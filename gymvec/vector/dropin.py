@@ -205,7 +205,10 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         sub-envs run a reset or step at once: each worker process, and this process's share,
         runs its sub-envs one after the other, so at most this many of them run a command at
         once).
-    Args (gymvec's): num_workers, local_worker (step one share of the sub-envs in this
+    Args (gymvec's): num_workers (None: one per usable core; "auto": the worker layout, and
+        local_worker unless given, that gymvec's cost model predicts fastest from a throwaway
+        sub-env timed at construction, see ``docs/layout.md``; ``layout_report`` says why),
+        local_worker (step one share of the sub-envs in this
         process: None picks by the number of cores, False with a timeout or first-ready
         batches), output ("numpy"
         or "torch"), timeout (seconds any reset, step or call may take when its wait gives
@@ -237,7 +240,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         max_concurrency: int | None = None,
         *,
-        num_workers: int | None = None,
+        num_workers: int | str | None = None,
         local_worker: bool | None = None,
         output: str = "numpy",
         batch_size: int | None = None,
@@ -256,6 +259,15 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         self.observation_mode = observation_mode
         self.max_concurrency = max_concurrency
         n = len(self.env_fns)
+        self.layout_report = None  # with num_workers="auto": why this layout (LayoutReport)
+        if num_workers == "auto":
+            num_workers, local_worker, self.layout_report = _auto_workers(
+                self.env_fns, local_worker, timeout, batch_size is not None and batch_size < n
+            )
+        elif isinstance(num_workers, str):
+            raise ValueError(
+                f"num_workers: expected a positive int, None or 'auto', got {num_workers!r}"
+            )
         # one task: sub-env 0 alone is built here for the layout (the others' spaces are
         # checked where they are built), not one per worker's factory
         factories = SubEnvFactories.spread(self.env_fns, num_workers)
@@ -331,9 +343,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
 
     def _check_running(self) -> None:
         if self.closed:
-            raise ClosedEnvError(
-                f"Trying to operate on `{type(self).__name__}`, after a call to `close()`."
-            )
+            raise ClosedEnvError.after_close(self)
         self.engine.check_not_stuck()
 
     def reset_async(
@@ -420,6 +430,26 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
                 except Exception:
                     pass
         self.engine.close()
+
+
+def _auto_workers(
+    env_fns: list, local_worker: bool | None, timeout: float | None, first_ready: bool
+) -> tuple[int, bool | None, Any]:
+    """``num_workers="auto"``: the worker layout the cost model picks for ``env_fns`` (a
+    throwaway of ``env_fns[0]`` timed here: the workers and their shares are fixed when a
+    ``ParallelVectorEnv`` is built); (workers, local_worker, the report)."""
+    from gymvec.layout.model import Constraints
+    from gymvec.layout.timing import choose_layout
+
+    constraints = Constraints.of(
+        local_worker=local_worker, timeout=timeout, first_ready=first_ready, serial=False
+    )
+    throwaway = env_fns[0]()
+    try:
+        report = choose_layout(throwaway, len(env_fns), constraints)
+    finally:
+        throwaway.close()
+    return report.chosen.workers, report.chosen.local, report
 
 
 def _wait_timeout(
