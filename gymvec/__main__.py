@@ -46,7 +46,9 @@ def report_lines() -> list[str]:
         f"platform    {platform.platform()}",
         f"cores       {usable_cores()} usable of {multiprocessing.cpu_count()}",
         f"start       {default_start_method()} (the worker processes' default start method)",
-        f"cache       {cache_dir()} (backend='auto' layouts{'' if enabled() else '; off: GYMVEC_CACHE=0'})",
+        f"cache       {cache_dir()} (backend='auto' layouts"
+        + ("" if enabled() else "; off: GYMVEC_CACHE=0")
+        + ")",
     ]
     return lines
 
