@@ -1,0 +1,240 @@
+"""``backend="auto"`` (API.md section 14): the layout chosen at the first reset from measured
+costs, Sync's trajectories kept, the cache, the options that narrow the choice, autotune."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import gymvec
+from gymvec import ParallelVectorEnv
+from gymvec.layout.auto import AutoVectorEnv
+from gymvec.layout.model import Constraints, Costs, candidates, choose
+
+BUSY_ID = "GymvecLayoutBusy-v0"
+COUNTING_ID = "GymvecLayoutCounting-v0"
+
+
+class BusyEnv(gym.Env):
+    """Each step spins 1 ms of CPU: an env that loses without worker processes."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.np_random.uniform(-1, 1, 2).astype(np.float32), {}
+
+    def step(self, action):
+        end = time.perf_counter() + 1e-3
+        while time.perf_counter() < end:
+            pass
+        return self.np_random.uniform(-1, 1, 2).astype(np.float32), 1.0, False, False, {}
+
+
+class CountingEnv(BusyEnv):
+    """Cheap; logs "build", "reset" and "step" with this process's id to ``log``."""
+
+    def __init__(self, log: str):
+        self.log = log
+        self._write("build")
+
+    def _write(self, event: str) -> None:
+        with open(self.log, "a") as f:
+            f.write(f"{event} {os.getpid()}\n")
+
+    def reset(self, *, seed=None, options=None):
+        self._write("reset")
+        return super().reset(seed=seed)
+
+    def step(self, action):
+        self._write("step")
+        return self.np_random.uniform(-1, 1, 2).astype(np.float32), 1.0, False, False, {}
+
+
+gym.register(BUSY_ID, entry_point=BusyEnv, max_episode_steps=50)
+gym.register(COUNTING_ID, entry_point=CountingEnv, max_episode_steps=50)
+
+
+@pytest.fixture(autouse=True)
+def cache_home(tmp_path, monkeypatch):
+    """Each test its own cache directory, on."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("GYMVEC_CACHE", raising=False)
+    return tmp_path / "cache" / "gymvec"
+
+
+def _events(path, event: str) -> int:
+    with open(path) as f:
+        return sum(line.split()[0] == event for line in f)
+
+
+def test_the_default_keeps_sync_trajectories():
+    envs = gymvec.make_vec("CartPole-v1", 4)
+    ref = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
+    try:
+        assert isinstance(envs, AutoVectorEnv)
+        obs, _ = envs.reset(seed=3)
+        np.testing.assert_array_equal(obs, ref.reset(seed=3)[0])
+        actions = np.random.default_rng(0).integers(0, 2, size=(60, 4))
+        for a in actions:  # episodes end: the autoresets are compared too
+            got, expected = envs.step(a), ref.step(a)
+            for x, y in zip(got[:4], expected[:4]):
+                np.testing.assert_array_equal(x, y)
+    finally:
+        envs.close()
+        ref.close()
+
+
+def test_a_cheap_env_chooses_this_process_a_busy_one_workers():
+    cheap = gymvec.make_vec("FrozenLake-v1", 4)
+    busy = gymvec.make_vec(BUSY_ID, 4)
+    try:
+        cheap.reset(seed=0)
+        busy.reset(seed=0)
+        assert cheap.layout.backend == "serial" and cheap.layout.local_share == 4
+        assert busy.layout.backend == "parallel" and busy.layout.workers == 2
+        report = busy.layout.report
+        assert report.source == "timed" and 0.8e-3 < report.costs.step < 5e-3
+        assert {c.name for c in report.candidates} >= {"serial", "parallel w=2"}
+        assert report.chosen.predicted == max(c.predicted for c in report.candidates)
+        busy.step(busy.action_space.sample())
+    finally:
+        cheap.close()
+        busy.close()
+
+
+def test_building_touches_no_env_and_the_cache_skips_the_timing(tmp_path, cache_home):
+    log = str(tmp_path / "log")
+    envs = gymvec.make_vec(COUNTING_ID, 3, log=log)
+    try:
+        # one throwaway built (it gives the spaces), nothing reset or stepped
+        assert _events(log, "build") == 1
+        assert _events(log, "reset") == _events(log, "step") == 0
+        envs.reset(seed=0)
+        timed_steps = _events(log, "step")
+        assert timed_steps > 0  # the throwaway was timed...
+        assert envs.layout.report.source == "timed"
+        assert _events(log, "build") == 1 + 3  # ...and the sub-envs are fresh
+    finally:
+        envs.close()
+    assert (cache_home / "layouts.json").exists()
+    again = gymvec.make_vec(COUNTING_ID, 3, log=log)
+    try:
+        again.reset(seed=0)
+        assert again.layout.report.source == "cache"
+        assert _events(log, "step") == timed_steps  # nothing timed this time
+        assert again.layout == envs.layout
+    finally:
+        again.close()
+
+
+def test_the_cache_can_be_turned_off(monkeypatch, cache_home):
+    monkeypatch.setenv("GYMVEC_CACHE", "0")
+    for _ in range(2):
+        envs = gymvec.make_vec("FrozenLake-v1", 2)
+        envs.reset(seed=0)
+        assert envs.layout.report.source == "timed"
+        envs.close()
+    assert not cache_home.exists()
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "unwritable"])
+def test_a_bad_cache_is_ignored_with_one_warning(damage, cache_home, caplog):
+    if damage == "corrupt":
+        cache_home.mkdir(parents=True)
+        (cache_home / "layouts.json").write_text("{not json")
+    else:  # the cache directory's place is a file
+        cache_home.parent.mkdir(parents=True)
+        cache_home.write_text("")
+    with caplog.at_level(logging.WARNING, logger="gymvec"):
+        for _ in range(2):
+            envs = gymvec.make_vec("FrozenLake-v1", 2)
+            envs.reset(seed=0)
+            assert envs.layout.backend == "serial"
+            envs.close()
+    warnings = [r for r in caplog.records if r.name == "gymvec" and r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "cache" in warnings[0].getMessage()
+    if damage == "corrupt":  # replaced by a sound file
+        assert json.loads((cache_home / "layouts.json").read_text())
+
+
+def test_options_narrow_the_choice():
+    costs = Costs(step=5e-6, reset=5e-6, reset_rate=0.05, round_trip=10e-6, cores=2)
+    timed = Constraints.of(timeout=5.0)
+    assert not timed.serial and all(not c.local for c in candidates(8, 2, timed))
+    fixed = choose(costs, 8, Constraints.of(num_workers=2, local_worker=False), "timed")
+    assert [c.name for c in fixed.candidates] == ["parallel w=2"]
+    first_ready = candidates(8, 2, Constraints.of(first_ready=True))
+    assert [c.name for c in first_ready] == ["serial", "parallel w=1", "parallel w=2"]
+    # a cheap env: this process, unless the options rule it out
+    assert choose(costs, 8, Constraints(), "timed").chosen.backend == "serial"
+    envs = gymvec.make_vec("FrozenLake-v1", 2, timeout=30.0)
+    try:
+        envs.reset(seed=0)
+        assert envs.layout.backend == "parallel" and envs.layout.local_share == 0
+    finally:
+        envs.close()
+
+
+def test_gymnasium_make_vec_and_num_workers_auto():
+    envs = gym.make_vec("gymvec:gymvec/FrozenLake-v1", num_envs=2)
+    ref = gym.vector.SyncVectorEnv([lambda: gym.make(BUSY_ID)] * 4)
+    parallel = ParallelVectorEnv([lambda: gym.make(BUSY_ID)] * 4, num_workers="auto")
+    try:
+        assert isinstance(envs, AutoVectorEnv) and envs.spec.id == "gymvec/FrozenLake-v1"
+        envs.reset(seed=0)
+        assert envs.layout.backend == "serial"
+        report = parallel.layout_report
+        assert all(c.backend == "parallel" for c in report.candidates)
+        assert report.chosen.workers == 2 and parallel.num_envs == 4
+        np.testing.assert_array_equal(parallel.reset(seed=1)[0], ref.reset(seed=1)[0])
+        a = parallel.action_space.sample()
+        np.testing.assert_array_equal(parallel.step(a)[0], ref.step(a)[0])
+    finally:
+        envs.close()
+        parallel.close()
+        ref.close()
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="'auto', 'serial', 'parallel', 'ray'"):
+        gymvec.make_vec("CartPole-v1", 2, backend="threads")
+    with pytest.raises(ValueError, match="num_workers"):
+        gymvec.make_vec("CartPole-v1", 2, num_workers="some")
+    with pytest.raises(ValueError, match="num_workers"):
+        ParallelVectorEnv([lambda: gym.make("CartPole-v1")] * 2, num_workers="some")
+
+
+class Broken(BusyEnv):
+    def step(self, action):
+        raise RuntimeError("broken step")
+
+
+def test_a_throwaway_that_fails_raises_its_error():
+    gym.register("GymvecLayoutBroken-v0", entry_point=Broken)
+    try:
+        envs = gymvec.make_vec("GymvecLayoutBroken-v0", 2)
+        with pytest.raises(RuntimeError, match="broken step"):
+            envs.reset(seed=0)
+        envs.close()
+    finally:
+        del gym.registry["GymvecLayoutBroken-v0"]
+
+
+def test_autotune_and_bench_tune(capsys):
+    report = gymvec.autotune("CartPole-v1", 2, seconds=0.4)
+    assert report.source == "measured"
+    assert all(c.measured and c.measured > 0 for c in report.candidates)
+    assert report.chosen.measured == max(c.measured for c in report.candidates)
+    from gymvec.bench.__main__ import main
+
+    assert main(["--tune", "FrozenLake-v1", "--num-envs", "2", "--max-seconds", "0.4"]) == 0
+    out = capsys.readouterr().out
+    assert "<- chosen" in out and "make_vec's default would choose" in out
