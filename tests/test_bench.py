@@ -24,9 +24,11 @@ from gymvec.bench.envs import (
     importable_id,
     register_bench_envs,
 )
+from gymvec.bench.harness import Settings
 from gymvec.bench.runners import RUNNERS, RunnerOptions, usable_cores, worker_layout
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+median = statistics.median
 
 
 def _rollout(env: gym.Env, seed: int, actions: list[int]) -> list[np.ndarray]:
@@ -211,11 +213,16 @@ def test_cli_quick_gymnasium_runners(tmp_path):
         ["busy-8", "gym-async"],
     ]
     for row in rows:
-        assert len(row) == 6, row  # no error column filled in
-        rate, ratio_sync, ratio_best = (float(cell) for cell in row[2:5])
+        assert len(row) == 7, row  # no error column filled in
+        rate, ratio_sync, ratio_best = (float(cell) for cell in (row[2], row[4], row[5]))
         assert rate > 0 and ratio_sync > 0 and ratio_best > 0
-        assert row[5] == "-"  # no bare-free ran: no ceiling
-    assert [row[3] for row in rows if row[1] == "gym-sync"] == ["1.00", "1.00"]
+        assert row[3].endswith("%")  # the spread of the two runs
+        assert row[6] == "-"  # no bare-free ran: no ceiling
+    assert [row[4] for row in rows if row[1] == "gym-sync"] == ["1.00", "1.00"]
+    for case_rows in (rows[:2], rows[2:]):  # x sync: the printed steps/s over gym-sync's
+        sync_rate = float(case_rows[0][2])
+        for row in case_rows:
+            assert float(row[4]) == pytest.approx(float(row[2]) / sync_rate, abs=0.006)
 
     document = json.loads(json_path.read_text())
     assert set(document) >= {"cases", "machine"}
@@ -232,16 +239,14 @@ def test_cli_quick_gymnasium_runners(tmp_path):
             assert result["error"] is None
             assert result["steps_per_s"] > 0
             assert f"{result['steps_per_s']:.0f}" == row[2]
-            # Ratios pair the runs of one round (runners are timed in turn, round by round).
+            # Ratios are those of the medians, the steps/s the table prints.
             sync, mine = results[0]["samples"], result["samples"]
-            assert len(mine) == len(sync) >= 1
-            assert result["ratio_sync"] == pytest.approx(
-                statistics.median(m / s for m, s in zip(mine, sync))
-            )
-            best = [max(pair) for pair in zip(sync, results[1]["samples"])]
-            assert result["ratio_best_gym"] == pytest.approx(
-                statistics.median(m / b for m, b in zip(mine, best))
-            )
+            assert len(mine) == len(sync) == 2
+            assert result["steps_per_s"] == statistics.median(mine)
+            assert result["spread"] == pytest.approx((max(mine) - min(mine)) / median(mine))
+            assert result["ratio_sync"] == pytest.approx(median(mine) / median(sync))
+            best = max(median(sync), median(results[1]["samples"]))
+            assert result["ratio_best_gym"] == pytest.approx(median(mine) / best)
             assert result["ratio_best_gym"] <= 1.0  # a gymnasium runner against the faster one
             assert result["ratio_ceiling"] is None
     # The progress went to stderr, not into the table.
@@ -253,7 +258,7 @@ def test_cli_reports_a_failing_runner_and_strict_fails(capsys):
     assert main([*argv, "--no-progress"]) == 0
     rows = _table_rows(capsys.readouterr().out)
     assert rows[0][:3] == ["gymvec/NoSuchEnv-v0-8", "gym-sync", "-"]
-    assert "NoSuchEnv" in " ".join(rows[0][5:])
+    assert "NoSuchEnv" in " ".join(rows[0][6:])
     assert main([*argv, "--no-progress", "--strict"]) == 1
 
 
@@ -287,16 +292,16 @@ def test_cli_quick_every_gymvec_runner_strict(tmp_path):
     rows = _table_rows(out.stdout)
     assert [row[1] for row in rows] == backends.split(",") * 2
     for row in rows:
-        assert len(row) == 6, row
-        assert all(float(cell) > 0 for cell in row[2:])
-    assert [row[5] for row in rows if row[1] == "bare-free"] == ["1.00", "1.00"]
+        assert len(row) == 7, row
+        assert all(float(cell.rstrip("%")) >= 0 for cell in row[2:])
+    assert [row[6] for row in rows if row[1] == "bare-free"] == ["1.00", "1.00"]
     document = json.loads(json_path.read_text())
     for case in document["cases"]:
         assert all(result["error"] is None for result in case["results"])
         results = {result["runner"]: result for result in case["results"]}
         ceiling, mine = results["bare-free"]["samples"], results["gymvec-parallel"]["samples"]
         assert results["gymvec-parallel"]["ratio_ceiling"] == pytest.approx(
-            statistics.median(m / c for m, c in zip(mine, ceiling))
+            median(mine) / median(ceiling)
         )
 
 
@@ -311,8 +316,8 @@ def test_cli_quick_sb3_case_strict():
     rows = _table_rows(out.stdout)
     assert [row[1] for row in rows] == list(SB3_BACKENDS)
     for row in rows:
-        assert len(row) == 6, row
-        assert all(float(cell) > 0 for cell in row[2:5]) and row[5] == "-"
+        assert len(row) == 7, row
+        assert all(float(row[i]) > 0 for i in (2, 4, 5)) and row[6] == "-"
 
 
 def test_ray_runners_without_ray_say_how_to_install(monkeypatch):
@@ -389,20 +394,30 @@ def test_soak_verdict_fails_on_growth_and_on_leftovers():
 
 
 # ---- the first screen: legend, verdict, headroom warning, ETA, --plot, --sweep, startup ------
-def _case_result(samples: dict[str, list[float]], name: str = "cartpole-32"):
+def _case_result(samples: dict[str, list[float]], name: str = "cartpole-32", case=None):
     """A case's results with these steps/s per round, ratios computed as the bench does."""
     from gymvec.bench.cases import Case
     from gymvec.bench.harness import CaseResult, RunnerResult, add_ratios
 
+    case = case or Case(name, "CartPole-v1", 32, num_workers=2)
     results = [RunnerResult(runner, list(rates)) for runner, rates in samples.items()]
-    case_result = CaseResult(Case(name, "CartPole-v1", 32, num_workers=2), results)
+    case_result = CaseResult(case, results)
     add_ratios(case_result)
     return case_result
 
 
-def test_verdict_in_words_against_sync_and_the_framework_free_loop():
+FULL_RUN = Settings()  # a full run's settings: its verdicts judge
+QUICK_RUN = Settings(steps=20, repeats=2, warmup=2)
+
+
+def _verdict(case_result, settings=FULL_RUN) -> list[str]:
+    """The verdict lines, each unwrapped."""
     from gymvec.bench.reporting.verdict import verdict_lines
 
+    return [" ".join(line.split()) for line in verdict_lines([case_result], settings)]
+
+
+def test_verdict_names_case_runner_and_reference_with_the_tables_ratios():
     case_result = _case_result(
         {
             "gym-sync": [100.0, 200.0, 100.0],
@@ -411,40 +426,193 @@ def test_verdict_in_words_against_sync_and_the_framework_free_loop():
             "bare-free": [250.0, 500.0, 250.0],
         }
     )
-    lines = verdict_lines([case_result])
-    assert lines == [
-        "ParallelVectorEnv: 1.70x SyncVectorEnv on cartpole-32, 0.93 of the framework-free "
-        "lock-step loop (bare-parallel)"
+    assert _verdict(case_result) == [
+        "cartpole-32, ParallelVectorEnv (gymvec-parallel, 170 steps/s, spread 100%): 1.70x "
+        "SyncVectorEnv (gym-sync); 0.93x the framework-free lock-step loop (bare-parallel)"
     ]
+
+
+def test_ratios_are_those_of_the_printed_medians_whatever_the_rounds():
+    """Issue 55's contradiction: a verdict of 1.09 beside a table reading 0.48. Rounds whose
+    load swings pair up into ratios far from the ratio of the medians; table and verdict now
+    both print the latter."""
+    from gymvec.bench.reporting.report import format_table
+
+    case_result = _case_result(
+        {
+            "gym-sync": [50598.0, 20000.0, 90000.0, 60000.0, 30000.0],
+            "gymvec-td": [24089.0, 22000.0, 99000.0, 65000.0, 10000.0],
+            "bare-parallel": [50598.0, 20000.0, 90000.0, 60000.0, 30000.0],
+        }
+    )
+    td = case_result.results[1]
+    assert td.steps_per_s == 24089.0 and td.ratio_sync == pytest.approx(24089 / 50598)
+    row = next(line.split() for line in format_table([case_result]).splitlines() if "td" in line)
+    assert row[2:5] == ["24089", f"{(99000 - 10000) / 24089:.0%}", "0.48"]
+    (line,) = _verdict(case_result)
+    assert "0.48x SyncVectorEnv (gym-sync); 0.48x the framework-free lock-step loop" in line
+
+
+@pytest.mark.parametrize(
+    "mine, reference, judgement",
+    [
+        # beaten, but the runs overlap: a noisy run
+        (
+            [130.0, 135.0, 80.0],
+            [100.0, 140.0, 95.0],
+            "1.30x the framework-free lock-step loop (bare-parallel): reference beaten within "
+            "noise, a noisy run (the runs overlap, spreads 42% and 45%)",
+        ),
+        # every run above every run of the reference: the reference is wrong here
+        (
+            [135.0, 130.0, 150.0],
+            [100.0, 90.0, 95.0],
+            "1.42x the framework-free lock-step loop (bare-parallel): REFERENCE BEATEN beyond "
+            "noise (every run above every run of bare-parallel): the reference is wrong here",
+        ),
+        # one run each: it cannot tell
+        (
+            [135.0],
+            [100.0],
+            "1.35x the framework-free lock-step loop (bare-parallel): above its reference in "
+            "one run: the noise is unknown, rerun with --repeats 3",
+        ),
+        # below the reference: nothing to explain
+        ([90.0, 95.0], [100.0, 100.0], "0.93x the framework-free lock-step loop (bare-parallel)"),
+    ],
+)
+def test_a_beaten_reference_is_called_noisy_or_wrong(mine, reference, judgement):
+    case_result = _case_result(
+        {"gym-sync": [100.0] * len(mine), "gymvec-parallel": mine, "bare-parallel": reference}
+    )
+    (line,) = _verdict(case_result)
+    assert line.endswith(judgement), line
+
+
+@pytest.mark.parametrize(
+    "supersuit, word",
+    [
+        ([10.0, 11.0, 12.0], "1.82x SuperSuit's concat_vec_envs_v1 (pz-supersuit): faster"),
+        ([30.0, 31.0, 32.0], "0.65x SuperSuit's concat_vec_envs_v1 (pz-supersuit): slower"),
+        ([18.0, 25.0, 21.0], "0.95x SuperSuit's concat_vec_envs_v1 (pz-supersuit): within noise"),
+    ],
+)
+def test_pettingzoo_verdicts_name_their_case_and_sync(supersuit, word):
+    from gymvec.bench.cases import CASES
+
+    lines = []
+    for name in ("pz-simple-spread-8", "pz-pistonball-4"):
+        samples = {
+            "pz-gym-sync": [10.0, 10.0, 10.0],
+            "pz-supersuit": supersuit,
+            "pz-plain": [25.0, 26.0, 24.0],
+            "pz-gymvec": [20.0, 19.0, 21.0],
+            "pz-block": [12.0, 12.0, 12.0],
+            "pz-loop": [13.0, 13.0, 13.0],
+        }
+        case_result = _case_result(samples, case=CASES[name])
+        assert [r.ratio_sync for r in case_result.results] == pytest.approx(
+            [1.0, median(supersuit) / 10, 2.5, 2.0, 1.2, 1.3]
+        )
+        lines += _verdict(case_result)
+    assert [line.split(" (")[0] for line in lines] == [
+        "pz-simple-spread-8, gymvec.pettingzoo.make_vec",
+        "pz-simple-spread-8, PettingZooBlock",
+        "pz-pistonball-4, gymvec.pettingzoo.make_vec",
+        "pz-pistonball-4, PettingZooBlock",
+    ]
+    for line in lines[::2]:
+        assert "2.00x SyncVectorEnv (pz-gym-sync); 0.80x the plain two-process loop (pz-plain)" in (
+            line
+        )
+        assert line.split("; ")[-1].startswith(word), line
+    assert lines[1].endswith(
+        "1.20x SyncVectorEnv (pz-gym-sync); 0.92x the plain one-process loop (pz-loop)"
+    )
+
+
+def test_atari_verdict_against_sync_ale_and_the_python_driven_emulator():
+    from gymvec.bench.cases import CASES
+
+    samples = {
+        "atari-gym-sync": [1000.0, 1100.0, 900.0],
+        "atari-gym-async": [1500.0, 1400.0, 1600.0],
+        "atari-gymvec": [2500.0, 2400.0, 2600.0],
+        "atari-ale-vector": [3100.0, 3000.0, 3200.0],
+        "atari-emulator": [3000.0, 2900.0, 3100.0],
+        "atari-emulator-resize": [2600.0, 2500.0, 2700.0],
+    }
+    case_result = _case_result(samples, case=CASES["atari-8"])
+    assert [r.ratio_sync for r in case_result.results] == pytest.approx(
+        [1.0, 1.5, 2.5, 3.1, 3.0, 2.6]
+    )  # the x sync column, filled
+    assert case_result.results[2].ratio_best_gym == pytest.approx(2.5 / 1.5)
+    ours, ales = _verdict(case_result)
+    assert ours == (
+        "atari-8, gymvec.atari (atari-gymvec, 2,500 steps/s, spread 8%): 2.50x SyncVectorEnv "
+        "(atari-gym-sync); 0.81x ALE's AtariVectorEnv (atari-ale-vector): slower; 0.83x the "
+        "emulator driven from Python (atari-emulator); 0.96x the emulator and the resize driven "
+        "from Python (atari-emulator-resize)"
+    )
+    assert ales.startswith("atari-8, ALE's AtariVectorEnv (atari-ale-vector, 3,100 steps/s")
+    assert "3.10x SyncVectorEnv (atari-gym-sync); 1.03x the emulator driven from Python" in ales
+    assert "a bound of Python-driven vectorizers only" in ales
+    assert "within noise" in ales and "faster" in ales  # 1.03 overlaps, 1.19 does not
+
+
+def test_quick_verdicts_say_the_figures_are_noise():
+    from gymvec.bench.reporting.verdict import verdict_header
+
+    case_result = _case_result(
+        {
+            "gym-sync": [100.0, 100.0],
+            "gymvec-parallel": [300.0, 310.0],
+            "bare-parallel": [100.0, 100.0],
+            "bare-free": [90.0, 90.0],
+        }
+    )
+    assert "REFERENCE BEATEN" in " ".join(_verdict(case_result))
+    assert "no parallel headroom" in " ".join(_verdict(case_result))
+    header = " ".join(verdict_header(QUICK_RUN).split())
+    assert header.startswith(
+        "Verdict (quick run, 20 vector steps a timed run: the figures are noise"
+    )
+    (line,) = _verdict(case_result, QUICK_RUN)
+    for word in ("faster", "slower", "beaten", "BEATEN", "noise", "WARNING"):
+        assert word not in line, line
+    assert line.endswith("3.05x the framework-free lock-step loop (bare-parallel)")
 
 
 @pytest.mark.parametrize("free, warned", [(1.8, False), (1.1, True), (0.63, True)])
 def test_no_headroom_warning_when_bare_free_is_not_clearly_above_sync(free, warned):
-    from gymvec.bench.reporting.verdict import no_headroom, verdict_lines
+    from gymvec.bench.reporting.verdict import no_headroom
 
     case_result = _case_result(
         {"gym-sync": [100.0] * 3, "gymvec-parallel": [80.0] * 3, "bare-free": [100 * free] * 3}
     )
-    text = "\n".join(verdict_lines([case_result]))
+    text = "\n".join(_verdict(case_result))
     assert ("no parallel headroom" in text) is warned
     assert ("Parallel runners cannot beat SyncVectorEnv here" in text) is warned
     assert (no_headroom(case_result) is not None) is warned
     if warned:
-        assert f"reaches only {free:.2f}x SyncVectorEnv" in text.replace("\n  ", " ")
+        assert f"reaches only {free:.2f}x SyncVectorEnv" in text
 
 
 def test_cli_first_screen_explains_the_columns_and_ends_with_a_verdict(capsys):
     argv = ["--quick", "--no-progress", "--strict", "--num-envs", "4", "--steps", "5"]
     assert main([*argv, "--backends", "gym-sync,gymvec-serial,bare-loop"]) == 0
     out = capsys.readouterr().out
-    for term in ("x sync", "median of the ratios within each round", "x ceiling", "bare-loop"):
+    for term in ("x sync", "spread", "ratio of the two medians", "x ceiling", "bare-loop"):
         assert term in out.split("case ")[0], term  # explained above the table
-    verdict = out.split("Verdict:\n")[1].splitlines()
-    assert (
-        verdict[0].startswith("SerialVectorEnv: ")
-        and "x SyncVectorEnv on CartPole-v1-4, " in (verdict[0])
+    header, verdict = out.split("Verdict (quick run, 5 vector steps a timed run: ")[1].split(
+        "compare):\n"
     )
-    assert "of the framework-free loop (bare-loop)" in verdict[0]
+    assert "the figures are noise" in " ".join(header.split())
+    assert verdict.startswith("CartPole-v1-4, SerialVectorEnv (gymvec-serial, ")
+    verdict = " ".join(verdict.split())
+    assert "x SyncVectorEnv (gym-sync); " in verdict
+    assert "x the framework-free loop (bare-loop)" in verdict
+    assert "faster" not in verdict and "slower" not in verdict and "beaten" not in verdict
 
 
 def test_progress_eta_from_the_pace_so_far():

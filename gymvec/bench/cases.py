@@ -46,6 +46,13 @@ class Case:
     envs_per_worker: int | None = None
     # None means default_backends().
     backends: tuple[str, ...] | None = None
+    # The case's gymnasium runners, the ratios' references: its SyncVectorEnv first (the
+    # x sync column), then AsyncVectorEnv where it has one (x best gym: the faster of them).
+    gym_runners: tuple[str, ...] = ("gym-sync", "gym-async")
+
+    @property
+    def sync_runner(self) -> str:
+        return self.gym_runners[0]
 
     def runner_names(self) -> tuple[str, ...]:
         return self.backends if self.backends is not None else default_backends()
@@ -75,7 +82,14 @@ CASES: dict[str, Case] = {
         # The same draws spent spinning (CPU-bound), as many processes as cores.
         Case("busy-latency-16", BUSY_LATENCY_ID, 16, num_workers=2, backends=FIRST_READY_BACKENDS),
         # Pong, 8 games, standard preprocessing (gymvec[atari]; see gymvec.bench.runners.atari).
-        Case("atari-8", ATARI_ID, 8, num_workers=2, backends=ATARI_BACKENDS),
+        Case(
+            "atari-8",
+            ATARI_ID,
+            8,
+            num_workers=2,
+            backends=ATARI_BACKENDS,
+            gym_runners=("atari-gym-sync", "atari-gym-async"),
+        ),
     )
 }
 
@@ -106,13 +120,14 @@ CASES["blocks"] = Case("blocks", "CartPole-v1", 16384, num_workers=2, backends=B
 
 # PettingZoo agents as rows (gymvec[pettingzoo]; see bench.runners.pettingzoo): mpe2's
 # simple_spread x 8 envs (3 agents), butterfly's pistonball x 4 (20 agents, images), against
-# SuperSuit's concat_vec_envs_v1 and the same envs in plain processes.
-PZ_BACKENDS = ("pz-supersuit", "pz-plain", "pz-gymvec", "pz-block", "pz-loop")
+# SuperSuit's concat_vec_envs_v1, gymnasium's SyncVectorEnv and the same envs in plain
+# processes.
+PZ_BACKENDS = ("pz-gym-sync", "pz-supersuit", "pz-plain", "pz-gymvec", "pz-block", "pz-loop")
 SIMPLE_SPREAD_ID = "pettingzoo/simple_spread_v3"
 PISTONBALL_ID = "pettingzoo/pistonball_v6"
 for _case in (
-    Case("pz-simple-spread-8", SIMPLE_SPREAD_ID, 8 * 3, num_workers=2, backends=PZ_BACKENDS),
-    Case("pz-pistonball-4", PISTONBALL_ID, 4 * 20, num_workers=2, backends=PZ_BACKENDS),
+    Case("pz-simple-spread-8", SIMPLE_SPREAD_ID, 8 * 3, 2, None, PZ_BACKENDS, ("pz-gym-sync",)),
+    Case("pz-pistonball-4", PISTONBALL_ID, 4 * 20, 2, None, PZ_BACKENDS, ("pz-gym-sync",)),
 ):
     CASES[_case.name] = _case
 

@@ -1,8 +1,9 @@
 """Timing: build every runner of a case, step them in turn each repeat, keep the medians.
 
 Interleaving the runners (rather than timing one runner's repeats back to back) spreads the
-noise of a shared machine over all of them alike, so the ratios stay meaningful even when the
-absolute figures wander.
+noise of a shared machine over all of them alike. Every ratio the bench prints, in the table
+and in the verdict, is the ratio of two printed medians, and each runner's spread (its fastest
+run less its slowest, over its median) says how far its median could move on a rerun.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from gymvec.bench.reporting.progress import Progress
 from gymvec.bench.resources import process_tree_mb
 from gymvec.bench.runners import ACTION_SPACES, RUNNERS, Runner, RunnerOptions, make_env
 
-GYM_SYNC = "gym-sync"
-GYM_RUNNERS = ("gym-sync", "gym-async")
 # What the machine gives the case's split with no lock-step at all (see runners.bare).
 CEILING = "bare-free"
 
@@ -55,10 +54,19 @@ class RunnerResult:
     def steps_per_s(self) -> float | None:
         return statistics.median(self.samples) if self.samples else None
 
+    @property
+    def spread(self) -> float | None:
+        """(fastest run - slowest run) / median: how much the runs of this runner disagree;
+        None with fewer than two runs."""
+        if len(self.samples) < 2:
+            return None
+        return (max(self.samples) - min(self.samples)) / statistics.median(self.samples)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "runner": self.runner,
             "steps_per_s": self.steps_per_s,
+            "spread": self.spread,
             "ratio_sync": self.ratio_sync,
             "ratio_best_gym": self.ratio_best_gym,
             "ratio_ceiling": self.ratio_ceiling,
@@ -194,32 +202,30 @@ def run_case(case: Case, settings: Settings, progress: Progress) -> CaseResult:
 
 
 def add_ratios(case_result: CaseResult) -> None:
-    """Each runner against gym-sync, against the faster gymnasium runner and against the
-    ceiling (bare-free), those that ran.
-
-    Runners are timed in turn, round after round, so one round sees one phase of a noisy
-    machine: a ratio is the median of the ratios within each round (paired), or the ratio of
-    the medians when some runner missed rounds.
-    """
+    """Each timed runner against the case's SyncVectorEnv, against the faster of its
+    gymnasium runners and against the ceiling (bare-free), those that ran: ratios of the
+    medians, the very figures of the table's steps/s column."""
     timed = {r.runner: r for r in case_result.results if r.samples}
-    sync = timed.get(GYM_SYNC)
-    gyms = [timed[name] for name in GYM_RUNNERS if name in timed]
+    sync = timed.get(case_result.case.sync_runner)
+    gyms = [timed[name] for name in case_result.case.gym_runners if name in timed]
     ceiling = timed.get(CEILING)
     for result in timed.values():
-        result.ratio_sync = paired_ratio(result, [sync]) if sync else None
-        result.ratio_best_gym = paired_ratio(result, gyms) if gyms else None
-        result.ratio_ceiling = paired_ratio(result, [ceiling]) if ceiling else None
+        result.ratio_sync = ratio(result, [sync]) if sync else None
+        result.ratio_best_gym = ratio(result, gyms) if gyms else None
+        result.ratio_ceiling = ratio(result, [ceiling]) if ceiling else None
 
 
-def paired_ratio(result: RunnerResult, references: Sequence[RunnerResult]) -> float:
-    """``result`` against the fastest of ``references`` (see ``add_ratios``)."""
-    rounds = len(result.samples)
-    if all(len(ref.samples) == rounds for ref in references):
-        return statistics.median(
-            result.samples[i] / max(ref.samples[i] for ref in references) for i in range(rounds)
-        )
-    median = statistics.median  # steps_per_s, here where every result has samples
-    return median(result.samples) / max(median(ref.samples) for ref in references)
+def ratio(result: RunnerResult, references: Sequence[RunnerResult]) -> float:
+    """``result``'s median steps/s over the fastest median of ``references`` (all timed)."""
+    return median_rate(result) / max(median_rate(ref) for ref in references)
+
+
+def median_rate(result: RunnerResult) -> float:
+    """The median steps/s of a runner that was timed."""
+    rate = result.steps_per_s
+    if rate is None:
+        raise ValueError(f"runner {result.runner!r}: expected timed runs, got none")
+    return rate
 
 
 def run_cases(

@@ -1,5 +1,6 @@
 """The ``atari-8`` bench case: its references' pixel work is the wrappers' own, and a quick
-run of gymvec.atari beside both emulator limits ends in a verdict that names them."""
+run of gymvec.atari beside SyncVectorEnv and both emulator limits fills the x sync column and
+ends in a verdict that names them."""
 
 from __future__ import annotations
 
@@ -30,12 +31,17 @@ def test_the_resize_references_pixels_are_one_resize_per_game(num_games):
         np.testing.assert_array_equal(frames[i], want, err_msg=f"game {i}")
 
 
-def test_quick_atari_case_reports_both_limits():
-    backends = "atari-gymvec,atari-emulator,atari-emulator-resize"
+def test_quick_atari_case_reports_sync_and_both_limits():
+    backends = "atari-gym-sync,atari-gymvec,atari-emulator,atari-emulator-resize"
     command = [sys.executable, "-m", "gymvec.bench", "--case", "atari-8", "--quick"]
     command += ["--strict", "--no-progress", "--backends", backends]
     result = subprocess.run(command, capture_output=True, text=True, timeout=280)
     assert result.returncode == 0, result.stdout + result.stderr
-    verdict = " ".join(result.stdout[result.stdout.index("atari-8 verdict") :].split())
-    assert "of the emulator alone" in verdict
-    assert "of the emulator and the resize alone" in verdict
+    rows = [line.split() for line in result.stdout.splitlines() if line.startswith("atari-8 ")]
+    assert [row[1] for row in rows] == backends.split(",")
+    assert all(float(row[4]) > 0 for row in rows)  # the x sync column, filled
+    verdict = " ".join(result.stdout.split("compare):")[1].split())
+    assert verdict.startswith("atari-8, gymvec.atari (atari-gymvec, ")
+    assert "x SyncVectorEnv (atari-gym-sync); " in verdict
+    assert "x the emulator driven from Python (atari-emulator)" in verdict
+    assert "x the emulator and the resize driven from Python (atari-emulator-resize)" in verdict

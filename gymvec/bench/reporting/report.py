@@ -15,7 +15,7 @@ from typing import Any
 from gymvec.bench.harness import CaseResult, Settings
 from gymvec.bench.runners import usable_cores
 
-COLUMNS = ("case", "runner", "steps/s", "x sync", "x best gym", "x ceiling", "error")
+COLUMNS = ("case", "runner", "steps/s", "spread", "x sync", "x best gym", "x ceiling", "error")
 # Errors are cut in the table; the JSON keeps them whole.
 MAX_ERROR_CHARS = 90
 
@@ -25,7 +25,8 @@ def _ratio(value: float | None) -> str:
 
 
 def format_table(case_results: Sequence[CaseResult]) -> str:
-    """One row per (case, runner); steps/s is the median over repeats, ratios are same-case."""
+    """One row per (case, runner): the median steps/s over repeats, the spread of the repeats,
+    and ratios of those medians within the case."""
     rows = []
     for case_result in case_results:
         for r in case_result.results:
@@ -33,13 +34,14 @@ def format_table(case_results: Sequence[CaseResult]) -> str:
             error = r.error or ""
             if len(error) > MAX_ERROR_CHARS:
                 error = error[: MAX_ERROR_CHARS - 3] + "..."
+            spread = "-" if r.spread is None else f"{r.spread:.0%}"
             rows.append(
-                (case_result.case.name, r.runner, rate, _ratio(r.ratio_sync),
+                (case_result.case.name, r.runner, rate, spread, _ratio(r.ratio_sync),
                  _ratio(r.ratio_best_gym), _ratio(r.ratio_ceiling), error)
             )  # fmt: skip
     widths = [max([len(c)] + [len(row[i]) for row in rows]) for i, c in enumerate(COLUMNS)]
     # Text columns align left, numbers right; the error column is last and not padded.
-    align = ("<", "<", ">", ">", ">", ">")
+    align = ("<", "<", ">", ">", ">", ">", ">")
 
     def line(cells: Sequence[str]) -> str:
         padded = [f"{cell:{a}{w}}" for cell, a, w in zip(cells, align, widths)]

@@ -3,20 +3,20 @@ a step, max-pooled, 84x84 gray, 4 stacked), sticky actions off, 2 workers or thr
 
 ``atari-gymvec`` (``gymvec.atari.make_vec``, one block per worker) against gymnasium's vector
 envs and gymvec's ``ParallelVectorEnv`` over gymnasium's wrappers, ALE's own C++ vector env,
-envpool (where installed), and two references with no vectorizer around them: the block in
-two plain processes (``atari-block-procs``) and the emulator alone (``atari-emulator``: four
-games a process, ``act`` four times and two gray screens a step, no resize, no stack), the
-limit of any vectorizer that emulates these frames; ``atari-emulator-resize`` adds the
-max-pool and resize that no pipeline equal to gymnasium's wrappers skips. ale-py, opencv and
-envpool are imported only when their runner is built.
+envpool (where installed), and references with no vectorizer around them: the block in
+two plain processes (``atari-block-procs``) and the emulator driven from Python
+(``atari-emulator``: four games a process, ``act`` four times and two gray screens a step
+through ale-py's Python calls, no resize, no stack), the limit of any vectorizer that drives
+ALE from Python as gymvec.atari does; ``atari-emulator-resize`` adds the max-pool and resize
+that no pipeline equal to gymnasium's wrappers skips. They bound neither ALE's own vector env
+nor envpool, whose C++ threads step the emulators with no Python call a frame. ale-py, opencv
+and envpool are imported only when their runner is built.
 """
 
 from __future__ import annotations
 
 import functools
 import multiprocessing
-import textwrap
-from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -290,32 +290,3 @@ def _emulator_resize(env_id: str, num_envs: int, options: RunnerOptions) -> Runn
 @register_runner("atari-block-procs")
 def _block_procs(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
     return ProcessesRunner(_block_loop, num_envs, _workers(num_envs, options))
-
-
-# ---- the verdict ------------------------------------------------------------------------------
-def atari_verdict(timed: Mapping[str, Any], paired_ratio: Callable[..., float]) -> list[str]:
-    """``atari-8``'s verdict from its timed runner results (by runner name): gymvec.atari (or,
-    where it did not run, its block in plain processes) against ALE's vector env and envpool,
-    and its share of the emulator alone beside ALE's; ratios paired within rounds
-    (``paired_ratio``: the harness's, passed in, as the harness imports the cases)."""
-    ours = timed.get("atari-gymvec")
-    which = "gymvec.atari"
-    if ours is None:
-        ours, which = timed.get("atari-block-procs"), "gymvec.atari's block in plain processes"
-    if ours is None:
-        return ["atari-8 verdict: gymvec.atari did not run"]
-    parts = [f"{which} {ours.steps_per_s:.0f} steps/s"]
-    for name, label in (("atari-ale-vector", "ALE's AtariVectorEnv"), ("atari-envpool", "envpool")):
-        if name in timed:
-            parts.append(f"{paired_ratio(ours, [timed[name]]):.2f}x {label}")
-    for name, what in (
-        ("atari-emulator", "the emulator alone"),
-        ("atari-emulator-resize", "the emulator and the resize alone"),
-    ):
-        limit = timed.get(name)
-        if limit is not None:
-            share = f"{paired_ratio(ours, [limit]):.2f} of {what}"
-            if "atari-ale-vector" in timed:
-                share += f" (ALE's: {paired_ratio(timed['atari-ale-vector'], [limit]):.2f})"
-            parts.append(share)
-    return [textwrap.fill("atari-8 verdict: " + ", ".join(parts), width=100)]

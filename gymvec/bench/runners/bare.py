@@ -5,7 +5,9 @@
 * ``bare-parallel``: the layout gymvec's parallel envs follow, with nothing else in it: the
   calling process steps the first share of the sub-envs, one process
   per other worker steps the rest; numpy views of one ``RawArray``, a semaphore pair per
-  worker, and waits that spin briefly before they block.
+  worker, and gymvec's own waits (``backends.processes.worker.wait_for``: they spin briefly
+  before they block, and stop spinning while spins keep failing, as on a loaded machine), so
+  the reference and gymvec wait alike.
 * ``bare-free``: ``bare-parallel`` where the calling process waits only for the workers to be
   within ``FREE_LAG`` steps of it. No vectorizer can do that (a step must return that step's
   batch), so it bounds every lock-step layout: what this machine gives the split at all.
@@ -29,7 +31,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import time
 from collections.abc import Callable, Sequence
 from multiprocessing.context import ForkContext, SpawnContext
 from typing import Any
@@ -38,10 +39,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
+from gymvec.backends.processes.executor import ProcessOptions
+from gymvec.backends.processes.worker import PeerDied, Spin, wait_for
 from gymvec.common.arrays import copy_batch, settle_allocator
 
-WORKER_SPIN_S = 200e-6  # the probe's figures: an idle worker spins this long, then blocks
-PARENT_SPIN_S = 100e-6
 FREE_LAG = 8  # bare-free: steps a worker may trail; a timed run of 2000 steps counts <0.5% more
 # A worker's words: the last command posted and its argument, the last one finished.
 POSTED, COMMAND, SEED, FINISHED = range(4)
@@ -191,24 +192,6 @@ def _templates(env: Any, num_envs: int) -> tuple[np.ndarray, np.ndarray]:
     return templates[0], templates[1]
 
 
-def wait_for(
-    words: np.ndarray, slot: int, seq: int, semaphore: Any, spin_s: float, alive: Callable
-) -> None:
-    """Spin until ``words[slot]`` reaches ``seq`` (at most ``spin_s``), then take the semaphore
-    the other side released with it; raise RuntimeError when ``alive()`` turns False.
-
-    Not ``worker.wait_for``: the reference keeps the probe's plain spin, without the
-    back-off that gymvec's waits add.
-    """
-    end = time.perf_counter() + spin_s
-    while words[slot] < seq and time.perf_counter() < end:
-        pass
-    # One acquire per release, spun or not, keeps the count matched to the commands.
-    while not semaphore.acquire(timeout=_BLOCK_POLL_S):
-        if not alive():
-            raise RuntimeError("the other process of a bare-parallel runner is gone")
-
-
 def _worker(
     env_fns: list[Callable[[], gym.Env]],
     templates: tuple[np.ndarray, np.ndarray],
@@ -219,16 +202,18 @@ def _worker(
     wake: Any,
     done: Any,
     parent: int,
+    spin_s: float,
 ) -> None:
     arrays = BatchArrays(*templates, num_workers, lambda nbytes: buffer)
     share = make_share([fn() for fn in env_fns], arrays, start)
     words = arrays.words[index]
+    spin = Spin(spin_s)
     seq = 0
     while True:
         seq += 1
         try:
-            wait_for(words, POSTED, seq, wake, WORKER_SPIN_S, lambda: os.getppid() == parent)
-        except RuntimeError:  # the parent is gone: nobody left to serve
+            wait_for(words, POSTED, seq, wake, spin, lambda: os.getppid() == parent)
+        except PeerDied:  # the parent is gone: nobody left to serve
             break
         command = words[COMMAND]
         if command == CLOSE:
@@ -298,6 +283,9 @@ class BareParallel:
         self.lag, self.copy_out = lag, copy_out
         self.seq = 0
         self.waited = 0  # the last command whose finish the calling process took
+        # gymvec's spins, where gymvec spins: a process a core, on x86 (ProcessOptions)
+        worker_spin_s, parent_spin_s = ProcessOptions(local_worker=True).spin_seconds(num_workers)
+        self.spin = Spin(parent_spin_s)
         self.workers: list[tuple[Any, Any, Any]] = []  # (process, wake, done)
         ppid = os.getpid()
         try:
@@ -306,7 +294,8 @@ class BareParallel:
                 first = w * per_worker
                 fns = list(env_fns[first : first + per_worker])
                 start = first * block_rows
-                args = (fns, templates, num_workers, self.arrays.buffer, w, start, wake, done, ppid)
+                shared = (self.arrays.buffer, w, start, wake, done, ppid, worker_spin_s)
+                args = (fns, templates, num_workers, *shared)
                 process = ctx.Process(target=_worker, args=args, daemon=True)
                 process.start()
                 self.workers.append((process, wake, done))
@@ -326,7 +315,10 @@ class BareParallel:
         for waited in range(self.waited + 1, seq + 1):
             for w, (process, _, done) in enumerate(self.workers, start=1):
                 words = self.arrays.words[w]
-                wait_for(words, FINISHED, waited, done, PARENT_SPIN_S, process.is_alive)
+                try:
+                    wait_for(words, FINISHED, waited, done, self.spin, process.is_alive)
+                except PeerDied:
+                    raise RuntimeError("a worker of a bare-parallel runner is gone") from None
             self.waited = waited
 
     def reset(self, seed: int) -> None:

@@ -9,10 +9,13 @@ A case's ``num_envs`` counts rows (agents x envs), so its steps/s are agent-step
   its envs with random actions when the parent posts a step; no observation crosses a process:
   the lock-step limit of any two-process vectorizer.
 * ``pz-gymvec``: ``gymvec.pettingzoo.make_vec(env_fn, n, num_workers=2)``.
+* ``pz-gym-sync``: gymnasium's ``SyncVectorEnv`` over the envs, each one gymnasium env of all
+  its agents (:class:`AgentsEnv`), the case's ``x sync`` reference.
 * ``pz-block``: one ``PettingZooBlock`` over all the envs in this process, and ``pz-loop``, the
   plain loop over the same envs in one process: what a block costs over stepping its envs.
 
-Verdict: ``pz-gymvec`` against SuperSuit (target 1.5x) and against ``pz-plain`` (target 0.9).
+Verdict: ``pz-gymvec`` against SyncVectorEnv, SuperSuit (target 1.5x) and ``pz-plain`` (target
+0.9).
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
 
 from gymvec.bench.runners.bare import fork_or_spawn
 from gymvec.bench.runners.base import ACTION_SPACES, Runner, RunnerOptions, register_runner
@@ -74,6 +79,44 @@ class VectorRunner(Runner):
 
     def close(self) -> None:
         self.venv.close()
+
+
+class AgentsEnv(gym.Env):
+    """A PettingZoo parallel env as one gymnasium env of all its agents: observations and
+    actions stacked in ``possible_agents`` order, the agents' rewards summed (a gymnasium env
+    has one reward), ended when no agent is left."""
+
+    def __init__(self, env_fn: Callable[[], Any]) -> None:
+        self.env = env_fn()
+        self.agents = list(self.env.possible_agents)
+        count = len(self.agents)
+        self.observation_space = batch_space(self.env.observation_space(self.agents[0]), count)
+        self.action_space = batch_space(self.env.action_space(self.agents[0]), count)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> Any:
+        observations, _ = self.env.reset(seed=seed, options=options)
+        return np.stack([observations[a] for a in self.agents]), {}
+
+    def step(self, action: Any) -> Any:
+        actions = dict(zip(self.agents, action))
+        if len(self.env.agents) < len(self.agents):
+            actions = {a: actions[a] for a in self.env.agents}
+        observations, rewards, terminations, truncations, _ = self.env.step(actions)
+        obs = np.stack([observations[a] for a in self.agents])
+        terminated = not self.env.agents and all(terminations.values())
+        truncated = not self.env.agents and not terminated
+        return obs, float(sum(rewards.values())), terminated, truncated, {}
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class SyncRunner(VectorRunner):
+    """pz-gym-sync: the bench's batch of agent rows reshaped to one row of agents per env."""
+
+    def prepare_actions(self, actions: Sequence[np.ndarray]) -> list[Any]:
+        shape = self.venv.action_space.shape
+        return [a.reshape(shape) for a in actions]
 
 
 def _step_envs(envs: list, actions: Sequence[dict]) -> None:
@@ -197,6 +240,12 @@ def _pz_supersuit(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
     return VectorRunner(
         supersuit.concat_vec_envs_v1(venv, n, num_cpus=cpus, base_class="gymnasium")
     )
+
+
+@register_runner("pz-gym-sync")
+def _pz_gym_sync(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
+    env_fn = functools.partial(AgentsEnv, ENV_FNS[env_id])
+    return SyncRunner(gym.vector.SyncVectorEnv([env_fn] * _num_envs(env_id, num_envs)))
 
 
 @register_runner("pz-plain")
