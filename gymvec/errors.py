@@ -229,6 +229,12 @@ class ClosedEnvError(ClosedEnvironmentError):
     """The environment was used after ``close()``: raised by every gymvec env, and also the
     ``gymnasium.error.ClosedEnvironmentError`` that gymnasium's vector envs raise."""
 
+    @classmethod
+    def after_close(cls, env: object) -> ClosedEnvError:
+        """The error of a call on the vector env ``env`` after its ``close()``, in the words of
+        gymnasium's vector envs."""
+        return cls(f"Trying to operate on `{type(env).__name__}`, after a call to `close()`.")
+
 
 class SpaceMismatchError(ValueError, RuntimeError):
     """Sub-envs of one batch whose observations or actions differ in keys, shapes or dtypes.

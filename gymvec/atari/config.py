@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 import warnings
 from typing import Any
 
+import ale_py
 import gymnasium as gym
 import numpy as np
 from ale_py import roms
@@ -118,10 +120,12 @@ class AtariConfig:
                 "screen_size: expected a positive int or a (width, height) tuple of positive "
                 f"ints, got {screen_size!r}"
             )
+        rom_path = _rom_path(env_id, game)
+        _check_variation(env_id, game, rom_path, kwargs.get("mode"), kwargs.get("difficulty"))
         config = cls(
             env_id=env_id,
             game=game,
-            rom_path=_rom_path(env_id, game),
+            rom_path=rom_path,
             mode=kwargs.get("mode"),
             difficulty=kwargs.get("difficulty"),
             repeat_action_probability=float(kwargs.get("repeat_action_probability", 0.25)),
@@ -153,6 +157,13 @@ def _check_int(name: str, value: Any, *, minimum: int) -> None:
         raise ValueError(f"{name}: expected an int >= {minimum}, got {value!r}")
 
 
+def _preprocessing_keys() -> list[str]:
+    """``AtariPreprocessing``'s and ``FrameStackObservation``'s keywords that
+    :meth:`AtariConfig.build` takes."""
+    parameters = inspect.signature(AtariConfig.build).parameters.values()
+    return [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
+
+
 def ale_ids() -> list[str]:
     """Every registered id whose entry point is ale-py's ``AtariEnv``."""
     return sorted(k for k, s in gym.registry.items() if s.entry_point == ALE_ENTRY_POINT)
@@ -179,10 +190,13 @@ def _env_kwargs(env_id: str, spec: EnvSpec, make_kwargs: dict[str, Any]) -> dict
     ``max_episode_steps``; refuses what the block cannot equal."""
     for key in make_kwargs:
         if key not in _ATARI_ENV_KEYS and key not in _MAKE_KEYS:
-            close = difflib.get_close_matches(key, _ATARI_ENV_KEYS + _MAKE_KEYS, n=1)
+            # a misspelt preprocessing keyword lands here too: suggest among those as well
+            accepted = [*_ATARI_ENV_KEYS, *_MAKE_KEYS, *_preprocessing_keys()]
+            close = difflib.get_close_matches(key, accepted, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise TypeError(
-                f"{key}: not a keyword of gym.make or ale_py's AtariEnv for {env_id!r}{hint}"
+                f"{key}: not a preprocessing keyword, nor one of gym.make or ale_py's AtariEnv "
+                f"for {env_id!r}{hint}"
             )
     if "frameskip" in make_kwargs:
         raise ValueError(
@@ -234,6 +248,27 @@ def _rom_path(env_id: str, game: str) -> str:
         said = "; ".join(str(w.message) for w in caught) or f"no ROM for {game!r}"
         raise ValueError(f"{env_id}: ale-py cannot load game {game!r}: {said}")
     return str(path)
+
+
+def _check_variation(
+    env_id: str, game: str, rom_path: str, mode: int | None, difficulty: int | None
+) -> None:
+    """A ``mode`` and ``difficulty`` that the ROM has (ale-py says only "Invalid game mode
+    requested"), checked here so that make_vec raises it in the caller's process."""
+    if mode is None and difficulty is None:
+        return
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+    ale = ale_py.ALEInterface()
+    ale.loadROM(rom_path)
+    for name, plural, value, available in (
+        ("mode", "modes", mode, ale.getAvailableModes()),
+        ("difficulty", "difficulties", difficulty, ale.getAvailableDifficulties()),
+    ):
+        if value is not None and value not in available:
+            raise ValueError(
+                f"{name}: {env_id} (game {game!r}) has no {name} {value}; its {plural} are "
+                f"{list(available)}"
+            )
 
 
 def _padding(config: AtariConfig, padding_type: Any) -> dict[str, Any]:

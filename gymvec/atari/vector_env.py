@@ -15,7 +15,9 @@ from gymnasium.vector.utils import batch_space
 from gymvec.atari.config import AtariConfig
 from gymvec.atari.frames import FrameStacks
 from gymvec.atari.games import AtariGames
+from gymvec.common.reprs import never_raises
 from gymvec.common.vector_reset import check_reset_mask
+from gymvec.errors import ClosedEnvError
 from gymvec.options import parse_autoreset_mode
 
 INFO_KEYS = ("lives", "episode_frame_number", "frame_number")
@@ -125,6 +127,7 @@ class AtariVectorEnv(gym.vector.VectorEnv):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Reset every game, or those of ``options["reset_mask"]``; game ``i`` is seeded
         ``seed + i`` (or ``seed[i]``), as ``SyncVectorEnv`` seeds its sub-envs."""
+        self._check_open()
         n = self.num_envs
         seeds = _expand_seeds(seed, n)
         if options is not None and not isinstance(options, Mapping):
@@ -165,6 +168,7 @@ class AtariVectorEnv(gym.vector.VectorEnv):
         """Step every game (under NEXT_STEP, reset the games that finished at the last step;
         under SAME_STEP, reset those that finish now, their last observation and info in
         ``final_obs`` and ``final_info``)."""
+        self._check_open()
         n = self.num_envs
         actions = np.asarray(actions)
         if actions.shape != (n,) or not np.issubdtype(actions.dtype, np.integer):
@@ -244,6 +248,7 @@ class AtariVectorEnv(gym.vector.VectorEnv):
     # ---- the rest of the VectorEnv ----------------------------------------------------------
     def render(self) -> tuple[np.ndarray, ...] | None:
         """Every game's RGB screen, as ``SyncVectorEnv.render`` with ``render_mode="rgb_array"``."""
+        self._check_open()
         if self.render_mode != "rgb_array":
             return None
         return tuple(self.games.screen_rgb(i) for i in range(self.num_envs))
@@ -254,6 +259,14 @@ class AtariVectorEnv(gym.vector.VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         self.games.ales.clear()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ClosedEnvError.after_close(self)
+
+    @never_raises
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.config.env_id!r}, num_envs={self.num_envs})"
 
 
 def _expand_seeds(seed: Any, n: int) -> list[int | None]:

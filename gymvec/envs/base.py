@@ -26,6 +26,7 @@ from tensordict import TensorDict, TensorDictBase, is_non_tensor
 from tensordict import stack as stack_tensordicts
 
 from gymvec.common.fastpath import set_unchecked
+from gymvec.common.reprs import never_raises
 from gymvec.envs.sub_env_kind import env_base_kind
 from gymvec.errors import ClosedEnvError
 from gymvec.specs import (
@@ -232,6 +233,7 @@ class EnvBase:
     def _close(self) -> None:
         pass
 
+    @never_raises
     def __repr__(self) -> str:
         return f"{type(self).__name__}(batch_size={tuple(self.batch_size)}, device={self.device})"
 

@@ -24,6 +24,7 @@ from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from gymvec.common.arrays import any_set
 from gymvec.common.fastpath import get_str, tensordict_maker, tensordict_unchecked
+from gymvec.common.reprs import never_raises
 from gymvec.engine.engine import Backend, BatchEngine, expand_seeds
 from gymvec.envs.base import EnvBase, make_done_spec, make_reward_spec, set_next
 from gymvec.envs.batch_specs import BatchSpecs
@@ -481,11 +482,10 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
     def _close(self) -> None:
         self.engine.close()
 
+    @never_raises
     def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(num_workers={self.num_workers}, "
-            f"envs_per_worker={self.envs_per_worker}, device={self.device})"
-        )
+        fields = f"num_workers={self.num_workers}, envs_per_worker={self.envs_per_worker}"
+        return f"{type(self).__name__}({fields}, device={self.device})"
 
 
 class SubEnvMethod:

@@ -12,6 +12,7 @@ from gymnasium import spaces
 from tensordict import TensorDict, TensorDictBase
 
 from gymvec.common.infos import InfoField, declared_fields, infer_info_fields, split_info
+from gymvec.common.reprs import never_raises
 from gymvec.common.structure import (
     Leaf,
     build_value,
@@ -205,6 +206,7 @@ class GymEnv(EnvBase):
                 f"attribute {name!r}"
             ) from None
 
+    @never_raises
     def __repr__(self) -> str:
         spec = getattr(self.env, "spec", None)
         name = spec.id if spec is not None else type(self.env.unwrapped).__name__

@@ -13,6 +13,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from tensordict import TensorDict, TensorDictBase
 
 from gymvec.common.infos import InfoField, declared_fields
+from gymvec.common.reprs import never_raises
 from gymvec.common.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.common.vector_reset import reset_vector_env
 from gymvec.envs.base import (
@@ -411,6 +412,7 @@ class GymVectorEnvWrapper(EnvBase):
     def _output(self, source: TensorDict) -> TensorDictBase:
         return source.to(self.device) if self.device.type != "cpu" else source.clone()
 
+    @never_raises
     def __repr__(self) -> str:
         return (
             f"GymVectorEnvWrapper({type(self.vector_env).__name__}, num_envs={self.num_envs}, "

@@ -14,11 +14,12 @@ import gymnasium as gym
 
 
 def call_method(env: gym.Env, name: str, args: tuple, kwargs: dict) -> Any:
-    return env.get_wrapper_attr(name)(*args, **kwargs)
+    return get_attr(env, name)(*args, **kwargs)
 
 
-def get_attr(env: gym.Env, name: str) -> Any:
-    return env.get_wrapper_attr(name)
+def get_attr(env: gym.Env | gym.vector.VectorEnv, name: str) -> Any:
+    # a block (a VectorEnv: gymvec.atari's, gymvec.pettingzoo's) has no wrapper chain to search
+    return env.get_wrapper_attr(name) if isinstance(env, gym.Env) else getattr(env, name)
 
 
 def set_attr(env: gym.Env, name: str, value: Any) -> None:

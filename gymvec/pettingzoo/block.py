@@ -12,7 +12,9 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, iterate
 from pettingzoo import ParallelEnv
 
+from gymvec.common.reprs import never_raises
 from gymvec.common.structure import build_value
+from gymvec.errors import ClosedEnvError
 from gymvec.options import parse_autoreset_mode
 from gymvec.pettingzoo.agents import split_reset_options
 from gymvec.pettingzoo.table import AgentTable
@@ -99,6 +101,8 @@ class PettingZooBlock(VectorEnv):
         self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
     ) -> tuple[Any, dict[str, Any]]:
         """Reset the envs (those whose rows ``options["reset_mask"]`` covers, or all)."""
+        if self.closed:
+            raise ClosedEnvError.after_close(self)
         if isinstance(seed, int | np.integer):
             seed = int(seed)
             super().reset(seed=seed)  # the vector env's own np_random, as gymnasium's
@@ -146,6 +150,8 @@ class PettingZooBlock(VectorEnv):
 
     def _step(self, actions: Any) -> dict[str, Any]:
         """Step every env, its results in the table; returns the infos."""
+        if self.closed:
+            raise ClosedEnvError.after_close(self)
         row_actions = self._check_actions(actions)
         mode = self.metadata["autoreset_mode"]
         A = self.num_agents
@@ -197,6 +203,10 @@ class PettingZooBlock(VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         self.table.close()
+
+    @never_raises
+    def __repr__(self) -> str:
+        return super().__repr__()  # gymnasium's, which reads num_envs
 
     # ---- helpers ------------------------------------------------------------------------------
     def _env_seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:

@@ -12,7 +12,9 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 from pettingzoo import ParallelEnv
 
+from gymvec.common.reprs import never_raises
 from gymvec.common.structure import build_value, get_leaf, space_leaves
+from gymvec.errors import ClosedEnvError
 from gymvec.pettingzoo.agents import default_groups, split_reset_options
 from gymvec.pettingzoo.table import AgentGroup, AgentTable
 
@@ -133,6 +135,8 @@ class PettingZooEnvBlock(VectorEnv):
         self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
     ) -> tuple[Any, dict[str, Any]]:
         """Reset the envs (those ``options["reset_mask"]`` marks, or all)."""
+        if self.closed:
+            raise ClosedEnvError.after_close(self)
         if isinstance(seed, int | np.integer):
             seed = int(seed)
             super().reset(seed=seed)  # the vector env's own np_random, as gymnasium's
@@ -147,6 +151,8 @@ class PettingZooEnvBlock(VectorEnv):
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         """One step of every env: each gets its live agents' actions."""
+        if self.closed:
+            raise ClosedEnvError.after_close(self)
         group_actions = self._check_actions(actions)
         infos: dict[str, Any] = {}
         table = self.table
@@ -198,6 +204,10 @@ class PettingZooEnvBlock(VectorEnv):
 
     def close_extras(self, **kwargs: Any) -> None:
         self.table.close()
+
+    @never_raises
+    def __repr__(self) -> str:
+        return super().__repr__()  # gymnasium's, which reads num_envs
 
     # ---- helpers ------------------------------------------------------------------------------
     def _env_seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:

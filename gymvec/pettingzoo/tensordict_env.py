@@ -13,6 +13,7 @@ from pettingzoo import ParallelEnv
 from tensordict import TensorDict, TensorDictBase
 
 from gymvec.common.cores import usable_cores
+from gymvec.common.reprs import never_raises
 from gymvec.envs.base import DONE_KEYS, EnvBase
 from gymvec.envs.batched import BatchedEnvBase
 from gymvec.pettingzoo.agents import check_parallel_env, close_env, common_spaces, default_groups
@@ -145,6 +146,7 @@ class PettingZooEnv(EnvBase):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return getattr(self.batched, name)
 
+    @never_raises
     def __repr__(self) -> str:
         groups = {name: len(agents) for name, agents in self.group_map.items()}
         return f"{type(self).__name__}(batched={self.batched!r}, groups={groups})"

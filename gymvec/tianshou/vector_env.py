@@ -23,6 +23,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array
 from tianshou.env import BaseVectorEnv
 
+from gymvec.common.reprs import never_raises
 from gymvec.engine.engine import BatchEngine, Received
 from gymvec.errors import ClosedEnvError
 from gymvec.integrations import sub_env_ops, tianshou_ops
@@ -295,6 +296,7 @@ class TianshouVectorEnv(BaseVectorEnv):
             raise ValueError(f"env_id: each sub-env at most once, got {rows.tolist()}")
         return rows.astype(np.int64, copy=False)
 
+    @never_raises
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.env_num} sub-envs, {self.vector_env!r})"
 

@@ -11,6 +11,7 @@ from torchrl._utils import seed_generator
 from torchrl.envs import EnvBase as TorchRLEnvBase
 
 from gymvec.common.fastpath import tensordict_unchecked
+from gymvec.common.reprs import never_raises
 from gymvec.envs.base import EnvBase
 from gymvec.specs import Composite
 from gymvec.torchrl.specs import to_torchrl_spec
@@ -224,6 +225,7 @@ class GymvecWrapper(TorchRLEnvBase):
         self.is_closed = True
         self.gymvec_env.close()
 
+    @never_raises
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.gymvec_env!r})"
 

@@ -14,6 +14,7 @@ from torchrl.envs import EnvBase as TorchRLEnvBase
 from torchrl.envs import TransformedEnv
 from torchrl.envs.batched_envs import BatchedEnvBase as TorchRLBatchedEnv
 
+from gymvec.common.reprs import never_raises
 from gymvec.envs.base import DONE_KEYS, EnvBase, _merge_reset, set_next
 from gymvec.specs import Composite
 from gymvec.torchrl.gymvec_wrapper import GymvecWrapper
@@ -172,6 +173,7 @@ class TorchRLEnvWrapper(EnvBase):
     def _close(self) -> None:
         self.torchrl_env.close(raise_if_closed=False)
 
+    @never_raises
     def __repr__(self) -> str:
         inner = type(self.torchrl_env).__name__
         return f"{type(self).__name__}({inner}, batch_size={tuple(self.batch_size)})"

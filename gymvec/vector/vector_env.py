@@ -44,6 +44,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from gymvec.common.arrays import any_set
+from gymvec.common.reprs import never_raises
 from gymvec.common.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.common.vector_reset import check_reset_mask
 from gymvec.engine.protocol import Engine, FirstReadyEngine
@@ -304,9 +305,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     def _first_ready(self) -> FirstReadyEngine:
         """The engine, checked for first-ready commands (open, NEXT_STEP, the verbs)."""
         if self.closed:
-            raise ClosedEnvError(
-                f"Trying to operate on `{type(self).__name__}`, after a call to `close()`."
-            )
+            raise ClosedEnvError.after_close(self)
         if self._first_ready_engine is not None:
             return self._first_ready_engine
         if self.plan.autoreset_mode != AutoresetMode.NEXT_STEP:
@@ -433,6 +432,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     def close_extras(self, **kwargs: Any) -> None:
         self.env.close()  # the batched env or the engine given: it closes the engine
 
+    @never_raises
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.env!r}, autoreset_mode={self.autoreset_mode.value})"
 

@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 
+from gymvec import ClosedEnvError
 from gymvec.atari import AtariVectorEnv, make_env, make_vec
 
 
@@ -76,9 +77,60 @@ def test_unknown_keyword_names_the_close_one():
         AtariVectorEnv("ALE/Pong-v5", 1, repeat_action_prob=0.0)
 
 
-def test_invalid_game_mode_names_the_id():
-    with pytest.raises(ValueError, match="ALE/Pong-v5: .*"):
-        AtariVectorEnv("ALE/Pong-v5", 1, mode=99)
+def test_make_vec_names_a_misspelt_preprocessing_keyword():
+    with pytest.raises(TypeError, match="noop_maxx: .*did you mean 'noop_max'"):
+        make_vec("ALE/Pong-v5", 2, noop_maxx=30)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"mode": 99}, r"mode: ALE/Pong-v5 \(game 'pong'\) has no mode 99; its modes are \[0, 1\]"),
+        (
+            {"difficulty": 7},
+            r"difficulty: ALE/Pong-v5 \(game 'pong'\) has no difficulty 7; its difficulties "
+            r"are \[0, 1, 2, 3\]",
+        ),
+    ],
+)
+def test_invalid_game_mode_names_the_game_and_its_modes(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        AtariVectorEnv("ALE/Pong-v5", 1, **kwargs)
+    with pytest.raises(ValueError, match=match):  # in the caller's process, before any worker
+        make_vec("ALE/Pong-v5", 2, **kwargs)
+
+
+def test_a_valid_game_mode_is_taken():
+    env = AtariVectorEnv("ALE/Pong-v5", 1, mode=1, difficulty=3)
+    env.close()
+
+
+def test_calls_after_close_raise_closed_env_error():
+    env = AtariVectorEnv("ALE/Pong-v5", 2, render_mode="rgb_array")
+    env.reset(seed=0)
+    env.close()
+    message = r"Trying to operate on `AtariVectorEnv`, after a call to `close\(\)`"
+    for call in (
+        lambda: env.step(np.zeros(2, dtype=np.int64)),
+        lambda: env.reset(seed=0),
+        env.render,
+    ):
+        with pytest.raises(ClosedEnvError, match=message):
+            call()
+    env.close()  # a second close does nothing, as gymnasium's
+
+
+def test_make_vec_after_close_raises_the_same_error_class():
+    envs = make_vec("ALE/Pong-v5", 2, backend="serial")
+    envs.close()
+    with pytest.raises(ClosedEnvError, match="closed"):
+        envs.step(np.zeros(2, dtype=np.int64))
+
+
+def test_repr():
+    env = AtariVectorEnv("ALE/Pong-v5", 2)
+    assert repr(env) == "AtariVectorEnv('ALE/Pong-v5', num_envs=2)"
+    env.close()
 
 
 def test_bad_calls():

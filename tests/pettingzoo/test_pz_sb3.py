@@ -3,6 +3,8 @@ a short run, and the VecEnv contract on its way."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -46,5 +48,22 @@ def test_sb3_ppo_trains_on_make_vec(no_leaks):
     venv = SB3VecEnv(make_vec(simple_spread, 4, num_workers=2, autoreset_mode="same_step"))
     try:
         _check_contract_and_train(venv)
+    finally:
+        venv.close()
+
+
+@pytest.mark.parametrize("build", ["block", "make_vec"])
+def test_sb3_reads_render_mode_without_a_warning(build, no_leaks):
+    if build == "block":
+        vector_env = PettingZooBlock(simple_spread, 2, autoreset_mode="same_step")
+    else:
+        vector_env = make_vec(simple_spread, 2, num_workers=1, autoreset_mode="same_step")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        venv = SB3VecEnv(vector_env)
+    try:
+        assert not [w for w in caught if "render_mode" in str(w.message)]
+        assert venv.render_mode is None
+        assert venv.get_attr("render_mode") == [None] * venv.num_envs
     finally:
         venv.close()
