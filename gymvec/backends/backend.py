@@ -27,9 +27,18 @@ class ExecutorStart:
     kept it), each worker's rows, and the shared memory."""
 
     worker_env_fns: list[list[EnvFn]]
-    bounds: list[tuple[int, int]]
-    shared: SharedMemory
-    worker_rows: list[tuple[int, ...]]  # per worker, the rows of each of its sub-envs
+    bounds: list[tuple[int, int]]  # per worker, its rows (unplanned: its sub-envs)
+    shared: SharedMemory | None  # None: unplanned (see below)
+    worker_rows: list[tuple[int, ...]] | None  # per worker, the rows of each of its sub-envs
+
+    @classmethod
+    def unplanned(cls, factories: SubEnvFactories) -> ExecutorStart:
+        """A start in two phases, where the sub-envs' sizes are not known before they are
+        built: the executor builds them (``bounds``: each worker's sub-envs) and reports
+        them (``Executor.sub_env_summaries``); the engine then lays the buffers out and
+        hands them over (``Executor.attach``)."""
+        fns = [factories.worker_env_fns(w) for w in range(factories.num_workers)]
+        return cls(fns, list(factories.worker_bounds), None, None)
 
     @classmethod
     def of(
@@ -56,7 +65,9 @@ class Backend:
     ``release()`` frees what the memory holds beyond the process (a memmap file).
     ``collect_on_exit``: stop the executor when the engine is garbage (worker processes).
     ``first_here``: sub-env 0 runs in this process, so the env built to learn the layout
-    can become sub-env 0.
+    can become sub-env 0. ``late_memory``: how a block is made that an executor started
+    unplanned (see ``ExecutorStart.unplanned``) can still hand to its workers (default:
+    ``new_memory``).
     """
 
     name: str
@@ -65,6 +76,7 @@ class Backend:
     release: Callable[[], None] = lambda: None
     collect_on_exit: bool = False
     first_here: bool = False
+    late_memory: Callable[[int], Any] | None = None
 
 
 def serial_backend() -> Backend:
@@ -73,6 +85,8 @@ def serial_backend() -> Backend:
     def start(plan: ExecutorStart) -> Executor:
         # One group for all sub-envs: in one process, workers would only add loop overhead.
         fns = [fn for fns in plan.worker_env_fns for fn in fns]
+        if plan.worker_rows is None:
+            return LocalExecutor.build([fns], [0], plan.shared)
         rows = [size for sizes in plan.worker_rows for size in sizes]
         return LocalExecutor.build([fns], [0], plan.shared, rows=[rows])
 
@@ -86,7 +100,7 @@ def process_backend(options: Any, memmap: bool = False) -> Backend:
         ProcessExecutor,
         refuse_start_while_importing_main,
     )
-    from gymvec.wire.buffers import shared_memory
+    from gymvec.wire.buffers import SHM_DIRECTORY, shared_memory
 
     refuse_start_while_importing_main()  # before anything is built
 
@@ -96,6 +110,13 @@ def process_backend(options: Any, memmap: bool = False) -> Backend:
         if not memmap:
             return shared_memory(nbytes)
         memory = MemmapMemory(nbytes)
+        memmaps.append(memory)
+        return memory
+
+    def late_memory(nbytes: int) -> Any:
+        # Workers that run already take a block through its descriptor (an anonymous
+        # mapping reaches only those started after it); /dev/shm keeps it in memory.
+        memory = MemmapMemory(nbytes, directory=None if memmap else SHM_DIRECTORY)
         memmaps.append(memory)
         return memory
 
@@ -115,6 +136,7 @@ def process_backend(options: Any, memmap: bool = False) -> Backend:
         release,
         collect_on_exit=True,
         first_here=bool(options.local_worker),
+        late_memory=late_memory,
     )
     backend.memmaps = memmaps  # type: ignore[attr-defined]
     return backend

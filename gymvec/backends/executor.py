@@ -16,6 +16,7 @@ from typing import Any
 
 from gymvec.errors import UnsupportedSpaceError
 from gymvec.subenvs.group import SubEnvSummary
+from gymvec.subenvs.layout import WorkerLayout
 from gymvec.wire.buffers import BufferLayout, Buffers
 from gymvec.wire.calls import Call, Command, Request
 from gymvec.wire.commands import Control, Extras
@@ -69,6 +70,17 @@ class Executor(ABC):
     @abstractmethod
     def summaries(self) -> list[SubEnvSummary]:
         """A summary of every sub-env, in row order."""
+
+    # An executor started without its buffers (``ExecutorStart.unplanned``: a start in two
+    # phases) has built its sub-envs; it runs nothing until ``attach``.
+    def sub_env_summaries(self) -> list[SubEnvSummary]:
+        """One summary per sub-env (not per row), with the info fields it declares: what the
+        engine lays the buffers out from."""
+        raise NotImplementedError(f"{type(self).__name__} starts with its buffers only")
+
+    def attach(self, shared: SharedMemory, layout: WorkerLayout) -> None:
+        """The second phase: each group takes its rows (``layout``) of ``shared``."""
+        raise NotImplementedError(f"{type(self).__name__} starts with its buffers only")
 
     def local_envs(self) -> list[Any]:
         """The sub-envs that live in this process (none by default)."""

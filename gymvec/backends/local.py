@@ -17,6 +17,7 @@ from gymvec.backends.executor import (
     take_finished,
 )
 from gymvec.subenvs.group import SubEnvGroup, SubEnvSummary, close_each, run_request
+from gymvec.subenvs.layout import WorkerLayout
 from gymvec.wire.calls import Call, Command, Request
 from gymvec.wire.commands import Extras
 
@@ -36,13 +37,15 @@ class LocalExecutor(Executor):
         cls,
         env_fns_per_group: list[list],
         starts: list[int],
-        shared: SharedMemory,
+        shared: SharedMemory | None,
         workers: list[int] | None = None,
         rows: Sequence[Sequence[int]] | None = None,
     ) -> LocalExecutor:
         """Groups of sub-envs built here; ``workers``: the worker each group stands for
         (named in its errors; None: the groups are no workers, as ``SerialEnv``'s);
-        ``rows``: per group, the rows of each sub-env (default one each)."""
+        ``rows``: per group, the rows of each sub-env (default one each). Without
+        ``shared`` (a start in two phases: ``starts`` are then the groups' first sub-envs)
+        the groups wait for :meth:`attach`."""
         groups: list[SubEnvGroup] = []
         try:
             for g, (fns, start) in enumerate(zip(env_fns_per_group, starts)):
@@ -51,17 +54,31 @@ class LocalExecutor(Executor):
                 group = SubEnvGroup(
                     fns,
                     start,
-                    shared.buffers,
-                    shared.control,
                     rows=None if rows is None else rows[g],
                     worker_index=worker,
                     where=where if worker is None else f"worker {worker}, {where}",
                 )
                 groups.append(group)
+                if shared is not None:
+                    group.attach(start, shared.buffers, shared.control)
         except BaseException:
             close_each(groups)
             raise
         return cls(groups)
+
+    def sub_env_summaries(self) -> list[SubEnvSummary]:
+        return [summary for group in self.groups for summary in group.sub_env_summaries()]
+
+    def attach(self, shared: SharedMemory, layout: WorkerLayout) -> None:
+        """Lay the groups out over the buffers, one after the other from row 0."""
+        row = 0
+        try:
+            for group in self.groups:
+                row = group.attach(row, shared.buffers, shared.control).stop
+        except BaseException:
+            self.close()
+            raise
+        self.bounds = [(g.start, g.stop) for g in self.groups]
 
     def summaries(self) -> list[SubEnvSummary]:
         return [summary for group in self.groups for summary in group.summaries()]

@@ -62,6 +62,7 @@ from gymvec.errors import ClosedEnvError
 from gymvec.subenvs.block import check_blocks, resets_finished_rows
 from gymvec.subenvs.factories import SubEnvFactories
 from gymvec.subenvs.kinds import SubEnvSummary, spaces_of_summaries
+from gymvec.subenvs.layout import WorkerLayout
 from gymvec.subenvs.probe import (
     KeptEnv,
     expand_seeds,
@@ -139,32 +140,11 @@ class BatchEngine:
         self._finalizer: Any = None
         self.closed = False
         self.multi_task = factories.one_per_worker()
-        # the env built for sub-env 0's layout, until it becomes sub-env 0
-        probed, kept, self.worker_layout = probe(factories, self.multi_task, backend.first_here)
-        self._kept = KeptEnv(kept)
-        self.num_envs = self.worker_layout.num_rows  # rows: a block fills several
-        self.worker_bounds = list(self.worker_layout.worker_rows)
-        try:
-            self.info_fields: dict[str, InfoField]
-            self.info_fields, self.layout = layout_of(probed, self.num_envs, obs_lanes)
-            memory = backend.new_memory(self.layout.nbytes)
-            control_memory = backend.new_memory(Control.nbytes(self.num_envs))
-        except BaseException:
-            self._kept.close()
-            raise
-        self.buffers = Buffers(self.layout, memory)
-        self.control = Control(self.num_envs, control_memory)
-        self._mode_bytes = self.control.mode.data
-        self.shared = SharedMemory(self.layout, memory, control_memory, self.buffers, self.control)
-        try:
-            if factories.single_factory() or self.multi_task:
-                summaries = probed
-            else:  # one factory per sub-env (the drop-ins): ask the sub-envs themselves
-                summaries = self.executor.summaries()
-            self.heterogeneous = heterogeneous(summaries, self.multi_task, self.worker_layout)
-        except BaseException:
-            self.close()
-            raise
+        self._kept = KeptEnv(None)
+        if factories.rows_known(self.multi_task):
+            summaries = self._plan_from_probe(obs_lanes)
+        else:
+            summaries = self._plan_from_workers(obs_lanes)
         self.summaries: list[SubEnvSummary] = summaries
         self.metadata: dict = summaries[0].metadata
         self.render_mode: str | None = summaries[0].render_mode
@@ -209,6 +189,82 @@ class BatchEngine:
         self.request, self.request_send = requests.request, requests.send
         self.request_recv = requests.recv
 
+    # ---- the start ------------------------------------------------------------------------
+    def _plan_from_probe(self, obs_lanes: int) -> list[SubEnvSummary]:
+        """Lay the buffers out from the sub-env built here (one per task), whose rows every
+        sub-env of its factory shares (see ``SubEnvFactories.rows_known``); the executor
+        starts with them, on first use (or now, where the sub-envs have factories of their
+        own: their spaces are checked then). Returns the summaries, one per row."""
+        factories, backend = self.factories, self.backend
+        # the env built for sub-env 0's layout, until it becomes sub-env 0
+        probed, kept, worker_layout = probe(factories, self.multi_task, backend.first_here)
+        self._kept = KeptEnv(kept)
+        try:
+            self._lay_out(worker_layout, probed, obs_lanes, backend.new_memory)
+        except BaseException:
+            self._kept.close()
+            raise
+        try:
+            if factories.single_factory() or self.multi_task:
+                summaries = probed
+            else:  # BlockFactories of their own: ask the sub-envs themselves
+                summaries = self.executor.summaries()
+            self.heterogeneous = heterogeneous(summaries, self.multi_task, self.worker_layout)
+        except BaseException:
+            self.close()
+            raise
+        return summaries
+
+    def _plan_from_workers(self, obs_lanes: int) -> list[SubEnvSummary]:
+        """A start in two phases, where the sub-envs' sizes are unknown until they are built
+        (blocks mix with single envs, say): the executor builds them where they run and
+        reports each one; the buffers are laid out from those reports, then handed to the
+        executor (``Executor.attach``). Nothing is built here, but in the serial backend."""
+        factories, backend = self.factories, self.backend
+        executor = self._started(backend.start(ExecutorStart.unplanned(factories)))
+        try:
+            reported = executor.sub_env_summaries()
+            worker_layout = factories.layout.with_rows([s.rows for s in reported])
+            summaries = [s for s in reported for _ in range(s.rows)]
+            self.heterogeneous = heterogeneous(summaries, False, worker_layout)
+            self._lay_out(worker_layout, summaries, obs_lanes, backend.late_memory)
+            executor.attach(self.shared, worker_layout)
+        except BaseException:
+            self.close()
+            raise
+        return summaries
+
+    def _lay_out(
+        self,
+        worker_layout: WorkerLayout,
+        summaries: list[SubEnvSummary],
+        obs_lanes: int,
+        new_memory: Callable[[int], Any] | None,
+    ) -> None:
+        """The buffers and the control block of ``summaries`` (one per row)."""
+        self.worker_layout = worker_layout
+        self.num_envs = num_envs = worker_layout.num_rows  # rows: a block fills several
+        self.worker_bounds = list(worker_layout.worker_rows)
+        self.info_fields: dict[str, InfoField]
+        self.info_fields, self.layout = layout_of(summaries, num_envs, obs_lanes)
+        new_memory = new_memory or self.backend.new_memory
+        memory = new_memory(self.layout.nbytes)
+        control_memory = new_memory(Control.nbytes(num_envs))
+        self.buffers = Buffers(self.layout, memory)
+        self.control = Control(num_envs, control_memory)
+        self._mode_bytes = self.control.mode.data
+        self.shared = SharedMemory(self.layout, memory, control_memory, self.buffers, self.control)
+
+    def _started(self, executor: Executor) -> Executor:
+        self._executor = executor
+        if self.backend.collect_on_exit:
+            # Stop the workers (and free a memmap file) even if the user never closes
+            # (before multiprocessing's own exit handler would wait for them forever).
+            self._finalizer = weakref.finalize(
+                self, _shutdown, executor, self.backend.release, os.getpid()
+            )
+        return executor
+
     # ---- parts and state ------------------------------------------------------------------
     @property
     def executor(self) -> Executor:
@@ -216,15 +272,11 @@ class BatchEngine:
         if self.closed:
             raise ClosedEnvError("the env is closed: create a new one to go on")
         if self._executor is None:
-            self._executor = self.backend.start(
-                ExecutorStart.of(self.factories, self.worker_layout, self.shared, self._kept)
-            )
-            if self.backend.collect_on_exit:
-                # Stop the workers (and free a memmap file) even if the user never closes
-                # (before multiprocessing's own exit handler would wait for them forever).
-                self._finalizer = weakref.finalize(
-                    self, _shutdown, self._executor, self.backend.release, os.getpid()
+            return self._started(
+                self.backend.start(
+                    ExecutorStart.of(self.factories, self.worker_layout, self.shared, self._kept)
                 )
+            )
         return self._executor
 
     @property

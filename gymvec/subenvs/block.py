@@ -65,19 +65,42 @@ def resets_finished_rows(summary: SubEnvSummary) -> bool:
     return summary.block and block_mode(summary.metadata) is AutoresetMode.NEXT_STEP
 
 
-def check_block_mode(metadata: dict, requested: str, what: str) -> None:
-    """A ValueError naming both modes where a block of ``metadata``'s autoreset mode cannot
-    carry out ``requested`` ("next_step", "same_step", "disabled", or "explicit": the
-    tensordict API's resets by mask) exactly."""
-    mode = block_mode(metadata)
-    if requested not in HONOURS[mode]:
-        fits = [m.value for m, modes in HONOURS.items() if requested in modes]
-        raise ValueError(
-            f"{what}: a block whose autoreset mode is {mode.value} cannot be run with "
-            f"autoreset mode {requested!r} exactly; build its vector env with "
-            f"autoreset_mode={' or '.join(fits)} (gymnasium.make_vec's sync and async modes "
-            "take vector_kwargs={'autoreset_mode': ...})"
-        )
+def check_block_mode(summary: SubEnvSummary, requested: str, what: str) -> None:
+    """A ValueError naming both modes where a block (``summary``) cannot carry out
+    ``requested`` ("next_step", "same_step", "disabled", or "explicit": the tensordict API's
+    resets by mask) exactly, and what to build instead."""
+    mode = block_mode(summary.metadata)
+    if requested in HONOURS[mode]:
+        return
+    if requested == "explicit":
+        raise ValueError(_explicit_refusal(summary, mode, what))
+    fits = [m.value for m, modes in HONOURS.items() if requested in modes]
+    raise ValueError(
+        f"{what}: a block whose autoreset mode is {mode.value} cannot be run with "
+        f"autoreset mode {requested!r} exactly; build its vector env with "
+        f"autoreset_mode={' or '.join(fits)} (gymnasium.make_vec's sync and async modes "
+        "take vector_kwargs={'autoreset_mode': ...})"
+    )
+
+
+def _explicit_refusal(summary: SubEnvSummary, mode: AutoresetMode, what: str) -> str:
+    """Why the tensordict API cannot run a block of autoreset ``mode``: what the user passed
+    (their factory returned a gymnasium vector env), and what to build instead."""
+    env_id = summary.env_spec.id if summary.env_spec is not None else None
+    name = f"{env_id!r}" if env_id else "your env's id"
+    block = f"{summary.type_name or 'a vector env'} of {summary.rows} rows"
+    does = "in its next step" if mode is AutoresetMode.NEXT_STEP else "within the same step"
+    return (
+        f"{what}: create_env_fn returned a gymnasium vector env ({block}, "
+        f"autoreset mode {mode.value}), which {what} runs as a block of rows. {what} resets "
+        "sub-envs only when asked (reset() with '_reset', step_and_maybe_reset), but this "
+        f"block resets its finished rows itself, {does}. Build instead either blocks that "
+        f"leave resets to the caller, gymnasium.make_vec({name}, {summary.rows}, "
+        "vectorization_mode='sync', vector_kwargs={'autoreset_mode': "
+        "gymnasium.vector.AutoresetMode.DISABLED}) (a vector entry point such as "
+        f"CartPole's has no autoreset option), or single envs, {what}(num_workers, "
+        f"lambda: gymvec.GymEnv({name}), envs_per_worker=...)"
+    )
 
 
 def check_blocks(
@@ -101,7 +124,7 @@ def check_blocks(
             f"batch_size={batch_size} and sub-envs of {sizes} rows"
         )
     for summary in blocks.values():
-        check_block_mode(summary.metadata, requested, what)
+        check_block_mode(summary, requested, what)
 
 
 class BlockRunner(CommandRunner):

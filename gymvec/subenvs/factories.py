@@ -7,28 +7,30 @@ them to one per sub-env and keeps the workers' row ranges.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gymvec.subenvs.kinds import is_block
 from gymvec.subenvs.layout import WorkerLayout, check_count
 
 
 @dataclasses.dataclass(frozen=True)
 class BlockFactory:
-    """A factory of a block (a ``gymnasium.vector.VectorEnv`` sub-env) that says its size,
-    so that the engine plans its rows without building it: ``BlockFactory(fn, num_envs)``.
-
-    Needed only where blocks and single envs mix, or blocks differ in size; elsewhere the
-    engine learns the size from the sub-env it builds to read the spaces.
+    """A factory of a block (a ``gymnasium.vector.VectorEnv`` sub-env) that says its size:
+    ``BlockFactory(fn, num_envs)``. A hint, never needed: where every factory of a batch
+    says its size (or one factory builds every sub-env), the engine lays the buffers out
+    before the sub-envs are built where they run, which saves the round trip in which they
+    report their sizes. A block of another size than declared is a ValueError.
 
     >>> import gymnasium as gym
     >>> from gymvec import BlockFactory, SerialVectorEnv
     >>> make_block = lambda: gym.make_vec("CartPole-v1", 3, vectorization_mode="vector_entry_point")
-    >>> envs = SerialVectorEnv([BlockFactory(make_block, 3), lambda: gym.make("CartPole-v1")])
+    >>> envs = SerialVectorEnv([BlockFactory(make_block, 3), BlockFactory(make_block, 3)])
     >>> envs.num_envs
-    4
+    6
     >>> envs.close()
     """
 
@@ -41,7 +43,18 @@ class BlockFactory:
         check_count("BlockFactory num_envs", self.num_envs)
 
     def __call__(self, **kwargs: Any) -> Any:
-        return self.fn(**kwargs)
+        block = self.fn(**kwargs)
+        size = getattr(block, "num_envs", None) if is_block(block) else None
+        if size != self.num_envs:
+            built = f"a block of {size} rows" if size is not None else "no block (a single env)"
+            built = f"{built} ({type(block).__module__}.{type(block).__qualname__})"
+            with contextlib.suppress(Exception):  # (the error to raise is the size's)
+                block.close()
+            raise ValueError(
+                f"BlockFactory num_envs: expected a block of {self.num_envs} rows, as "
+                f"declared; its fn built {built}"
+            )
+        return block
 
 
 def _is_kwargs(value: Any) -> bool:
@@ -107,20 +120,24 @@ class SubEnvFactories:
         shares = WorkerLayout.plan(len(env_fns), num_workers=num_workers).sub_envs_per_worker
         return cls(len(shares), list(env_fns), None, list(shares), tasks=False)
 
-    def rows(self, probed_rows: Sequence[int], probed: Sequence[int]) -> WorkerLayout:
+    def rows(self, probed_rows: Sequence[int]) -> WorkerLayout:
         """The layout with each sub-env's rows: a :class:`BlockFactory`'s declared size, or
-        the size of the sub-env the engine built for its task (``probed[i]``: that sub-env's
-        index, ``probed_rows[i]``: its rows) unless that one was declared (then 1: blocks
-        that mix with single envs are declared)."""
-        rows = []
-        for i, fn in enumerate(self.fns):
-            if isinstance(fn, BlockFactory):
-                rows.append(fn.num_envs)
-            elif isinstance(self.fns[probed[i]], BlockFactory):
-                rows.append(1)
-            else:
-                rows.append(probed_rows[i])
+        the size of the sub-env the engine built for its task (``probed_rows[i]``)."""
+        rows = [
+            fn.num_envs if isinstance(fn, BlockFactory) else size
+            for fn, size in zip(self.fns, probed_rows)
+        ]
         return self.layout.with_rows(rows)
+
+    def rows_known(self, multi_task: bool) -> bool:
+        """Whether every sub-env's rows follow from the sub-env the engine builds first for
+        its task: one factory for all, one per worker (``multi_task``), or a declared size
+        for each (:class:`BlockFactory`). Else the sub-envs report theirs once built."""
+        return (
+            multi_task
+            or self.single_factory()
+            or all(isinstance(fn, BlockFactory) for fn in self.fns)
+        )
 
     def sub_env_fn(self, i: int) -> Callable[[], Any]:
         """What builds sub-env ``i``."""

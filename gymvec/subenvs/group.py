@@ -41,53 +41,67 @@ class SubEnvGroup:
     def __init__(
         self,
         env_fns: Sequence[Callable[[], Any]],
-        start: int,
-        buffers: Buffers,
-        control: Control,
+        first: int,
         *,
         rows: Sequence[int] | None = None,
         worker_index: int | None = None,
         where: str = "in the calling process",
     ):
+        """Build the sub-envs (``first``: the row of the first one, or, where ``rows`` is
+        None and blocks may be among them, its index among the batch's sub-envs); the group
+        steps nothing until :meth:`attach` gives it its rows of the buffers."""
         settle_allocator()  # before the sub-envs: each step's temporaries cost no page faults
-        planned = [1] * len(env_fns) if rows is None else list(rows)
-        self.start = start
+        self.start = first
         self.worker_index, self.where = worker_index, where
         self.cursor: int | None = None  # the row a request is at (see targets)
-        self.stop = start + sum(planned)
+        self.stop = first  # (see attach)
+        self.envs: list[Any] = []
+        self.sizes: list[int] = []  # each sub-env's rows (a block's num_envs)
+        self.firsts: list[int] = []  # each sub-env's first row (see attach)
+        self.env_of_row: list[int] = []  # each row's sub-env (position in envs)
+        try:
+            built: dict[int, int] = {}  # id of each env -> its place
+            for j, fn in enumerate(env_fns):
+                self.cursor = place = first + (j if rows is None else sum(rows[:j]))
+                env = check_sub_env(fn())
+                if id(env) in built:  # e.g. `lambda: env`: the sub-envs would share one state
+                    raise ValueError(
+                        f"create_env_fn returned the same env object for sub-envs "
+                        f"{built[id(env)]} and {place}: each sub-env needs its own instance"
+                    )
+                built[id(env)] = place
+                self.envs.append(env)
+                self.sizes.append(int(env.num_envs) if is_block(env) else 1)
+                if rows is not None:
+                    _check_rows(env, rows[j], place)
+            self.cursor = None
+        except BaseException as exc:
+            self.close()
+            if not isinstance(exc, Exception):
+                raise
+            raise self.error(exc, self.cursor, what="create_env_fn") from None
+        self.stop = first + sum(self.sizes)
+
+    def attach(self, start: int, buffers: Buffers, control: Control) -> SubEnvGroup:
+        """Give the group its rows ``[start, start + sum(sizes))`` of the buffers and the
+        control block (a start's second phase, once every sub-env's size is known)."""
+        self.start = start
+        self.stop = start + sum(self.sizes)
         self.buffers = buffers
         self.modes = control.mode[start : self.stop]  # this group's rows, sliced once
         self.seeds = control.seed[start : self.stop]
         self.lane_word = control.lane
         self.obs_lanes = buffers.obs_lanes
         self.action_objects = buffers.action_objects
-        self.envs: list[Any] = []
-        self.firsts: list[int] = []  # each sub-env's first row
-        self.env_of_row: list[int] = []  # each row's sub-env (position in envs)
+        self.firsts = [start + sum(self.sizes[:j]) for j in range(len(self.sizes))]
+        self.env_of_row = [j for j, size in enumerate(self.sizes) for _ in range(size)]
         try:
-            built: dict[int, int] = {}  # id of each env -> its first row
-            row = start
-            for j, (fn, size) in enumerate(zip(env_fns, planned)):
-                self.cursor = row
-                env = check_sub_env(fn())
-                if id(env) in built:  # e.g. `lambda: env`: the sub-envs would share one state
-                    raise ValueError(
-                        f"create_env_fn returned the same env object for sub-envs "
-                        f"{built[id(env)]} and {row}: each sub-env needs its own instance"
-                    )
-                built[id(env)] = row
-                self.envs.append(env)
-                _check_rows(env, size, row)
-                self.firsts.append(row)
-                self.env_of_row += [j] * size
-                row += size
-            self.cursor = None
             self.runner = self._runner(buffers)
         except BaseException as exc:
             self.close()
             if not isinstance(exc, Exception):
                 raise
-            raise self.error(exc, self.cursor, what="create_env_fn") from None
+            raise self.error(exc, None, what="create_env_fn") from None
         # Object observations of a worker process go back to the parent with each answer.
         self.shipped_objects = None
         keys = buffers.layout.object_obs_keys
@@ -96,6 +110,7 @@ class SubEnvGroup:
                 [buffers.root.objects[key] for key in keys],
                 [buffers.next.objects[key] for key in keys],
             )
+        return self
 
     def _runner(self, buffers: Buffers) -> Any:
         """One runner over the single envs, or, with blocks, one per block and one per run of
@@ -125,7 +140,12 @@ class SubEnvGroup:
     def summaries(self) -> list[SubEnvSummary]:
         """One summary per row (a block's, once for each of its rows)."""
         per_env = [summarize(env) for env in self.envs]
-        return [per_env[j] for j in self.env_of_row]
+        return [summary for summary, size in zip(per_env, self.sizes) for _ in range(size)]
+
+    def sub_env_summaries(self) -> list[SubEnvSummary]:
+        """One summary per sub-env, with the info fields it declares: what a start's first
+        phase reports, to lay the buffers out from."""
+        return [summarize(env, declared_infos=True) for env in self.envs]
 
     def error(self, exc: Exception, sub_env: int | None, what: str = "") -> Exception:
         """What the group raises for ``exc``: a WorkerError naming ``sub_env`` and where the
@@ -254,10 +274,9 @@ def _check_rows(env: Any, planned: int, row: int) -> None:
     if size != planned:
         what = f"a block of {size} rows ({type(env).__name__})" if size > 1 else "a single env"
         raise ValueError(
-            f"sub-env at row {row} is {what}, but the batch planned {planned} row(s) for it: "
-            "a batch plans every sub-env's rows from the sub-env it builds first; wrap "
-            "each block factory in gymvec.BlockFactory(fn, num_envs) where blocks mix with "
-            "single envs or differ in size"
+            f"sub-env at row {row} is {what}, but the batch laid out {planned} row(s) for "
+            "it from the sub-env its factory built first (or before update_kwargs): a "
+            "factory shared by several sub-envs must build sub-envs of one size"
         )
 
 

@@ -44,6 +44,7 @@ class SubEnvSummary:
     info_fields: dict[str, InfoField] | None = None
     rows: int = 1  # a block's num_envs
     block: bool = False  # a gymnasium vector env (see subenvs.block)
+    type_name: str = ""  # a block's class, as errors name it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +152,7 @@ def _block_summary(block: gym.vector.VectorEnv, declared_infos: bool) -> SubEnvS
         info_fields={} if declared_infos else None,
         rows=int(block.num_envs),
         block=True,
+        type_name=type(block).__qualname__,
     )
 
 

@@ -25,7 +25,7 @@ def probe(
     info fields; every row gets the summary of its sub-env's task (a block's rows, its
     own). With ``keep_first`` the env built for sub-env 0 is returned too (else None), to
     become sub-env 0: no env is built twice. Last, the layout with each sub-env's rows (see
-    ``SubEnvFactories.rows``)."""
+    ``SubEnvFactories.rows``: where ``rows_known``)."""
     firsts = factories.distinct() if multi_task else [0] * factories.num_envs
     probed: dict[int, SubEnvSummary] = {}
     kept = None
@@ -45,7 +45,7 @@ def probe(
         if kept is not None:
             kept.close()
         raise
-    layout = factories.rows([probed[first].rows for first in firsts], firsts)
+    layout = factories.rows([probed[first].rows for first in firsts])
     per_row = [probed[first] for first, rows in zip(firsts, layout.rows_per_sub_env)]
     return (
         [s for s, rows in zip(per_row, layout.rows_per_sub_env) for _ in range(rows)],

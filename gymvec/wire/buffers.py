@@ -407,16 +407,21 @@ def shared_memory(nbytes: int) -> Any:
     return RawArray("b", nbytes)
 
 
+# Where a block that must reach running worker processes lives (a MemmapMemory there): the
+# shared memory file system, where there is one.
+SHM_DIRECTORY = "/dev/shm" if os.path.isdir("/dev/shm") else None
+
+
 class MemmapMemory:
     """A block backed by a temporary file (``memmap=True``), unlinked as soon as it is made:
     however the processes end, no file is left behind. Worker processes get the open file
     itself (multiprocessing passes its descriptor to a spawned or forkserver worker; a forked
     one inherits the mapping)."""
 
-    def __init__(self, nbytes: int, fd: Any = None):
+    def __init__(self, nbytes: int, fd: Any = None, directory: str | None = None):
         self.owner = fd is None
         if fd is None:
-            fd, path = tempfile.mkstemp(prefix="gymvec-", suffix=".buf")
+            fd, path = tempfile.mkstemp(prefix="gymvec-", suffix=".buf", dir=directory)
             self.path: str | None = path
             os.unlink(path)
             os.ftruncate(fd, nbytes)

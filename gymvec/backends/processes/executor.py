@@ -47,6 +47,7 @@ from gymvec.backends.processes.worker import (
     Command,
     Spin,
     WorkerArgs,
+    attach_message,
     env_specs_payload,
     sync_words,
     worker_main,
@@ -59,7 +60,9 @@ from gymvec.errors import (
     expect_set,
 )
 from gymvec.subenvs.group import SubEnvSummary
+from gymvec.subenvs.layout import WorkerLayout
 from gymvec.wire import calls
+from gymvec.wire.buffers import SHM_DIRECTORY, MemmapMemory, as_buffer
 from gymvec.wire.commands import Extras
 
 if TYPE_CHECKING:
@@ -110,8 +113,10 @@ class ProcessExecutor(Executor):
 
     Args:
         worker_env_fns: per worker, the factories of its sub-envs (rows ``worker_bounds``).
-        worker_bounds: per worker, its row range.
-        shared: the shared buffers and control block.
+        worker_bounds: per worker, its row range (without ``shared``: its sub-envs).
+        shared: the shared buffers and control block; None: a start in two phases, where
+            the workers build their sub-envs and report them (:meth:`sub_env_summaries`),
+            and wait for their rows (:meth:`attach`).
         options: how the processes run.
         worker_rows: per worker, the rows of each of its sub-envs (default one each).
     """
@@ -120,13 +125,13 @@ class ProcessExecutor(Executor):
         self,
         worker_env_fns: list[list[Callable[[], Any]]],
         worker_bounds: list[tuple[int, int]],
-        shared: SharedMemory,
+        shared: SharedMemory | None,
         options: ProcessOptions,
         worker_rows: Sequence[Sequence[int]] | None = None,
     ):
-        rows = worker_rows or [[1] * len(fns) for fns in worker_env_fns]
         self.handles: list[WorkerHandle] = []
         self.local: LocalExecutor | None = None
+        self.options = options
         # (set with the local share: the run of its one group)
         self.run_local_group: Callable[[dict | None], dict[int, Extras]] | None = None
         self.closing = False  # close() began (maybe in another thread: see closed_error)
@@ -134,16 +139,20 @@ class ProcessExecutor(Executor):
         self.parent_spin = Spin(parent_spin_s)
         self.sync_memory: Any = None  # (a ctypes array)
         self.concurrency: BoundedSemaphore | None = None  # one that max_concurrency groups share
-        # first-ready commands (see rows.py): the row words, the semaphore a
+        # first-ready commands (see process_rows.py): the row words, the semaphore a
         # finished row posts
         self.rows_memory: Any = None
         self.ready: Semaphore | None = None
         deadline = time.monotonic() + options.startup_timeout  # this process's share included
         try:
-            self._start(worker_env_fns, worker_bounds, shared, options, worker_spin_s, rows)
+            self._start(worker_env_fns, worker_bounds, shared, options, worker_spin_s, worker_rows)
             if options.local_worker:  # built while the workers build theirs
                 self.local = LocalExecutor.build(
-                    [worker_env_fns[0]], [0], shared, workers=[0], rows=[rows[0]]
+                    [worker_env_fns[0]],
+                    [worker_bounds[0][0]],
+                    shared,
+                    workers=[0],
+                    rows=None if worker_rows is None else [worker_rows[0]],
                 )
                 # this process's share is that one group: its run, looked up once (per step)
                 self.run_local_group = self.local.groups[0].run
@@ -151,6 +160,12 @@ class ProcessExecutor(Executor):
         except BaseException:
             self.close()
             raise
+        if shared is not None:
+            self._serve(shared, worker_rows or [[1] * len(fns) for fns in worker_env_fns])
+
+    def _serve(self, shared: SharedMemory, rows: Sequence[Sequence[int]]) -> None:
+        """Every group is ready to run commands on ``shared`` (``rows``: per worker, the
+        rows of each sub-env)."""
         local = [] if self.local is None else self.local.bounds
         self.bounds = local + [(h.start, h.stop) for h in self.handles]
         # Object observations come back with each row's message; object actions would need
@@ -159,7 +174,7 @@ class ProcessExecutor(Executor):
         self.rows: ProcessRows = ProcessRows(
             self.handles,
             self.local,
-            self.rows_memory,
+            as_buffer(self.rows_memory),
             self.ready,
             self.concurrency,
             self.parent_spin,
@@ -167,20 +182,43 @@ class ProcessExecutor(Executor):
             _units(rows),
         )
 
+    def sub_env_summaries(self) -> list[SubEnvSummary]:
+        local = [] if self.local is None else self.local.sub_env_summaries()
+        return local + [summary for handle in self.handles for summary in handle.summaries]
+
+    def attach(self, shared: SharedMemory, layout: WorkerLayout) -> None:
+        """Hand each worker its rows of ``shared`` (and the row words, made now that the
+        rows are known), lay this process's share out, and wait for every worker's ready."""
+        options = self.options
+        deadline = time.monotonic() + options.startup_timeout
+        try:
+            self.rows_memory = MemmapMemory(layout.num_rows * ROW_WORDS * 8, None, SHM_DIRECTORY)
+            for handle in self.handles:
+                handle.start, handle.stop = layout.worker_rows[handle.index]
+                handle.send(attach_message(handle.start, shared, self.rows_memory))
+            if self.local is not None:
+                self.local.attach(shared, layout)
+            wait_ready(self.handles, deadline, options.startup_timeout, None)
+        except BaseException:
+            self.close()
+            raise
+        self._serve(shared, [layout.rows_of_worker(w) for w in range(layout.num_workers)])
+
     def _start(
         self,
         worker_env_fns: list[list[Callable[[], Any]]],
         worker_bounds: list[tuple[int, int]],
-        shared: SharedMemory,
+        shared: SharedMemory | None,
         options: ProcessOptions,
         spin_s: float,
-        rows: Sequence[Sequence[int]],
+        rows: Sequence[Sequence[int]] | None,
     ) -> None:
         ctx = mp.get_context(options.start_method)
         first_process = 1 if options.local_worker else 0
         n_proc = len(worker_bounds) - first_process
         self.sync_memory = ctx.RawArray("b", max(n_proc, 1) * SYNC_WORDS * 8)
-        self.rows_memory = ctx.RawArray("b", shared.layout.num_envs * ROW_WORDS * 8)
+        if shared is not None:  # (else made once the rows are known: see attach)
+            self.rows_memory = ctx.RawArray("b", shared.layout.num_envs * ROW_WORDS * 8)
         self.ready = ctx.Semaphore(0)
         if options.max_concurrency is not None and options.max_concurrency < len(worker_bounds):
             self.concurrency = ctx.BoundedSemaphore(options.max_concurrency)
@@ -195,9 +233,9 @@ class ProcessExecutor(Executor):
                 index=k,
                 env_fns_payload=pickling.dumps(worker_env_fns[w]),
                 start=start,
-                layout=shared.layout,
-                memory=shared.memory,
-                control_memory=shared.control_memory,
+                layout=None if shared is None else shared.layout,
+                memory=None if shared is None else shared.memory,
+                control_memory=None if shared is None else shared.control_memory,
                 sync_memory=self.sync_memory,
                 spin_s=spin_s,
                 num_threads=options.num_sub_threads,
@@ -205,7 +243,7 @@ class ProcessExecutor(Executor):
                 concurrency=self.concurrency,
                 rows_memory=self.rows_memory,
                 ready=self.ready,
-                rows=tuple(rows[w]),
+                rows=None if rows is None else tuple(rows[w]),
             )
             # (typeshed's BaseContext lacks Process, which every context of get_context has)
             process = ctx.Process(  # type: ignore[attr-defined]
@@ -471,6 +509,8 @@ class ProcessExecutor(Executor):
             handle.release()
         unlink_semaphore(self.concurrency)
         unlink_semaphore(self.ready)
+        if isinstance(self.rows_memory, MemmapMemory):
+            self.rows_memory.release()
         self.sync_memory = self.concurrency = self.rows_memory = self.ready = None
         local, self.local = self.local, None
         if local is not None:

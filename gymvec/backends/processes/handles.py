@@ -33,6 +33,7 @@ from gymvec.backends.processes.worker import (
     CMD,
     CMD_SEQ,
     DONE_SEQ,
+    GIVE_UP,
     REPLY,
     STATUS,
     Command,
@@ -82,7 +83,8 @@ class WorkerHandle:
         self.words = words
         self.seq = 0
         self.answered = 0  # the last command whose answer was read
-        self.summaries: list[SubEnvSummary] = []  # of its sub-envs, once ready
+        self.summaries: list[SubEnvSummary] = []  # of its sub-envs, once built or ready
+        self.built = False  # it built its sub-envs and waits for its rows (two phases)
         self.ready = False  # it built its sub-envs and reads commands
         self.failure: str | None = None  # why it is known gone (every later command raises)
 
@@ -195,6 +197,12 @@ def stop_workers(handles: list[WorkerHandle], grace_s: float = CLOSE_GRACE_S) ->
             try:
                 handle.post(Command.CLOSE)
                 asked.append(handle)
+                continue
+            except (OSError, ValueError, WorkerError):
+                pass
+        elif handle.built and handle.alive():  # it waits for its rows: it closes and exits
+            try:
+                handle.send(GIVE_UP)
                 continue
             except (OSError, ValueError, WorkerError):
                 pass
@@ -341,7 +349,10 @@ def _read_ready(handle: WorkerHandle) -> None:
     if kind == "error":
         raise handle.raised(detail, what="create_env_fn")
     handle.summaries = detail
-    handle.ready = True
+    if kind == "built":
+        handle.built = True
+    else:
+        handle.ready, handle.built = True, False
 
 
 def startup_timeout_error(pending: list[WorkerHandle], timeout: float) -> SubEnvTimeoutError:

@@ -48,7 +48,7 @@ import cloudpickle
 
 from gymvec.errors import SpaceMismatchError, error_detail, expect_set
 from gymvec.subenvs.group import SubEnvGroup, SubEnvSummary, run_request
-from gymvec.wire.buffers import BufferLayout, Buffers
+from gymvec.wire.buffers import BufferLayout, Buffers, as_buffer
 from gymvec.wire.commands import Control
 
 SYNC_WORDS = 8  # int64 words per worker: one 64-byte cache line
@@ -353,14 +353,32 @@ def add_missing_env_specs(pickled_specs: list[bytes]) -> None:
         warnings.filterwarnings("ignore", message=pattern, category=UserWarning)
 
 
-def ready_message(summaries: list[SubEnvSummary]) -> bytes:
-    """The worker's first message; an ``EnvSpec`` that cannot travel (a wrapper's lambda in
-    its kwargs, say) is left out rather than failing the start."""
+def ready_message(summaries: list[SubEnvSummary], kind: str = "ready") -> bytes:
+    """The worker's first message (``kind`` "built": the first of a start in two phases); an
+    ``EnvSpec`` that cannot travel (a wrapper's lambda in its kwargs, say) is left out rather
+    than failing the start."""
     try:
-        return cloudpickle.dumps(("ready", summaries))
+        return cloudpickle.dumps((kind, summaries))
     except Exception:
         summaries = [dataclasses.replace(s, env_spec=None) for s in summaries]
-        return cloudpickle.dumps(("ready", summaries))
+        return cloudpickle.dumps((kind, summaries))
+
+
+def attach_message(start: int, shared: Any, rows_memory: Any) -> bytes:
+    """What a worker started in two phases takes its rows from (see ``worker_main``):
+    its first row and the memory blocks (passed as descriptors: it runs already)."""
+    fields = {
+        "start": start,
+        "layout": shared.layout,
+        "memory": shared.memory,
+        "control_memory": shared.control_memory,
+        "rows_memory": rows_memory,
+    }
+    return cloudpickle.dumps(fields)
+
+
+# The message that ends a worker waiting for its rows (see attach_message).
+GIVE_UP = cloudpickle.dumps(None)
 
 
 class ParentWatch:
@@ -450,8 +468,8 @@ class WorkerArgs:
 
     index: int  # among the worker processes: where its sync words are
     env_fns_payload: bytes  # its sub-envs' factories, cloudpickled
-    start: int  # its first row
-    layout: BufferLayout
+    start: int  # its first row (without a layout: its first sub-env)
+    layout: BufferLayout | None  # None: a start in two phases (see attach_message)
     memory: Any
     control_memory: Any
     sync_memory: Any
@@ -481,19 +499,21 @@ def worker_main(args: WorkerArgs, conn, wake, done) -> None:
         env_fns = announcing(cloudpickle.loads(args.env_fns_payload), args.start, words)
         if args.env_specs_payload is not None:
             add_missing_env_specs(cloudpickle.loads(args.env_specs_payload))
-        control = Control(args.layout.num_envs, args.control_memory)
-        buffers = Buffers(args.layout, args.memory)
-        buffers.ship_objects = True
         where = f"worker {args.index}, pid {os.getpid()}"
         group = SubEnvGroup(
-            env_fns,
-            args.start,
-            buffers,
-            control,
-            rows=args.rows,
-            worker_index=args.index,
-            where=where,
+            env_fns, args.start, rows=args.rows, worker_index=args.index, where=where
         )
+        if args.layout is None:  # a start in two phases: report the sub-envs, take the rows
+            conn.send_bytes(ready_message(group.sub_env_summaries(), "built"))
+            rows = cloudpickle.loads(conn.recv_bytes())
+            if rows is None:  # the parent gave the start up
+                group.close()
+                return
+            args = dataclasses.replace(args, **rows)
+        layout = expect_set(args.layout, "the buffers' layout")
+        buffers = Buffers(layout, args.memory)
+        buffers.ship_objects = True
+        group.attach(args.start, buffers, Control(layout.num_envs, args.control_memory))
         ready = ready_message(group.summaries())
     except SpaceMismatchError as exc:  # not the worker's fault: the parent raises it as is
         conn.send_bytes(cloudpickle.dumps(("mismatch", (str(exc), exc.kind))))
@@ -510,7 +530,7 @@ def worker_main(args: WorkerArgs, conn, wake, done) -> None:
     conn.send_bytes(ready)
     try:
         # this worker's rows' words, flat: row k's word W is item k * ROW_WORDS + W
-        row_words = memoryview(args.rows_memory).cast("B").cast("q")
+        row_words = memoryview(as_buffer(args.rows_memory)).cast("B").cast("q")
         row_words = row_words[group.start * ROW_WORDS : group.stop * ROW_WORDS]
         worker = Worker(
             group,

@@ -48,6 +48,7 @@ from gymvec.errors import (
     sub_env_error,
 )
 from gymvec.subenvs.group import SubEnvSummary
+from gymvec.subenvs.layout import WorkerLayout
 from gymvec.wire.buffers import Buffers, private_memory
 from gymvec.wire.commands import Control, Extras
 
@@ -116,13 +117,17 @@ class RayHandle:
     """The driver's end of one actor: its rows, a staging copy of their part of the buffers
     (what travels is cut from it), and the call in flight (``ref``)."""
 
-    def __init__(self, index: int, start: int, stop: int, actor: Any, shared: SharedMemory):
+    def __init__(self, index: int, start: int, stop: int, actor: Any):
         self.index, self.start, self.stop = index, start, stop
         self.actor = actor
         self.node_id = "?"
         self.ref: Any = None  # the pending result of the call in flight
         self.queue: deque[tuple[Any, list[int]]] = deque()  # first-ready calls, in order
         self.summaries: list[SubEnvSummary] = []
+
+    def lay_out(self, shared: SharedMemory) -> None:
+        """The staging copy of the actor's rows ``[start, stop)`` of ``shared``."""
+        start, stop = self.start, self.stop
         share = ShareLayout(shared.layout, stop - start)
         self.share = share
         memory = private_memory(share.layout.nbytes)
@@ -235,7 +240,9 @@ class RayExecutor(Executor):
     Args:
         worker_env_fns: per worker, the factories of its sub-envs (rows ``worker_bounds``).
         worker_bounds: per worker, its row range.
-        shared: the engine's buffers and control block (in this process's memory).
+        shared: the engine's buffers and control block (in this process's memory); None:
+            a start in two phases (see ``Executor.attach``), ``worker_bounds`` then each
+            worker's sub-envs.
         options: where and how the actors run.
     """
 
@@ -243,7 +250,7 @@ class RayExecutor(Executor):
         self,
         worker_env_fns: list[list[Callable[[], Any]]],
         worker_bounds: list[tuple[int, int]],
-        shared: SharedMemory,
+        shared: SharedMemory | None,
         options: RayOptions,
         worker_rows: Sequence[Sequence[int]] | None = None,
     ):
@@ -262,12 +269,36 @@ class RayExecutor(Executor):
             actor_options = {"num_cpus": 1, **(options.actor_options or {})}
             for w, (start, stop) in enumerate(worker_bounds):
                 actor = actor_class.options(**actor_options, **strategies[w]).remote(w)
-                self.handles.append(RayHandle(w, start, stop, actor, shared))
-            rows = worker_rows or [[1] * len(fns) for fns in worker_env_fns]
-            self._start(worker_env_fns, rows)
+                self.handles.append(RayHandle(w, start, stop, actor))
+            if shared is not None and worker_rows is None:
+                worker_rows = [[1] * len(fns) for fns in worker_env_fns]
+            self._start(worker_env_fns, worker_rows)
+            if shared is not None:
+                for handle in self.handles:
+                    handle.lay_out(shared)
         except BaseException:
             self.close()
             raise
+
+    def sub_env_summaries(self) -> list[SubEnvSummary]:
+        return [summary for handle in self.handles for summary in handle.summaries]
+
+    def attach(self, shared: SharedMemory, layout: WorkerLayout) -> None:
+        """Send each actor its rows and the layout; each lays its share out."""
+        try:
+            refs = []
+            for handle in self.handles:
+                handle.start, handle.stop = layout.worker_rows[handle.index]
+                rows = layout.rows_of_worker(handle.index)
+                refs.append(handle.actor.attach.remote(shared.layout, rows))
+            self._started(refs, "take its rows")
+            for handle in self.handles:
+                handle.lay_out(shared)
+        except BaseException:
+            self.close()
+            raise
+        self.shared = shared
+        self.bounds = list(layout.worker_rows)
 
     def _place(self, num_workers: int) -> list[dict]:
         """The scheduling options of each actor: a bundle of a placement group each."""
@@ -313,28 +344,37 @@ class RayExecutor(Executor):
         ]
 
     def _start(
-        self, worker_env_fns: list[list[Callable[[], Any]]], rows: Sequence[Sequence[int]]
+        self,
+        worker_env_fns: list[list[Callable[[], Any]]],
+        rows: Sequence[Sequence[int]] | None,
     ) -> None:
-        ray, options = self.ray, self.options
+        """Start each actor's share; without ``rows`` (nor buffers), in two phases."""
+        options = self.options
         specs = env_specs_payload()
         refs = []
-        for handle, fns, sizes in zip(self.handles, worker_env_fns, rows):
+        for handle, fns in zip(self.handles, worker_env_fns):
             spec = WorkerSpec(
-                rows=tuple(sizes),
+                rows=() if rows is None else tuple(rows[handle.index]),
                 index=handle.index,
                 env_fns_payload=pickling.dumps(fns),
-                parent_layout=self.shared.layout,
+                parent_layout=None if self.shared is None else self.shared.layout,
                 worker_processes=options.worker_processes,
                 start_method=options.start_method,
                 env_specs_payload=specs,
             )
             refs.append(handle.actor.start.remote(spec))
+        self._started(refs, "start")
+
+    def _started(self, refs: list, what: str) -> None:
+        """Read each actor's answer to a start (``what``) into its handle: its node and
+        summaries, or the error that stops the start."""
+        ray, options = self.ray, self.options
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=options.startup_timeout)
         ready = set(ready)
         for handle, ref in zip(self.handles, refs):
             if ref not in ready:
                 raise WorkerError(
-                    f"{handle.where()} did not start within {options.startup_timeout} s",
+                    f"{handle.where()} did not {what} within {options.startup_timeout} s",
                     worker_index=handle.index,
                 )
             try:
@@ -342,8 +382,8 @@ class RayExecutor(Executor):
             except ray.exceptions.RayError as exc:
                 raise handle.died(exc) from None
             if kind == "mismatch":
-                message, what = detail
-                raise SpaceMismatchError(f"worker {handle.index}: {message}", kind=what)
+                message, space = detail
+                raise SpaceMismatchError(f"worker {handle.index}: {message}", kind=space)
             if kind == "error":
                 raise handle.raised(detail, what="create_env_fn")
             handle.node_id = node[0]
@@ -433,7 +473,7 @@ class RayExecutor(Executor):
     def send_some(self, rows: Sequence[int]) -> None:
         """One remote call per actor that holds some of ``rows``, carrying those rows'
         commands (an actor runs its calls in the order they came, one at a time)."""
-        layout = self.shared.layout
+        layout = expect_set(self.shared, "the buffers (attach() hands them over)").layout
         if layout.object_obs_keys or layout.object_action_keys:
             raise first_ready_objects_error()
         ship_next = self.last_lane != 0  # see send()

@@ -35,7 +35,14 @@ from gymvec.common.arrays import any_set
 from gymvec.common.structure import OBJECT
 from gymvec.errors import ErrorDetail, SpaceMismatchError, error_detail
 from gymvec.subenvs.layout import WorkerLayout
-from gymvec.wire.buffers import BufferLayout, Buffers, private_memory, shared_memory
+from gymvec.wire.buffers import (
+    SHM_DIRECTORY,
+    BufferLayout,
+    Buffers,
+    MemmapMemory,
+    as_buffer,
+    private_memory,
+)
 from gymvec.wire.calls import Command, Request
 from gymvec.wire.commands import (
     AUTORESET,
@@ -96,11 +103,11 @@ class WorkerSpec:
 
     index: int
     env_fns_payload: bytes
-    parent_layout: BufferLayout
+    parent_layout: BufferLayout | None  # None: a start in two phases (see RayWorker.start)
     worker_processes: int
     start_method: str
     env_specs_payload: bytes | None
-    rows: tuple[int, ...]  # the rows of each sub-env (a block fills several)
+    rows: tuple[int, ...]  # the rows of each sub-env (a block fills several; () unknown)
 
 
 def _touched(modes: bytes) -> tuple[Literal["step", "reset"], bool, bool, bool]:
@@ -125,50 +132,74 @@ class RayWorker:
 
     def __init__(self, index: int):
         self.index = index
+        self.processes = 1  # that hold the share's sub-envs (see _build)
         self.executor: Executor | None = None
         self._touch: dict[bytes, tuple[Literal["step", "reset"], bool, bool, bool]] = {}
 
     # ---- lifetime -----------------------------------------------------------------------------
     def start(self, spec: WorkerSpec) -> tuple:
-        """Build the share's sub-envs; ``("ready", summaries payload, node id)`` or why not."""
+        """Build the share's sub-envs; ``("ready", summaries payload, node id)`` or why not.
+        Without ``spec.parent_layout`` (a start in two phases), ``("built", ...)`` with a
+        summary per sub-env: :meth:`attach` lays the share out then."""
         try:
             env_fns = cloudpickle.loads(spec.env_fns_payload)
             if spec.env_specs_payload is not None:
                 add_missing_env_specs(cloudpickle.loads(spec.env_specs_payload))
-            self.executor = executor = self._build(env_fns, spec)
-            ready = ready_message(executor.summaries())
+            self.executor = executor = self._build(env_fns, spec.worker_processes, spec)
+            if spec.parent_layout is None:
+                return ("built", ready_message(executor.sub_env_summaries(), "built"), _node_id())
         except SpaceMismatchError as exc:  # not the worker's fault: raised as it is
+            return ("mismatch", (str(exc), exc.kind))
+        except BaseException as exc:
+            return ("error", error_detail(exc))
+        return self.attach(spec.parent_layout, spec.rows)
+
+    def attach(self, parent_layout: BufferLayout, rows: tuple[int, ...]) -> tuple:
+        """Lay the share out (``rows``: those of each sub-env) over buffers of its own, and
+        hand them to the executor; ``("ready", summaries payload, node id)`` or why not."""
+        try:
+            executor = self._started()
+            share = ShareLayout(parent_layout, sum(rows))
+            layout = share.layout
+            processes = self.processes
+            new_memory = private_memory if processes == 1 else _passable_memory
+            memory = new_memory(layout.nbytes)
+            control_memory = new_memory(Control.nbytes(sum(rows)))
+            buffers = Buffers(layout, memory)
+            buffers.ship_objects = True  # object observations go back with each answer
+            control = Control(sum(rows), control_memory)
+            self.share, self.buffers, self.control = share, buffers, control
+            self.flat = np.frombuffer(as_buffer(memory), dtype=np.uint8, count=layout.nbytes)
+            self.control_flat = np.frombuffer(
+                as_buffer(control_memory), dtype=np.uint8, count=Control.nbytes(sum(rows))
+            )
+            shared = SharedMemory(layout, memory, control_memory, buffers, control)
+            executor.attach(shared, WorkerLayout((len(rows),), rows).split(processes))
+            for block in (memory, control_memory):
+                if isinstance(block, MemmapMemory):  # the processes map it: the file may go
+                    block.release()
+            ready = ready_message(executor.summaries())
+        except SpaceMismatchError as exc:
             return ("mismatch", (str(exc), exc.kind))
         except BaseException as exc:
             return ("error", error_detail(exc))
         return ("ready", ready, _node_id())
 
-    def _build(self, env_fns: list[Callable[[], Any]], spec: WorkerSpec) -> Executor:
-        num_rows = sum(spec.rows)
-        share = ShareLayout(spec.parent_layout, num_rows)
-        layout = share.layout
-        processes = min(spec.worker_processes, len(env_fns))
-        new_memory = private_memory if processes == 1 else shared_memory
-        memory, control_memory = new_memory(layout.nbytes), new_memory(Control.nbytes(num_rows))
-        buffers = Buffers(layout, memory)
-        buffers.ship_objects = True  # object observations go back with each answer
-        control = Control(num_rows, control_memory)
-        shared = SharedMemory(layout, memory, control_memory, buffers, control)
-        self.share, self.buffers, self.control = share, buffers, control
-        self.flat = np.frombuffer(memory, dtype=np.uint8, count=layout.nbytes)
-        self.control_flat = np.frombuffer(
-            control_memory, dtype=np.uint8, count=Control.nbytes(num_rows)
-        )
+    def _build(
+        self, env_fns: list[Callable[[], Any]], processes: int, spec: WorkerSpec
+    ) -> Executor:
+        """The share's sub-envs, built in this process or over ``processes`` (at most one
+        per sub-env), waiting for :meth:`attach`."""
+        self.processes = processes = min(processes, len(env_fns))
         if processes == 1:
-            return LocalExecutor.build([env_fns], [0], shared, rows=[spec.rows])
+            return LocalExecutor.build([env_fns], [0], None)
         from gymvec.backends.processes.executor import ProcessExecutor, ProcessOptions
 
         # the share over its processes, as every layout spreads sub-envs
-        split = WorkerLayout(tuple([len(env_fns)]), spec.rows).split(processes)
+        split = WorkerLayout.plan(len(env_fns), num_workers=processes)
         options = ProcessOptions(start_method=spec.start_method, local_worker=True)
         groups = [env_fns[start:stop] for start, stop in split.worker_sub_envs]
-        rows = [split.rows_of_worker(w) for w in range(split.num_workers)]
-        return ProcessExecutor(groups, list(split.worker_rows), shared, options, rows)
+        return ProcessExecutor(groups, list(split.worker_sub_envs), None, options)
 
     def _started(self) -> Executor:
         """The executor of the share's sub-envs (one not started or closed raises, as the
@@ -254,6 +285,11 @@ class RayWorker:
     def ping(self) -> str:
         """The node id (an answer at all says the actor is alive)."""
         return _node_id()
+
+
+def _passable_memory(nbytes: int) -> MemmapMemory:
+    """A block the share's processes, running already, can map (see ``MemmapMemory``)."""
+    return MemmapMemory(nbytes, None, SHM_DIRECTORY)
 
 
 def _node_id() -> str:
