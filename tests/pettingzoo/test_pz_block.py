@@ -24,7 +24,8 @@ from _pz_envs import (  # noqa: E402
 from gymnasium.spaces.utils import flatten  # noqa: E402
 from gymnasium.vector.utils import iterate  # noqa: E402
 
-from gymvec.pettingzoo import PettingZooBlock  # noqa: E402
+from gymvec import ClosedEnvError  # noqa: E402
+from gymvec.pettingzoo import PettingZooBlock, PettingZooEnvBlock  # noqa: E402
 
 ENV_FNS = {
     "leaving": (leaving_env, 24),
@@ -256,3 +257,17 @@ def test_step_into_equals_step_and_writes_into_out(mode):
     finally:
         plain.close()
         into.close()
+
+
+@pytest.mark.parametrize("cls", [PettingZooBlock, PettingZooEnvBlock])
+def test_calls_after_close_raise_closed_env_error(cls):
+    block = cls(simple_spread, 2)
+    block.reset(seed=0)
+    actions = block.action_space.sample()
+    block.close()
+    message = rf"Trying to operate on `{cls.__name__}`, after a call to `close\(\)`"
+    with pytest.raises(ClosedEnvError, match=message):
+        block.step(actions)
+    with pytest.raises(ClosedEnvError, match=message):
+        block.reset(seed=0)
+    assert repr(block) == f"{cls.__name__}(num_envs={block.num_envs})"
