@@ -51,6 +51,11 @@ if __name__ == "__main__":
 _GYM_STEP = "env.reset(seed=0); env.step(env.action_space.sample())"
 _TD_STEP = "td = env.reset(); env.step(env.rand_action(td))"
 _FNS = f"[lambda: gym.make({ENV_ID!r})] * {NUM_ENVS}"
+# A factory per sub-env: the workers build their sub-envs and report their sizes before the
+# buffers are laid out (a start in two phases), as for blocks mixed with single envs.
+_EACH_FNS = f"[lambda: gym.make({ENV_ID!r}) for _ in range({NUM_ENVS})]"
+_BLOCK = f"lambda: gym.make_vec({ENV_ID!r}, {{}}, vectorization_mode='vector_entry_point')"
+_MIXED_FNS = f"[{_BLOCK.format(3)}, lambda: gym.make({ENV_ID!r}), {_BLOCK.format(4)}]"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +90,18 @@ RUNNERS: dict[str, StartupRunner] = {
             "gymvec ParallelVectorEnv",
             "import gymnasium as gym\nimport gymvec",
             f"gymvec.ParallelVectorEnv({_FNS}, num_workers={NUM_WORKERS})",
+        ),
+        StartupRunner(
+            "gymvec-fns",
+            "ParallelVectorEnv, a factory per sub-env",
+            "import gymnasium as gym\nimport gymvec",
+            f"gymvec.ParallelVectorEnv({_EACH_FNS}, num_workers={NUM_WORKERS})",
+        ),
+        StartupRunner(
+            "gymvec-mixed",
+            "ParallelVectorEnv, blocks of 3 and 4 around a single env",
+            "import gymnasium as gym\nimport gymvec",
+            f"gymvec.ParallelVectorEnv({_MIXED_FNS}, num_workers={NUM_WORKERS})",
         ),
         # The README's form: the tensordict classes imported at the script's top.
         StartupRunner(

@@ -57,6 +57,7 @@ from gymvec.common.infos import InfoField
 from gymvec.engine.first_ready import FirstReady
 from gymvec.engine.info_learning import InfoLearner
 from gymvec.engine.life import CallLife
+from gymvec.engine.planning import plan_from_probe, plan_from_workers
 from gymvec.engine.requests import Requests
 from gymvec.errors import ClosedEnvError
 from gymvec.subenvs.block import check_blocks, resets_finished_rows
@@ -66,12 +67,9 @@ from gymvec.subenvs.layout import WorkerLayout
 from gymvec.subenvs.probe import (
     KeptEnv,
     expand_seeds,
-    heterogeneous,
-    layout_of,
     masked_seeds,
-    probe,
 )
-from gymvec.wire.buffers import Buffers, LaneChoice
+from gymvec.wire.buffers import BufferLayout, Buffers, LaneChoice
 from gymvec.wire.calls import Command, InfoPlaces, Into, Ready, Received
 from gymvec.wire.commands import (
     RESET,
@@ -111,17 +109,31 @@ class BatchEngine:
             ``SubEnvTimeoutError`` and the engine refuses further calls: only ``close()``
             is left, and it ends the busy workers at once.
 
-    Construction builds the first sub-env (one per task of a multi-task batch) in this
-    process to learn the layout from its spaces, then closes it, without resetting or
-    stepping it; the executor starts on first use, or at once where the sub-envs have
-    factories of their own (their spaces are checked then). Info fields are those the
-    sub-envs declare; :meth:`learn_info_fields` adds those of their first results.
+    Construction resets and steps nothing. Where one factory builds every sub-env (or one
+    per task), it builds the first (one per task) in this process to learn the layout from
+    its spaces, and the executor starts on first use; where each sub-env has a factory of
+    its own (blocks of any size mixed with single envs), the executor starts at once, in two
+    phases: the sub-envs are built where they run and report their spaces and rows, then
+    take their rows of the buffers laid out from them (see ``planning.py``). Info
+    fields are those the sub-envs declare; :meth:`learn_info_fields` adds those of their
+    first results.
 
     Parts: ``life`` (:class:`~gymvec.engine.life.CallLife`: the call in flight),
     ``first_ready`` (:class:`~gymvec.engine.first_ready.FirstReady`: first-ready commands),
     ``learner`` (:class:`~gymvec.engine.info_learning.InfoLearner`), ``lanes``
     (:class:`~gymvec.wire.buffers.LaneChoice`: the observation lane in use).
     """
+
+    # Laid out at the start (planning.lay_out)
+    worker_layout: WorkerLayout
+    num_envs: int  # rows: a block fills several
+    worker_bounds: list[tuple[int, int]]
+    info_fields: dict[str, InfoField]
+    layout: BufferLayout
+    buffers: Buffers
+    control: Control
+    shared: SharedMemory
+    heterogeneous: bool
 
     def __init__(
         self,
@@ -141,10 +153,9 @@ class BatchEngine:
         self.closed = False
         self.multi_task = factories.one_per_worker()
         self._kept = KeptEnv(None)
-        if factories.rows_known(self.multi_task):
-            summaries = self._plan_from_probe(obs_lanes)
-        else:
-            summaries = self._plan_from_workers(obs_lanes)
+        plan = plan_from_probe if factories.rows_known(self.multi_task) else plan_from_workers
+        summaries = plan(self, obs_lanes)
+        self._mode_bytes = self.control.mode.data
         self.summaries: list[SubEnvSummary] = summaries
         self.metadata: dict = summaries[0].metadata
         self.render_mode: str | None = summaries[0].render_mode
@@ -189,72 +200,7 @@ class BatchEngine:
         self.request, self.request_send = requests.request, requests.send
         self.request_recv = requests.recv
 
-    # ---- the start ------------------------------------------------------------------------
-    def _plan_from_probe(self, obs_lanes: int) -> list[SubEnvSummary]:
-        """Lay the buffers out from the sub-env built here (one per task), whose rows every
-        sub-env of its factory shares (see ``SubEnvFactories.rows_known``); the executor
-        starts with them, on first use (or now, where the sub-envs have factories of their
-        own: their spaces are checked then). Returns the summaries, one per row."""
-        factories, backend = self.factories, self.backend
-        # the env built for sub-env 0's layout, until it becomes sub-env 0
-        probed, kept, worker_layout = probe(factories, self.multi_task, backend.first_here)
-        self._kept = KeptEnv(kept)
-        try:
-            self._lay_out(worker_layout, probed, obs_lanes, backend.new_memory)
-        except BaseException:
-            self._kept.close()
-            raise
-        try:
-            if factories.single_factory() or self.multi_task:
-                summaries = probed
-            else:  # BlockFactories of their own: ask the sub-envs themselves
-                summaries = self.executor.summaries()
-            self.heterogeneous = heterogeneous(summaries, self.multi_task, self.worker_layout)
-        except BaseException:
-            self.close()
-            raise
-        return summaries
-
-    def _plan_from_workers(self, obs_lanes: int) -> list[SubEnvSummary]:
-        """A start in two phases, where the sub-envs' sizes are unknown until they are built
-        (blocks mix with single envs, say): the executor builds them where they run and
-        reports each one; the buffers are laid out from those reports, then handed to the
-        executor (``Executor.attach``). Nothing is built here, but in the serial backend."""
-        factories, backend = self.factories, self.backend
-        executor = self._started(backend.start(ExecutorStart.unplanned(factories)))
-        try:
-            reported = executor.sub_env_summaries()
-            worker_layout = factories.layout.with_rows([s.rows for s in reported])
-            summaries = [s for s in reported for _ in range(s.rows)]
-            self.heterogeneous = heterogeneous(summaries, False, worker_layout)
-            self._lay_out(worker_layout, summaries, obs_lanes, backend.late_memory)
-            executor.attach(self.shared, worker_layout)
-        except BaseException:
-            self.close()
-            raise
-        return summaries
-
-    def _lay_out(
-        self,
-        worker_layout: WorkerLayout,
-        summaries: list[SubEnvSummary],
-        obs_lanes: int,
-        new_memory: Callable[[int], Any] | None,
-    ) -> None:
-        """The buffers and the control block of ``summaries`` (one per row)."""
-        self.worker_layout = worker_layout
-        self.num_envs = num_envs = worker_layout.num_rows  # rows: a block fills several
-        self.worker_bounds = list(worker_layout.worker_rows)
-        self.info_fields: dict[str, InfoField]
-        self.info_fields, self.layout = layout_of(summaries, num_envs, obs_lanes)
-        new_memory = new_memory or self.backend.new_memory
-        memory = new_memory(self.layout.nbytes)
-        control_memory = new_memory(Control.nbytes(num_envs))
-        self.buffers = Buffers(self.layout, memory)
-        self.control = Control(num_envs, control_memory)
-        self._mode_bytes = self.control.mode.data
-        self.shared = SharedMemory(self.layout, memory, control_memory, self.buffers, self.control)
-
+    # ---- the start (see planning.py) ----------------------------------------------------------
     def _started(self, executor: Executor) -> Executor:
         self._executor = executor
         if self.backend.collect_on_exit:

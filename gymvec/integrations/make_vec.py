@@ -126,11 +126,14 @@ def make_vec(
             f"(blocks), got {vectorization_mode!r}"
         )
     blocks = vectorization_mode == "vector_entry_point"
+    if backend == "auto" and timeout is not None:
+        # a throwaway timed in this process could outlast the timeout: workers, untimed
+        backend = "parallel"
     if backend == "auto" and blocks:
         # the id's own vector env is vectorised already: one block, in this process, unless
         # the options ask for workers (then as backend="parallel")
         wants_workers = num_workers is not None or local_worker is not None
-        backend = "parallel" if wants_workers or timeout is not None else "serial"
+        backend = "parallel" if wants_workers else "serial"
     common = dict(autoreset_mode=autoreset_mode, output=output, batch_size=batch_size)
 
     def build(backend: str, workers: int | None, local: bool | None) -> GymnasiumVectorEnv:

@@ -93,6 +93,11 @@ class AutoVectorEnv(gym.vector.VectorEnv):
         return self._layout  # type: ignore[return-value]  # (set with inner)
 
     @property
+    def batch_size(self) -> int:
+        """As ``GymnasiumVectorEnv.batch_size`` (first-ready batches)."""
+        return self._ensure().batch_size
+
+    @property
     def engine(self) -> Any:
         """The chosen vector env's engine (gymvec's integrations read it)."""
         return self._ensure().engine

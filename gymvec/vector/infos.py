@@ -93,9 +93,37 @@ class FaceInfos:
                 values = np.zeros((self.num_envs, *field.shape), dtype=field.dtype)
                 values[present] = slot.info[name][present]
             infos[name], infos[f"_{name}"] = values, present
-        for i in sorted(reported.keys() | per_env.keys()):
+        order = sorted(reported.keys() | per_env.keys())
+        if not per_env and len(order) == self.num_envs and scalar_columns(infos, reported):
+            return infos
+        for i in order:
             infos = self.add_info(infos, {**per_env.get(i, {}), **reported.get(i, {})}, i)
         return infos
+
+
+_SCALARS = (int, float, bool)
+
+
+def scalar_columns(infos: dict, reported: dict[int, dict]) -> bool:
+    """Every sub-env's extras added to ``infos`` at once, where they are what gymnasium's
+    ``_add_info`` would batch the same way with less work: the same keys, in the same order,
+    each a Python int, float or bool of one type across sub-envs (FrozenLake's "prob", say).
+    False (``infos`` untouched) otherwise."""
+    dicts = [reported[i] for i in range(len(reported))]
+    keys = list(dicts[0])
+    if any(len(d) != len(keys) or list(d) != keys for d in dicts[1:]):
+        return False
+    columns = []
+    for key in keys:
+        values = [d[key] for d in dicts]
+        kind = type(values[0])
+        if key in infos or kind not in _SCALARS or any(type(v) is not kind for v in values):
+            return False
+        columns.append((key, np.array(values, dtype=kind)))
+    flags = np.ones(len(dicts), dtype=bool)
+    for key, column in columns:  # (gymnasium's order: each key, then its mask)
+        infos[key], infos[f"_{key}"] = column, flags.copy()
+    return True
 
 
 def field_value(field: Any, stored: np.ndarray) -> Any:

@@ -63,8 +63,13 @@ def _builders(log: str):
             [functools.partial(LoggingEnv, log)] * 4, num_workers=2, context="spawn"
         ),
         "make_vec": lambda: gymvec.make_vec(
-            _contact_envs.LOGGING_ID, 4, num_workers=2, context="fork", log=log
-        ),
+            _contact_envs.LOGGING_ID,
+            4,
+            backend="parallel",
+            num_workers=2,
+            context="fork",
+            log=log,
+        ),  # fmt: skip
         "SerialEnv": lambda: SerialEnv(4, functools.partial(LoggingEnv, log)),
         "ParallelEnv": lambda: ParallelEnv(
             2, functools.partial(LoggingEnv, log), envs_per_worker=2, mp_start_method="fork"

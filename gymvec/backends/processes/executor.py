@@ -335,7 +335,7 @@ class ProcessExecutor(Executor):
             try:
                 error = self._collect(deadline, into=extras)
             except TimeoutError:
-                raise self.busy_error(call, timeout) from None
+                raise busy_error(self.handles, call, timeout) from None
             if call.local_error is not None:  # the sub-env's own exception, as SerialEnv raises
                 raise call.local_error
             if error is not None:
@@ -356,25 +356,13 @@ class ProcessExecutor(Executor):
         try:
             error = self._collect(deadline, on_reply=_drop)
         except TimeoutError:
-            raise self.busy_error(call, timeout) from None
+            raise busy_error(self.handles, call, timeout) from None
         except Exception:
             if self.closing:
                 raise closed_error() from None
             raise
         if error is not None and error.worker_traceback is None:  # died, not raised
             raise error
-
-    def busy_error(self, call: Call, timeout: float | None) -> SubEnvTimeoutError:
-        """The error for a wait that outlasted ``timeout``: it names the workers that had
-        not answered, and their sub-envs."""
-        busy = [
-            (h.index, h.process.pid, list(range(h.start, h.stop))) for h in self.handles if h.busy()
-        ]
-        what = f"{call.name} request" if isinstance(call, Request) else call.kind
-        where = "; ".join(f"sub-envs {_rows(r)} (worker {w}, pid {pid})" for w, pid, r in busy)
-        return SubEnvTimeoutError(
-            f"the {what} did not finish within {timeout} s; still busy: {where}", busy
-        )
 
     def _collect(
         self,
@@ -459,7 +447,7 @@ class ProcessExecutor(Executor):
         try:
             died = self._collect(deadline, on_reply, [handle for handle, _ in asked])
         except TimeoutError:
-            raise self.busy_error(call, timeout) from None
+            raise busy_error(self.handles, call, timeout) from None
         except Exception:
             if self.closing:
                 raise closed_error() from None
@@ -543,6 +531,19 @@ def closed_error() -> ClosedEnvError:
 
 def _drop(handle: WorkerHandle, reply: Any) -> None:
     """What a drained call does with an answer (a command's extras or a request's results)."""
+
+
+def busy_error(
+    handles: list[WorkerHandle], call: Call, timeout: float | None
+) -> SubEnvTimeoutError:
+    """The error for a wait that outlasted ``timeout``: it names the workers that had not
+    answered, and their sub-envs."""
+    busy = [(h.index, h.process.pid, list(range(h.start, h.stop))) for h in handles if h.busy()]
+    what = f"{call.name} request" if isinstance(call, Request) else call.kind
+    where = "; ".join(f"sub-envs {_rows(r)} (worker {w}, pid {pid})" for w, pid, r in busy)
+    return SubEnvTimeoutError(
+        f"the {what} did not finish within {timeout} s; still busy: {where}", busy
+    )
 
 
 def _rows(rows: list[int]) -> str:
