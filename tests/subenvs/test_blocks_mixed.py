@@ -201,19 +201,18 @@ def test_first_ready_batches_over_blocks_of_two_sizes_are_refused_naming_the_siz
 
 
 # ---- the tensordict side --------------------------------------------------------------------
-@pytest.mark.parametrize("cls", [SerialEnv, ParallelEnv])
-def test_tensordict_side_over_mixed_blocks_equals_their_parts_alone(cls):
-    parts = mixed_parts(AutoresetMode.DISABLED)  # rows 3, 1, 2, 1
-    env = cls(2, factories(parts), envs_per_worker=[2, 2])
+def assert_tensordict_equals_parts(env, parts, steps: int = STEPS) -> int:
+    """Step a tensordict-side batch (``step_and_maybe_reset``) and its parts alone with the
+    same actions; returns how many rows finished."""
     alone = PartsAlone(parts, "same_step")
     try:
-        assert env.batch_size == torch.Size([7])
+        assert env.batch_size == torch.Size([alone.num_envs])
         env.set_seed(SEED)
         td = env.reset()
         np.testing.assert_array_equal(td["observation"].numpy(), alone.reset(SEED))
-        rng, finals_seen = np.random.default_rng(4), 0
-        for t in range(STEPS):
-            a = rng.integers(0, 2, 7)
+        rng, finished = np.random.default_rng(4), 0
+        for t in range(steps):
+            a = rng.integers(0, 2, alone.num_envs)
             td["action"] = torch.as_tensor(a)
             td, root = env.step_and_maybe_reset(td)
             (obs, rewards, terminations, truncations), finals = alone.step(a)
@@ -222,15 +221,25 @@ def test_tensordict_side_over_mixed_blocks_equals_their_parts_alone(cls):
             np.testing.assert_array_equal(td["next", "truncated"].numpy().ravel(), truncations)
             np.testing.assert_array_equal(root["observation"].numpy(), obs, err_msg=f"step {t}")
             done = terminations | truncations
-            finals_seen += int(done.sum())
+            finished += int(done.sum())
             np.testing.assert_array_equal(
                 td["next", "observation"].numpy()[done], finals[done], err_msg=f"step {t}"
             )
             td = root
-        assert finals_seen > 0
+        return finished
+    finally:
+        alone.close()
+
+
+@pytest.mark.parametrize("cls", [SerialEnv, ParallelEnv])
+def test_tensordict_side_over_mixed_blocks_equals_their_parts_alone(cls):
+    parts = mixed_parts(AutoresetMode.DISABLED)  # rows 3, 1, 2, 1
+    env = cls(2, factories(parts), envs_per_worker=[2, 2])
+    try:
+        assert env.engine.worker_layout.rows_per_sub_env == (3, 1, 2, 1)
+        assert assert_tensordict_equals_parts(env, parts) > 0
     finally:
         env.close()
-        alone.close()
 
 
 def test_tensordict_refusal_of_a_next_step_block_names_what_was_passed_and_what_to_build():

@@ -11,7 +11,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import pytest  # noqa: E402
 from gymnasium.vector import AutoresetMode  # noqa: E402
-from test_blocks_mixed import PartsAlone, factories, mixed_parts  # noqa: E402
+from test_blocks_mixed import assert_tensordict_equals_parts, factories, mixed_parts  # noqa: E402
 
 ray = pytest.importorskip("ray")
 
@@ -38,9 +38,6 @@ def local_ray():
 
 @pytest.mark.parametrize("worker_processes", [1, 2])
 def test_ray_env_over_mixed_blocks_equals_their_parts_alone(worker_processes):
-    import numpy as np
-    import torch
-
     parts = mixed_parts(AutoresetMode.DISABLED)  # rows 3, 1, 2, 1
     env = RayEnv(
         2,
@@ -49,27 +46,8 @@ def test_ray_env_over_mixed_blocks_equals_their_parts_alone(worker_processes):
         worker_processes=worker_processes,
         placement=None,
     )
-    alone = PartsAlone(parts, "same_step")
     try:
-        assert env.batch_size == torch.Size([7])
         assert env.engine.worker_layout.rows_per_sub_env == (3, 1, 2, 1)
-        env.set_seed(11)
-        td = env.reset()
-        np.testing.assert_array_equal(td["observation"].numpy(), alone.reset(11))
-        rng, finished = np.random.default_rng(5), 0
-        for t in range(30):
-            a = rng.integers(0, 2, 7)
-            td["action"] = torch.as_tensor(a)
-            td, root = env.step_and_maybe_reset(td)
-            (obs, rewards, terminations, truncations), finals = alone.step(a)
-            np.testing.assert_array_equal(td["next", "reward"].numpy().ravel(), rewards)
-            np.testing.assert_array_equal(td["next", "terminated"].numpy().ravel(), terminations)
-            np.testing.assert_array_equal(root["observation"].numpy(), obs, err_msg=f"step {t}")
-            done = terminations | truncations
-            finished += int(done.sum())
-            np.testing.assert_array_equal(td["next", "observation"].numpy()[done], finals[done])
-            td = root
-        assert finished > 0
+        assert assert_tensordict_equals_parts(env, parts, steps=30) > 0
     finally:
         env.close()
-        alone.close()
