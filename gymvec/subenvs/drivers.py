@@ -199,14 +199,16 @@ class GymDriver:
                 )
         return ValueError(f"{who} returned an observation its space cannot hold: {brief(obs)}")
 
-    def _write_info(self, slot: Slot, info: dict) -> None:
+    def _write_info(self, slot: Slot, info: dict, cleared: bool = False) -> None:
+        """``cleared``: the caller cleared this row's flags already (all rows at once)."""
         if not self.fields:
             if info:
                 self._add_extras(slot, dict(info))
             return
         i = self.index
         present = slot.info_present[i]
-        present[:] = False
+        if not cleared:
+            present[:] = False
         extras = {}
         for name, value in info.items():
             field = self.fields.get(name)
@@ -522,9 +524,14 @@ class BatchStep(CommandRunner):
             done[rows] = self.terminated[rows] | self.truncated[rows]
         self.wrote_extras = False
         if self.with_fields or any(infos):
+            cleared = self.with_fields
+            if cleared:  # every row's flags in one call, not one per sub-env
+                slot = self.drivers[0].next
+                start = self.start
+                slot.info_present[self.rows if everyone else [start + k for k in stepping]] = False
             for k, info in zip(stepping, infos):
                 driver = self.drivers[k]
-                driver._write_info(driver.next, info)
+                driver._write_info(driver.next, info, cleared)
                 self.wrote_extras = self.wrote_extras or driver.extras is not None
         if b"\x01" not in done.tobytes():  # (any_set, inline: this runs every step)
             return []

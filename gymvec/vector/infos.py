@@ -94,32 +94,32 @@ class FaceInfos:
                 values[present] = slot.info[name][present]
             infos[name], infos[f"_{name}"] = values, present
         order = sorted(reported.keys() | per_env.keys())
-        if not per_env and len(order) == self.num_envs and scalar_columns(infos, reported):
+        merged = [{**per_env.get(i, {}), **reported.get(i, {})} for i in order]
+        if len(order) == self.num_envs and scalar_columns(infos, merged):
             return infos
-        for i in order:
-            infos = self.add_info(infos, {**per_env.get(i, {}), **reported.get(i, {})}, i)
+        for i, info in zip(order, merged):
+            infos = self.add_info(infos, info, i)
         return infos
 
 
 _SCALARS = (int, float, bool)
 
 
-def scalar_columns(infos: dict, reported: dict[int, dict]) -> bool:
-    """Every sub-env's extras added to ``infos`` at once, where they are what gymnasium's
-    ``_add_info`` would batch the same way with less work: the same keys, in the same order,
-    each a Python int, float or bool of one type across sub-envs (FrozenLake's "prob", say).
-    False (``infos`` untouched) otherwise."""
-    dicts = [reported[i] for i in range(len(reported))]
+def scalar_columns(infos: dict, dicts: list[dict]) -> bool:
+    """The info dicts of every sub-env (in order) added to ``infos`` at once, where gymnasium's
+    ``_add_info`` would give the same arrays with more work: the same keys in the same order,
+    each value a Python int, float or bool. As there, each array takes the type of sub-env
+    0's value and the others are cast into it (FrozenLake's "prob": int after a reset, float
+    after a step). False (``infos`` untouched) otherwise."""
     keys = list(dicts[0])
     if any(len(d) != len(keys) or list(d) != keys for d in dicts[1:]):
         return False
     columns = []
     for key in keys:
         values = [d[key] for d in dicts]
-        kind = type(values[0])
-        if key in infos or kind not in _SCALARS or any(type(v) is not kind for v in values):
+        if key in infos or any(type(v) not in _SCALARS for v in values):
             return False
-        columns.append((key, np.array(values, dtype=kind)))
+        columns.append((key, np.array(values, dtype=type(values[0]))))
     flags = np.ones(len(dicts), dtype=bool)
     for key, column in columns:  # (gymnasium's order: each key, then its mask)
         infos[key], infos[f"_{key}"] = column, flags.copy()
