@@ -92,32 +92,27 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
     the tensordict API, over a :class:`~gymvec.engine.BatchEngine`.
 
     Args:
-        num_workers: how many groups of sub-envs (processes for ParallelEnv).
-        create_env_fn: a callable returning an EnvBase (or a gymnasium.Env), or a list of
-            them, one per worker (multi-task) or one per sub-env.
-        create_env_kwargs: kwargs for create_env_fn (a dict, or a list of dicts per worker).
-        envs_per_worker: sub-envs per worker, or a list of ``num_workers`` counts (workers may
-            hold different numbers); the batch size is their total.
-        device: where outputs live (sub-envs run on CPU).
+        factories: the sub-envs' factories and workers, as the subclasses' arguments
+            (``num_workers``, ``create_env_fn``, ``create_env_kwargs``, ``envs_per_worker``)
+            give them.
         backend: where the sub-envs run (see ``engine.Backend``).
+        device: where outputs live (sub-envs run on CPU).
         timeout: seconds a reset, step or call may take (see ``BatchEngine``).
     """
 
     def __init__(
         self,
-        num_workers: int,
-        create_env_fn: Callable[..., Any] | Sequence[Callable[..., Any]],
-        *,
-        create_env_kwargs: dict | Sequence[dict] | None = None,
-        envs_per_worker: int | Sequence[int] = 1,
-        device: DeviceLike = None,
+        factories: SubEnvFactories,
         backend: Backend,
+        *,
+        device: DeviceLike = None,
         timeout: float | None = None,
     ) -> None:
-        factories = SubEnvFactories(num_workers, create_env_fn, create_env_kwargs, envs_per_worker)
         engine = BatchEngine(factories, backend, timeout=timeout)
         self.num_workers = factories.num_workers
-        self.envs_per_worker = envs_per_worker
+        counts = factories.layout.sub_envs_per_worker
+        # one count where every worker holds as many, as it is usually given
+        self.envs_per_worker: int | list[int] = counts[0] if len(set(counts)) == 1 else list(counts)
         self.num_envs = engine.num_envs  # rows: a block sub-env fills several
         self.worker_bounds = engine.worker_bounds
         try:

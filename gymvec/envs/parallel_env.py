@@ -12,6 +12,7 @@ from gymvec.engine.engine import process_backend
 from gymvec.envs.batched import BatchedEnvBase
 from gymvec.options import TENSORDICT_API, process_options, suggest_keywords
 from gymvec.specs import DeviceLike
+from gymvec.subenvs.factories import SubEnvFactories
 from gymvec.subenvs.layout import check_count
 
 
@@ -102,12 +103,6 @@ class ParallelEnv(BatchedEnvBase):
         self.startup_timeout = startup_timeout
         if num_threads is not None:
             torch.set_num_threads(num_threads)
-        super().__init__(
-            num_workers,
-            create_env_fn,
-            create_env_kwargs=create_env_kwargs,
-            envs_per_worker=envs_per_worker,
-            device=device,
-            backend=process_backend(options, memmap=memmap),
-            timeout=self.timeout,
-        )
+        factories = SubEnvFactories(num_workers, create_env_fn, create_env_kwargs, envs_per_worker)
+        backend = process_backend(options, memmap=memmap)
+        super().__init__(factories, backend, device=device, timeout=self.timeout)

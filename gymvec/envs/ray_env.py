@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 from gymvec.envs.batched import BatchedEnvBase
 from gymvec.options import TENSORDICT_API, check_start_method, check_timeout, suggest_keywords
 from gymvec.specs import DeviceLike
+from gymvec.subenvs.factories import SubEnvFactories
 from gymvec.subenvs.layout import check_count
 
 if TYPE_CHECKING:  # Ray is imported only when a RayEnv is built
@@ -98,15 +99,9 @@ class RayEnv(BatchedEnvBase):
             start_method=check_start_method(mp_start_method or TENSORDICT_API.start_method),
         )
         self.ray_options = options
-        super().__init__(
-            num_workers,
-            create_env_fn,
-            create_env_kwargs=create_env_kwargs,
-            envs_per_worker=envs_per_worker,
-            device=device,
-            backend=ray_backend(options),
-            timeout=check_timeout(timeout, False),
-        )
+        factories = SubEnvFactories(num_workers, create_env_fn, create_env_kwargs, envs_per_worker)
+        timeout = check_timeout(timeout, False)
+        super().__init__(factories, ray_backend(options), device=device, timeout=timeout)
         try:
             _ = self.engine.executor  # the actors start now: worker_nodes is known from here on
         except BaseException:

@@ -9,6 +9,7 @@ from gymvec.engine.engine import serial_backend
 from gymvec.envs.batched import BatchedEnvBase
 from gymvec.options import suggest_keywords
 from gymvec.specs import DeviceLike
+from gymvec.subenvs.factories import SubEnvFactories
 
 
 class SerialEnv(BatchedEnvBase):
@@ -36,11 +37,5 @@ class SerialEnv(BatchedEnvBase):
         envs_per_worker: int | Sequence[int] = 1,
         device: DeviceLike = None,
     ) -> None:
-        super().__init__(
-            num_workers,
-            create_env_fn,
-            create_env_kwargs=create_env_kwargs,
-            envs_per_worker=envs_per_worker,
-            device=device,
-            backend=serial_backend(),
-        )
+        factories = SubEnvFactories(num_workers, create_env_fn, create_env_kwargs, envs_per_worker)
+        super().__init__(factories, serial_backend(), device=device)
