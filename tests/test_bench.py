@@ -136,10 +136,14 @@ def test_cli_quick_first_ready_runner_strict(capsys):
 
 
 def test_bench_env_bad_arguments_are_rejected():
-    with pytest.raises(ValueError, match="step_seconds"):
+    with pytest.raises(ValueError, match="BusyStepEnv step_seconds must be >= 0, got -1.0"):
         gym.make(BUSY_STEP_ID, step_seconds=-1.0)
-    with pytest.raises(ValueError, match="episode_steps"):
+    with pytest.raises(ValueError, match="ImageObsEnv episode_steps must be >= 1, got 0"):
         gym.make(IMAGE_OBS_ID, episode_steps=0)
+    with pytest.raises(ValueError, match="ImageObsEnv num_frames must be >= 1, got 0"):
+        gym.make(IMAGE_OBS_ID, num_frames=0)
+    with pytest.raises(ValueError, match="LatencyEnv mean_seconds must be >= 0, got -0.5"):
+        gym.make(LATENCY_ID, mean_seconds=-0.5)
 
 
 def test_register_bench_envs_is_idempotent():

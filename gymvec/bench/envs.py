@@ -31,6 +31,18 @@ BUSY_LATENCY_ID = "GymvecBench/BusyLatency-v0"  # LatencyEnv(busy=True)
 BENCH_ENV_IDS = (BUSY_STEP_ID, IMAGE_OBS_ID, LATENCY_ID, BUSY_LATENCY_ID)
 
 
+def _check_at_least(env: str, name: str, value: float, low: int) -> None:
+    if value < low:
+        raise ValueError(f"{env} {name} must be >= {low}, got {value}")
+
+
+def _spin(seconds: float) -> None:
+    # Spin rather than sleep: the point is to occupy a core, as a real simulator would.
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 class _RandomObsEnv(gym.Env):
     """What the CPU- and latency-bound bench envs share: four random floats an observation
     from the env's seeded generator, two actions, and a step counter reset with the episode."""
@@ -60,19 +72,14 @@ class BusyStepEnv(_RandomObsEnv):
     """
 
     def __init__(self, step_seconds: float = 1e-3, episode_steps: int = 200) -> None:
-        if step_seconds < 0:
-            raise ValueError(f"BusyStepEnv step_seconds must be >= 0, got {step_seconds}")
-        if episode_steps < 1:
-            raise ValueError(f"BusyStepEnv episode_steps must be >= 1, got {episode_steps}")
+        _check_at_least("BusyStepEnv", "step_seconds", step_seconds, 0)
+        _check_at_least("BusyStepEnv", "episode_steps", episode_steps, 1)
         self.step_seconds = step_seconds
         self.episode_steps = episode_steps
         super().__init__()
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        # Spin rather than sleep: the point is to occupy a core, as a real simulator would.
-        end = time.perf_counter() + self.step_seconds
-        while time.perf_counter() < end:
-            pass
+        _spin(self.step_seconds)
         self._t += 1
         reward = 1.0 if int(action) == 1 else 0.0
         return self._observation(), reward, False, self._t >= self.episode_steps, {}
@@ -89,10 +96,8 @@ class ImageObsEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, episode_steps: int = 100, num_frames: int = 8) -> None:
-        if episode_steps < 1:
-            raise ValueError(f"ImageObsEnv episode_steps must be >= 1, got {episode_steps}")
-        if num_frames < 1:
-            raise ValueError(f"ImageObsEnv num_frames must be >= 1, got {num_frames}")
+        _check_at_least("ImageObsEnv", "episode_steps", episode_steps, 1)
+        _check_at_least("ImageObsEnv", "num_frames", num_frames, 1)
         self.episode_steps = episode_steps
         self.num_frames = num_frames
         self.observation_space = spaces.Box(0, 255, shape=(4, 84, 84), dtype=np.uint8)
@@ -135,10 +140,8 @@ class LatencyEnv(_RandomObsEnv):
     def __init__(
         self, mean_seconds: float = 1e-3, busy: bool = False, episode_steps: int = 200
     ) -> None:
-        if mean_seconds < 0:
-            raise ValueError(f"LatencyEnv mean_seconds must be >= 0, got {mean_seconds}")
-        if episode_steps < 1:
-            raise ValueError(f"LatencyEnv episode_steps must be >= 1, got {episode_steps}")
+        _check_at_least("LatencyEnv", "mean_seconds", mean_seconds, 0)
+        _check_at_least("LatencyEnv", "episode_steps", episode_steps, 1)
         self.mean_seconds = mean_seconds
         self.busy = busy
         self.episode_steps = episode_steps
@@ -147,9 +150,7 @@ class LatencyEnv(_RandomObsEnv):
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         delay = float(self.np_random.exponential(self.mean_seconds))
         if self.busy:
-            end = time.perf_counter() + delay
-            while time.perf_counter() < end:
-                pass
+            _spin(delay)
         else:
             time.sleep(delay)
         self._t += 1
