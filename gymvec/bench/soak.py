@@ -42,6 +42,17 @@ PARTIAL_RESET_P = 0.01  # chance per vector step of a reset of random sub-envs
 RSS_SLACK_MB = 4.0
 
 
+# What a sample measures: its field, the column's title, the digits of its change in the summary.
+MEASURES = (
+    ("rss_mb", "rss MB", 1),
+    ("children_rss_mb", "child rss MB", 1),
+    ("fds", "fds", 0),
+    ("threads", "threads", 0),
+    ("children", "children", 0),
+    ("shm", "/dev/shm", 0),
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class Sample:
     env_steps: int
@@ -67,7 +78,7 @@ class SoakResult:
             return {}
         first, last = self.samples[0], self.samples[-1]
         out = {}
-        for field in ("rss_mb", "children_rss_mb", "fds", "threads", "children", "shm"):
+        for field, _, _ in MEASURES:
             a, b = getattr(first, field), getattr(last, field)
             if a is not None and b is not None:
                 out[field] = b - a
@@ -362,28 +373,9 @@ def run_soaks(
 
 
 # ---- reports ----------------------------------------------------------------------------------
-SAMPLE_COLUMNS = (
-    "config",
-    "env-steps",
-    "rss MB",
-    "child rss MB",
-    "fds",
-    "threads",
-    "children",
-    "/dev/shm",
-)
-SUMMARY_COLUMNS = (
-    "config",
-    "steps/s",
-    "d rss MB",
-    "d child rss MB",
-    "d fds",
-    "d threads",
-    "d children",
-    "d /dev/shm",
-    "left after close",
-    "flat",
-)
+SAMPLE_COLUMNS = ("config", "env-steps", *(title for _, title, _ in MEASURES))
+_CHANGES = tuple(f"d {title}" for _, title, _ in MEASURES)
+SUMMARY_COLUMNS = ("config", "steps/s", *_CHANGES, "left after close", "flat")
 
 
 def _cell(value: Any) -> str:
@@ -408,22 +400,17 @@ def format_soak(results: Sequence[SoakResult]) -> str:
     rows = []
     for r in results:
         for s in r.samples:
-            rows.append(
-                [r.config, str(s.env_steps), _cell(s.rss_mb), _cell(s.children_rss_mb),
-                 _cell(s.fds), _cell(s.threads), str(s.children), str(s.shm)]
-            )  # fmt: skip
+            cells = [_cell(getattr(s, field)) for field, _, _ in MEASURES]
+            rows.append([r.config, str(s.env_steps), *cells])
     summary = []
     for r in results:
         g = r.growth()
         left = r.left_after_close or {}
         left_text = ",".join(f"{k}={v}" for k, v in left.items() if v) or "nothing"
         rate = "-" if r.steps_per_s is None else f"{r.steps_per_s:.0f}"
-        summary.append(
-            [r.config, rate, _signed(g.get("rss_mb")), _signed(g.get("children_rss_mb")),
-             _signed(g.get("fds"), 0), _signed(g.get("threads"), 0),
-             _signed(g.get("children"), 0), _signed(g.get("shm"), 0), left_text,
-             "yes" if r.flat() else ("error: " + r.error if r.error else "NO")]
-        )  # fmt: skip
+        changes = [_signed(g.get(field), digits) for field, _, digits in MEASURES]
+        verdict = "yes" if r.flat() else ("error: " + r.error if r.error else "NO")
+        summary.append([r.config, rate, *changes, left_text, verdict])
     return (
         _table(SAMPLE_COLUMNS, rows)
         + "\n\nchange from the first sample (end of warm-up) to the last:\n"
