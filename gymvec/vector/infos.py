@@ -76,6 +76,7 @@ class FaceInfos:
         # the first sub-env that reports the key, so such fields go sub-env by sub-env.
         mixed = {name for e in reported.values() for name in e} & fields.keys()
         per_env: dict[int, dict] = {}
+        taken: set[str] = set()  # mixed entries whose extras went into their field's array
         for k, (name, field) in enumerate(fields.items()):
             present = slot.info_present[:, k]
             if rows is not None:
@@ -83,6 +84,11 @@ class FaceInfos:
             if not present.any():
                 continue
             if name in mixed:
+                column = scalar_column(name, field, slot.info[name], present, reported)
+                if column is not None:  # ints and floats: one array, as gymnasium types it
+                    infos[name], infos[f"_{name}"] = column
+                    taken.add(name)
+                    continue
                 for i in np.flatnonzero(present).tolist():
                     per_env.setdefault(i, {})[name] = field_value(field, slot.info[name][i])
                 continue
@@ -93,6 +99,12 @@ class FaceInfos:
                 values = np.zeros((self.num_envs, *field.shape), dtype=field.dtype)
                 values[present] = slot.info[name][present]
             infos[name], infos[f"_{name}"] = values, present
+        if taken:
+            reported = {
+                i: rest
+                for i, e in reported.items()
+                if (rest := {key: v for key, v in e.items() if key not in taken})
+            }
         order = sorted(reported.keys() | per_env.keys())
         merged = [{**per_env.get(i, {}), **reported.get(i, {})} for i in order]
         if len(order) == self.num_envs and scalar_columns(infos, merged):
@@ -124,6 +136,27 @@ def scalar_columns(infos: dict, dicts: list[dict]) -> bool:
     for key, column in columns:  # (gymnasium's order: each key, then its mask)
         infos[key], infos[f"_{key}"] = column, flags.copy()
     return True
+
+
+def scalar_column(
+    name: str, field: Any, stored: np.ndarray, present: np.ndarray, reported: dict[int, dict]
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The array and mask of an int or float field that some sub-envs reported as extras of
+    the other of the two types (FrozenLake's "prob": an int after a reset, a float after a
+    step): typed, as gymnasium's ``_add_info`` does, after the first sub-env's value, the
+    others cast into it. None where an extra is not an int or a float."""
+    numbers = (int, float)
+    extra = {i: e[name] for i, e in reported.items() if name in e}
+    if field.kind not in numbers or any(type(v) not in numbers for v in extra.values()):
+        return None
+    mask = present.copy()
+    mask[list(extra)] = True
+    first = int(np.argmax(mask))
+    column = np.zeros(len(mask), dtype=type(extra[first]) if first in extra else field.kind)
+    column[present] = stored[present]
+    for i, value in extra.items():
+        column[i] = value
+    return column, mask
 
 
 def field_value(field: Any, stored: np.ndarray) -> Any:

@@ -1,0 +1,53 @@
+"""The serial path's infos where an entry is an int after a reset and a float after a step
+(FrozenLake's "prob"): a float field holds the steps' values, and every batch equals
+``SyncVectorEnv``'s, its dtype included (gymnasium types it after sub-env 0's value)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from gymvec import ParallelVectorEnv, SerialVectorEnv
+
+
+def _assert_same(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        if isinstance(value, dict):
+            _assert_same(got[key], value)
+        elif value.dtype == object:
+            assert len(got[key]) == len(value)
+        else:
+            assert got[key].dtype == value.dtype, key
+            np.testing.assert_array_equal(got[key], value, err_msg=key)
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+@pytest.mark.parametrize("parallel", [False, True])
+def test_int_then_float_entry_gets_a_float_field_and_sync_infos(mode, parallel):
+    fns = [lambda: gym.make("FrozenLake-v1")] * 4
+    ref = SyncVectorEnv(fns, autoreset_mode=mode)
+    if parallel:
+        envs = ParallelVectorEnv(fns, num_workers=2, local_worker=True, autoreset_mode=mode)
+    else:
+        envs = SerialVectorEnv(fns, autoreset_mode=mode)
+    try:
+        _assert_same(envs.reset(seed=5)[1], ref.reset(seed=5)[1])
+        ref.action_space.seed(5)
+        dtypes = set()
+        for _ in range(150):
+            actions = ref.action_space.sample()
+            got, want = envs.step(actions), ref.step(actions)
+            np.testing.assert_array_equal(got[0], want[0])
+            _assert_same(got[4], want[4])
+            dtypes.add(want[4]["prob"].dtype)
+        # both of gymnasium's typings came up (a reset in sub-env 0, and a step there)
+        if mode == AutoresetMode.NEXT_STEP:
+            assert dtypes == {np.dtype(np.int64), np.dtype(np.float64)}
+        field = envs.engine.layout.info_fields["prob"]
+        assert field.kind is float and field.dtype == np.float64
+    finally:
+        envs.close()
+        ref.close()
