@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from gymvec.backends.processes.worker import SYNC_WORDS, PeerDied, Spin, wait_for
+from gymvec.backends.processes.signals import SYNC_WORDS, PeerDied, Spin, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 

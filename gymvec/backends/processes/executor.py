@@ -2,7 +2,7 @@
 
 Each worker process steps its sub-envs against its rows of the shared buffers; per step, the
 engine only writes the actions and one mode byte per sub-env, and :class:`ProcessExecutor`
-wakes each worker once (see ``worker.py`` for the signalling). With ``local_worker`` the
+wakes each worker once (see ``signals.py`` for the signalling). With ``local_worker`` the
 calling process steps the first group itself while the worker processes step theirs: on a
 machine with few cores, a parent that only waited would leave a core idle.
 """
@@ -40,18 +40,18 @@ from gymvec.backends.processes.handles import (  # noqa: F401  (WorkerHandle: pr
     wait_ready,
 )
 from gymvec.backends.processes.rows import ProcessRows
-from gymvec.backends.processes.worker import (
+from gymvec.backends.processes.signals import (
     PARENT_ENDS,
     ROW_WORDS,
     SYNC_WORDS,
-    Command,
+    Opcode,
     Spin,
     WorkerArgs,
     attach_message,
     env_specs_payload,
     sync_words,
-    worker_main,
 )
+from gymvec.backends.processes.worker import worker_main
 from gymvec.common.cores import usable_cores
 from gymvec.errors import (
     ClosedEnvError,
@@ -278,18 +278,18 @@ class ProcessExecutor(Executor):
         options, action_objects = call.options, call.action_objects
         if options is None and not action_objects:
             for handle in self.handles:
-                handle.post(Command.RUN)
+                handle.post(Opcode.RUN)
         elif not action_objects:  # one payload for all
             payload = cloudpickle.dumps((options, None))
             for handle in self.handles:
-                handle.post(Command.RUN_WITH_PAYLOAD, payload)
+                handle.post(Opcode.RUN_WITH_PAYLOAD, payload)
         else:  # all pickled before any is posted: a value that cannot be starts nothing
             payloads = []
             for handle in self.handles:
                 rows = {key: v[handle.start : handle.stop] for key, v in action_objects.items()}
                 payloads.append(cloudpickle.dumps((options, rows)))
             for handle, payload in zip(self.handles, payloads):
-                handle.post(Command.RUN_WITH_PAYLOAD, payload)
+                handle.post(Opcode.RUN_WITH_PAYLOAD, payload)
 
     def run_local(self, call: calls.Command, timeout: float | None = None) -> int | None:
         """Run this process's share of the command (once, even if the wait is resumed; its
@@ -415,7 +415,7 @@ class ProcessExecutor(Executor):
         call.plan = (local, [(handle, positions) for handle, positions, _ in asked])
         call.results = [None] * len(call.indices)
         for handle, _, payload in asked:
-            handle.post(Command.REQUEST, payload)
+            handle.post(Opcode.REQUEST, payload)
 
     def request_wait(self, call: Request, timeout: float | None = None) -> list:
         """The results, once every worker has answered (the local share runs meanwhile)."""

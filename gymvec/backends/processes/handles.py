@@ -28,7 +28,7 @@ from typing import Any
 
 import cloudpickle
 
-from gymvec.backends.processes.worker import (
+from gymvec.backends.processes.signals import (
     BUILDING,
     CMD,
     CMD_SEQ,
@@ -36,7 +36,7 @@ from gymvec.backends.processes.worker import (
     GIVE_UP,
     REPLY,
     STATUS,
-    Command,
+    Opcode,
     PeerDied,
     Spin,
     Status,
@@ -88,7 +88,7 @@ class WorkerHandle:
         self.ready = False  # it built its sub-envs and reads commands
         self.failure: str | None = None  # why it is known gone (every later command raises)
 
-    def post(self, command: Command, payload: Any = None) -> None:
+    def post(self, command: Opcode, payload: Any = None) -> None:
         self.seq += 1
         self.words[CMD] = command  # (an IntEnum: an int, as a memoryview item must be)
         self.words[CMD_SEQ] = self.seq
@@ -195,7 +195,7 @@ def stop_workers(handles: list[WorkerHandle], grace_s: float = CLOSE_GRACE_S) ->
     for handle in handles:
         if handle.ready and handle.failure is None and not handle.busy() and handle.alive():
             try:
-                handle.post(Command.CLOSE)
+                handle.post(Opcode.CLOSE)
                 asked.append(handle)
                 continue
             except (OSError, ValueError, WorkerError):

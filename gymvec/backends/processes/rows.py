@@ -1,5 +1,5 @@
 """First-ready commands over worker processes: single sub-envs ("rows") sent and gathered
-one at a time (see ``worker.py`` for the row words and ``Executor`` for the contract).
+one at a time (see ``signals.py`` for the row words and ``Executor`` for the contract).
 
 :class:`ProcessRows` is the part of ``ProcessExecutor`` that hands rows tickets, wakes their
 workers, gathers the rows they finished and reads the messages that come with them.
@@ -17,7 +17,7 @@ import numpy as np
 from gymvec.backends.executor import first_ready_objects_error, take_finished
 from gymvec.backends.local import LocalExecutor
 from gymvec.backends.processes.handles import WorkerHandle
-from gymvec.backends.processes.worker import (
+from gymvec.backends.processes.signals import (
     FIELDS,
     FINISHED,
     LIVENESS_POLL_S,
@@ -25,7 +25,7 @@ from gymvec.backends.processes.worker import (
     ROW_STATUS,
     ROW_WORDS,
     TICKET,
-    Command,
+    Opcode,
     Spin,
     Status,
 )
@@ -114,7 +114,7 @@ class ProcessRows:
             executor = expect_set(self.local, "the local share of first-ready rows")
             (executor.resend_some if resend else executor.send_some)(local)
         for handle in woken.values():  # after every ticket: one wake-up runs them all
-            handle.post(Command.RUN_SOME)
+            handle.post(Opcode.RUN_SOME)
             self.unsettled.add(handle)
 
     def wait_some(
@@ -290,7 +290,7 @@ class ProcessRows:
             except WorkerError:  # it died just now: the next wait finds out
                 continue
             handle.words[FIELDS] += 1
-            handle.post(Command.RUN_SOME)
+            handle.post(Opcode.RUN_SOME)
             self.unsettled.add(handle)
         return True
 

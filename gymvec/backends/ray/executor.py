@@ -35,7 +35,7 @@ from gymvec.backends.executor import (
     request_kwargs,
     take_finished,
 )
-from gymvec.backends.processes.worker import env_specs_payload
+from gymvec.backends.processes.signals import env_specs_payload
 from gymvec.backends.ray.handle import RayHandle
 from gymvec.backends.ray.worker import RayWorker, WorkerSpec
 from gymvec.errors import (

@@ -27,7 +27,7 @@ import numpy as np
 
 from gymvec.backends.executor import Executor, SharedMemory
 from gymvec.backends.local import LocalExecutor
-from gymvec.backends.processes.worker import (
+from gymvec.backends.processes.signals import (
     add_missing_env_specs,
     ready_message,
 )
@@ -239,14 +239,14 @@ class RayWorker:
         if touched is None:
             touched = self._touch.setdefault(modes, _touched(modes))
         kind, root, next_, autoreset = touched
-        call = Command(kind)
+        options = action_objects = None
         if payload is not None:
             options, objects = cloudpickle.loads(payload)
             if objects:
                 for key, values in objects.items():
                     self.buffers.action_objects[key][:] = values
-                call.action_objects = self.buffers.action_objects
-            call.options = options
+                action_objects = self.buffers.action_objects
+        call = Command(kind, options=options, action_objects=action_objects)
         try:
             executor = self._started()
             executor.send(call)

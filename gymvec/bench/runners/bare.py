@@ -5,7 +5,7 @@
 * ``bare-parallel``: the layout gymvec's parallel envs follow, with nothing else in it: the
   calling process steps the first share of the sub-envs, one process
   per other worker steps the rest; numpy views of one ``RawArray``, a semaphore pair per
-  worker, and gymvec's own waits (``backends.processes.worker.wait_for``: they spin briefly
+  worker, and gymvec's own waits (``backends.processes.signals.wait_for``: they spin briefly
   before they block, and stop spinning while spins keep failing, as on a loaded machine), so
   the reference and gymvec wait alike.
 * ``bare-free``: ``bare-parallel`` where the calling process waits only for the workers to be
@@ -40,7 +40,7 @@ import numpy as np
 from gymnasium.vector.utils import batch_space
 
 from gymvec.backends.processes.executor import ProcessOptions
-from gymvec.backends.processes.worker import PeerDied, Spin, wait_for
+from gymvec.backends.processes.signals import PeerDied, Spin, wait_for
 from gymvec.common.arrays import copy_batch, settle_allocator
 
 FREE_LAG = 8  # bare-free: steps a worker may trail; a timed run of 2000 steps counts <0.5% more
