@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
@@ -53,6 +54,7 @@ class AutoVectorEnv(gym.vector.VectorEnv):
         self._key, self._seconds = key, seconds
         self.inner: GymnasiumVectorEnv | None = None
         self._layout: Layout | None = None
+        self._pending: tuple[str, tuple, dict] | None = None  # an async call, in this process
         self._throwaway: gym.Env | None = self.env_fns[0]()
         env = self._throwaway
         self.single_observation_space = env.observation_space
@@ -117,17 +119,75 @@ class AutoVectorEnv(gym.vector.VectorEnv):
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
     ) -> tuple[Any, dict]:
-        return self._ensure().reset(seed=seed, options=options)
+        inner = self._ensure()
+        if self._pending is not None:
+            raise self._already_pending("reset")
+        return inner.reset(seed=seed, options=options)
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict]:
         inner = self.inner if self.inner is not None else self._ensure()
+        if self._pending is not None:
+            raise self._already_pending("step")
         return inner.step(actions)
+
+    # ---- AsyncVectorEnv's pairs: ParallelVectorEnv's own; in this process, the call runs at
+    # its *_wait (nothing could overlap with it here), with gymnasium's errors for misuse
+    def reset_async(
+        self, seed: int | Sequence[int | None] | None = None, options: dict | None = None
+    ) -> None:
+        self._send_async("reset", seed=seed, options=options)
+
+    def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict]:
+        return self._wait("reset", timeout)
+
+    def step_async(self, actions: Any) -> None:
+        self._send_async("step", actions)
+
+    def step_wait(self, timeout: float | None = None) -> tuple[Any, Any, Any, Any, dict]:
+        return self._wait("step", timeout)
+
+    def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
+        self._send_async("call", name, *args, **kwargs)
+
+    def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
+        return self._wait("call", timeout)
+
+    def _send_async(self, call: str, *args: Any, **kwargs: Any) -> None:
+        inner = self._ensure()
+        if _has_async_pairs(inner):
+            getattr(inner, f"{call}_async")(*args, **kwargs)
+            return
+        if self._pending is not None:
+            raise self._already_pending(f"{call}_async")
+        self._pending = (call, args, kwargs)
+
+    def _wait(self, call: str, timeout: float | None) -> Any:
+        inner = self._ensure()
+        if _has_async_pairs(inner):
+            return getattr(inner, f"{call}_wait")(timeout)
+        if self._pending is None or self._pending[0] != call:
+            raise NoAsyncCallError(
+                f"Calling `{call}_wait` without any prior call to `{call}_async`.", call
+            )
+        _, args, kwargs = self._pending
+        self._pending = None
+        return getattr(inner, call)(*args, **kwargs)
+
+    def _already_pending(self, call: str) -> AlreadyPendingCallError:
+        pending = self._pending[0] if self._pending else ""
+        return AlreadyPendingCallError(
+            f"Calling `{call}` while waiting for a pending call to `{pending}` to complete",
+            pending,
+        )
 
     def render(self) -> Any:
         return self._ensure().render()
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        return self._ensure().call(name, *args, **kwargs)
+        inner = self._ensure()
+        if self._pending is not None:
+            raise self._already_pending("call")
+        return inner.call(name, *args, **kwargs)
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         return self._ensure().get_attr(name)
@@ -158,6 +218,7 @@ class AutoVectorEnv(gym.vector.VectorEnv):
         return self.get_attr("np_random")
 
     def close_extras(self, **kwargs: Any) -> None:
+        self._pending = None
         if self._throwaway is not None:
             self._throwaway.close()
             self._throwaway = None
@@ -168,6 +229,13 @@ class AutoVectorEnv(gym.vector.VectorEnv):
         if self.inner is None:
             return f"{type(self).__name__}(num_envs={self.num_envs}, layout not chosen yet)"
         return f"{type(self).__name__}({self.inner!r})"
+
+
+def _has_async_pairs(envs: Any) -> bool:
+    """Whether ``envs`` has AsyncVectorEnv's ``*_async``/``*_wait`` pairs of its own."""
+    from gymvec.vector.dropin import ParallelVectorEnv
+
+    return isinstance(envs, ParallelVectorEnv)
 
 
 def _cores() -> int:

@@ -15,6 +15,7 @@ from gymvec.layout.model import Constraints, Costs, LayoutReport, choose
 STEPS = 2000  # at most this many timed steps: a cheap env's costs settle well before
 MIN_STEPS = 20  # a slow env still gets this many (its budget may then run over a little)
 PINGS = 200
+CHUNK = 16  # the step cost is the median of the means of this many steps in a row
 _round_trip: float | None = None  # measured once per process
 
 
@@ -22,10 +23,15 @@ def time_sub_env(env: Any, seconds: float = 0.5) -> tuple[float, float, float]:
     """``(step, reset, reset_rate)`` of a gymnasium ``env``, stepped with random actions for
     at most ``seconds``; the env is reset first and left open.
 
-    Costs that drift: the step cost is the mean of the second half of the timed steps, so a
+    Costs that drift: the step cost comes from the second half of the timed steps, so a
     slow start (first resets, caches, compilation) weighs nothing once it has passed; the
-    reset cost is the mean of the resets after the first (the first one alone where no
-    episode ended in the window)."""
+    reset cost from the resets after the first (the first one alone where no episode ended
+    in the window).
+
+    A loaded machine: the step cost is the median of the means of ``CHUNK`` steps in a
+    row (the mean of them all where there are fewer than three runs), and the reset cost the
+    median of the resets, so that the rare step during which another process had the core
+    does not count; a cost that recurs within ``CHUNK`` steps still does."""
     space = env.action_space
     space.seed(0)
     started = time.perf_counter()
@@ -44,8 +50,9 @@ def time_sub_env(env: Any, seconds: float = 0.5) -> tuple[float, float, float]:
             env.reset()
             resets.append(time.perf_counter() - t)
     later = steps[len(steps) // 2 :]
-    step = statistics.fmean(later)
-    reset = statistics.fmean(resets) if resets else first_reset
+    chunks = [statistics.fmean(later[k : k + CHUNK]) for k in range(0, len(later), CHUNK)]
+    step = statistics.median(chunks) if len(chunks) >= 3 else statistics.fmean(later)
+    reset = statistics.median(resets) if resets else first_reset
     return step, reset, len(resets) / len(steps)
 
 

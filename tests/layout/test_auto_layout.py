@@ -238,3 +238,42 @@ def test_autotune_and_bench_tune(capsys):
     assert main(["--tune", "FrozenLake-v1", "--num-envs", "2", "--max-seconds", "0.4"]) == 0
     out = capsys.readouterr().out
     assert "<- chosen" in out and "make_vec's default would choose" in out
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", BUSY_ID])
+def test_the_async_pairs_and_wrappers_work_whatever_the_layout(env_id):
+    """make_vec's result is used where a ParallelVectorEnv was before: AsyncVectorEnv's
+    pairs (and their misuse errors), call/get_attr/set_attr, gymnasium's vector wrappers."""
+    from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
+    from gymnasium.wrappers.vector import RecordEpisodeStatistics
+
+    envs = RecordEpisodeStatistics(gymvec.make_vec(env_id, 2))
+    ref = gym.vector.SyncVectorEnv([lambda: gym.make(env_id)] * 2)
+    try:
+        auto = envs.unwrapped
+        assert isinstance(auto, AutoVectorEnv) and "not chosen yet" in repr(auto)
+        auto.reset_async(seed=1)
+        with pytest.raises(AlreadyPendingCallError):
+            auto.step(auto.action_space.sample())
+        np.testing.assert_array_equal(auto.reset_wait()[0], ref.reset(seed=1)[0])
+        assert auto.layout.backend == ("serial" if env_id == "CartPole-v1" else "parallel")
+        with pytest.raises(NoAsyncCallError):
+            auto.step_wait()
+        for t in range(3):
+            actions = np.array([t % 2, 1])
+            auto.step_async(actions)
+            got, want = auto.step_wait(), ref.step(actions)
+            for x, y in zip(got[:4], want[:4]):
+                np.testing.assert_array_equal(x, y)
+        auto.call_async("get_wrapper_attr", "spec")
+        assert [s.id for s in auto.call_wait()] == [env_id] * 2
+        auto.set_attr("marker", [1, 2])
+        assert auto.get_attr("marker") == (1, 2)
+        for _ in range(60):  # episodes end: the wrapper's statistics come from the infos
+            envs.step(envs.action_space.sample())
+        assert len(envs.return_queue) > 0
+        assert type(auto.inner).__name__ in repr(auto)
+    finally:
+        envs.close()
+        ref.close()
+    assert auto.closed and auto.inner.closed

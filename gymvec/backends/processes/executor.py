@@ -34,6 +34,7 @@ from gymvec.backends.local import LocalExecutor
 from gymvec.backends.processes.handles import (  # noqa: F401  (WorkerHandle: processes' own name)
     CLOSE_GRACE_S,
     WorkerHandle,
+    raise_if_closing,
     refuse_start_while_importing_main,
     stop_workers,
     unlink_semaphore,
@@ -53,12 +54,7 @@ from gymvec.backends.processes.signals import (
 )
 from gymvec.backends.processes.worker import worker_main
 from gymvec.common.cores import usable_cores
-from gymvec.errors import (
-    ClosedEnvError,
-    SubEnvTimeoutError,
-    WorkerError,
-    expect_set,
-)
+from gymvec.errors import SubEnvTimeoutError, WorkerError, expect_set
 from gymvec.subenvs.group import SubEnvSummary
 from gymvec.subenvs.layout import WorkerLayout
 from gymvec.wire import calls
@@ -134,7 +130,7 @@ class ProcessExecutor(Executor):
         self.options = options
         # (set with the local share: the run of its one group)
         self.run_local_group: Callable[[dict | None], dict[int, Extras]] | None = None
-        self.closing = False  # close() began (maybe in another thread: see closed_error)
+        self.closing = False  # close() began (maybe in another thread: see raise_if_closing)
         worker_spin_s, parent_spin_s = options.spin_seconds(len(worker_bounds))
         self.parent_spin = Spin(parent_spin_s)
         self.sync_memory: Any = None  # (a ctypes array)
@@ -341,11 +337,10 @@ class ProcessExecutor(Executor):
             if error is not None:
                 raise error
         except Exception:
-            if self.closing:
-                raise closed_error() from None
+            raise_if_closing(self.closing)
             raise
-        if self.closing:
-            raise closed_error()
+        if self.closing:  # (tested here: a step makes no call for the guard)
+            raise_if_closing(True)
         return extras
 
     def drain(self, call: Call, timeout: float | None = None) -> None:
@@ -358,8 +353,7 @@ class ProcessExecutor(Executor):
         except TimeoutError:
             raise busy_error(self.handles, call, timeout) from None
         except Exception:
-            if self.closing:
-                raise closed_error() from None
+            raise_if_closing(self.closing)
             raise
         if error is not None and error.worker_traceback is None:  # died, not raised
             raise error
@@ -449,8 +443,7 @@ class ProcessExecutor(Executor):
         except TimeoutError:
             raise busy_error(self.handles, call, timeout) from None
         except Exception:
-            if self.closing:
-                raise closed_error() from None
+            raise_if_closing(self.closing)
             raise
         error = next((e for e in errors if e is not None), died)
         if error is not None:
@@ -474,8 +467,7 @@ class ProcessExecutor(Executor):
         try:
             return self.rows.wait_some(rows, min_get, max_get, timeout)
         except Exception:
-            if self.closing:
-                raise closed_error() from None
+            raise_if_closing(self.closing)
             raise
 
     def take_lost(self) -> list[int]:
@@ -521,12 +513,6 @@ def _forget_workers_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_workers_in_child)
-
-
-def closed_error() -> ClosedEnvError:
-    return ClosedEnvError(
-        "the env was closed (from another thread) while this call waited: create a new one to go on"
-    )
 
 
 def _drop(handle: WorkerHandle, reply: Any) -> None:

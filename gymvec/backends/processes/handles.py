@@ -43,6 +43,7 @@ from gymvec.backends.processes.signals import (
     wait_for,
 )
 from gymvec.errors import (
+    ClosedEnvError,
     ErrorDetail,
     MainModuleError,
     SpaceMismatchError,
@@ -184,6 +185,18 @@ class WorkerHandle:
         unlink_semaphore(self.wake)
         unlink_semaphore(self.done)
         del self.process, self.wake, self.done  # dropped: nothing of them is to be used again
+
+
+def raise_if_closing(closing: bool) -> None:
+    """The closing guard of a call that waits on the workers, called in its ``except`` block
+    (then ``raise``): where ``close()`` began meanwhile (``closing``, from another thread), the
+    call raises ClosedEnvError instead of what the closing caused (a worker gone, say). A
+    plain call, not a context manager: the step path pays nothing for it until a call fails."""
+    if closing:
+        raise ClosedEnvError(
+            "the env was closed (from another thread) while this call waited: create a new "
+            "one to go on"
+        ) from None
 
 
 def stop_workers(handles: list[WorkerHandle], grace_s: float = CLOSE_GRACE_S) -> Exception | None:
