@@ -146,6 +146,23 @@ def test_bench_env_bad_arguments_are_rejected():
         gym.make(LATENCY_ID, mean_seconds=-0.5)
 
 
+def test_run_setting_flags_set_the_settings():
+    from gymvec.bench.__main__ import FULL, QUICK, build_parser, select_settings
+
+    parser = build_parser()
+    argv = ["--steps", "7", "--repeats", "2", "--warmup", "0", "--max-seconds", "0", "--seed", "3"]
+    expected = Settings(steps=7, repeats=2, warmup=0, max_seconds=None, seed=3)
+    assert select_settings(parser.parse_args(argv)) == expected
+    assert select_settings(parser.parse_args(["--max-seconds", "2.5"])).max_seconds == 2.5
+    assert select_settings(parser.parse_args([])) == FULL
+    assert select_settings(parser.parse_args(["--quick", "--steps", "5"])).repeats == QUICK.repeats
+    assert f"untimed vector steps before each timed run (default {FULL.warmup})" in " ".join(
+        parser.format_help().split()
+    )
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--warmup", "-1"])
+
+
 def test_register_bench_envs_is_idempotent():
     spec = gym.spec(BUSY_STEP_ID)
     register_bench_envs()

@@ -15,7 +15,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from gymvec.bench.cases import CASES, DEFAULT_CASES, Case
 from gymvec.bench.harness import Settings, run_cases
@@ -70,6 +71,15 @@ def _sweep(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected positive integers, got {values}") from None
 
 
+# The Settings fields a flag of their name sets (FULL's value by default): type, meaning.
+_RUN_SETTINGS: dict[str, tuple[Callable[[str], Any], str]] = {
+    "steps": (_positive_int, "vector steps per timed run"),
+    "repeats": (_positive_int, "timed runs per runner, median kept"),
+    "warmup": (_non_negative_int, "untimed vector steps before each timed run"),
+    "max_seconds": (float, "cap on one timed run in seconds, 0 for none"),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gymvec-bench",
@@ -97,26 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--envs-per-worker", type=_positive_int, help="sub-envs per worker (overrides)"
     )
-    parser.add_argument(
-        "--steps",
-        type=_positive_int,
-        help=f"vector steps per timed run (default {FULL.steps})",
-    )
-    parser.add_argument(
-        "--repeats",
-        type=_positive_int,
-        help=f"timed runs per runner, median kept (default {FULL.repeats})",
-    )
-    parser.add_argument(
-        "--warmup",
-        type=_non_negative_int,
-        help=f"untimed vector steps before each timed run (default {FULL.warmup})",
-    )
-    parser.add_argument(
-        "--max-seconds",
-        type=float,
-        help=f"cap on one timed run in seconds, 0 for none (default {FULL.max_seconds})",
-    )
+    for field, (kind, what) in _RUN_SETTINGS.items():
+        flag = "--" + field.replace("_", "-")
+        parser.add_argument(flag, type=kind, help=f"{what} (default {getattr(FULL, field)})")
     parser.add_argument("--seed", type=int, help="seed of the envs and the action pool")
     parser.add_argument(
         "--quick",
@@ -188,15 +181,10 @@ def select_cases(args: argparse.Namespace) -> list[Case]:
 
 def select_settings(args: argparse.Namespace) -> Settings:
     settings = QUICK if args.quick else FULL
-    overrides = {
-        "steps": args.steps,
-        "repeats": args.repeats,
-        "warmup": args.warmup,
-        "seed": args.seed,
-    }
-    if args.max_seconds is not None:
-        overrides["max_seconds"] = args.max_seconds if args.max_seconds > 0 else None
-    overrides = {key: value for key, value in overrides.items() if value is not None}
+    given = {field: getattr(args, field) for field in ("seed", *_RUN_SETTINGS)}
+    overrides = {key: value for key, value in given.items() if value is not None}
+    if overrides.get("max_seconds", 1) <= 0:
+        overrides["max_seconds"] = None  # no cap
     return dataclasses.replace(settings, **overrides)
 
 
