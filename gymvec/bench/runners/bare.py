@@ -33,7 +33,7 @@ import multiprocessing as mp
 import os
 from collections.abc import Callable, Sequence
 from multiprocessing.context import ForkContext, SpawnContext
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -192,27 +192,46 @@ def _templates(env: Any, num_envs: int) -> tuple[np.ndarray, np.ndarray]:
     return templates[0], templates[1]
 
 
-def _worker(
-    env_fns: list[Callable[[], gym.Env]],
-    templates: tuple[np.ndarray, np.ndarray],
-    num_workers: int,
-    buffer: Any,
-    index: int,
-    start: int,
-    wake: Any,
-    done: Any,
-    parent: int,
-    spin_s: float,
-) -> None:
-    arrays = BatchArrays(*templates, num_workers, lambda nbytes: buffer)
-    share = make_share([fn() for fn in env_fns], arrays, start)
+class WorkerPlace(NamedTuple):
+    """What a reference's worker process is given: the factories of its sub-envs, the batch's
+    templates, the shared buffer, its first row, the semaphore that wakes it, the one it posts
+    its finishes on, and the parent's pid (once that is gone, nobody is left to serve)."""
+
+    env_fns: list[Callable[[], Any]]
+    templates: tuple[np.ndarray, np.ndarray]
+    buffer: Any
+    start: int
+    wake: Any
+    done: Any
+    parent: int
+
+    def arrays(self, word_rows: int) -> BatchArrays:
+        """The batch's arrays over the shared buffer, with ``word_rows`` rows of words."""
+        return BatchArrays(*self.templates, word_rows, lambda nbytes: self.buffer)
+
+    def parent_alive(self) -> bool:
+        return os.getppid() == self.parent
+
+
+def stop_processes(processes: Sequence[Any]) -> None:
+    """Join each process, killing the ones still alive after two seconds."""
+    for process in processes:
+        process.join(timeout=2.0)
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def _worker(place: WorkerPlace, num_workers: int, index: int, spin_s: float) -> None:
+    arrays = place.arrays(num_workers)
+    share = make_share([fn() for fn in place.env_fns], arrays, place.start)
     words = arrays.words[index]
-    spin = Spin(spin_s)
+    spin, wake, done = Spin(spin_s), place.wake, place.done
     seq = 0
     while True:
         seq += 1
         try:
-            wait_for(words, POSTED, seq, wake, spin, lambda: os.getppid() == parent)
+            wait_for(words, POSTED, seq, wake, spin, place.parent_alive)
         except PeerDied:  # the parent is gone: nobody left to serve
             break
         command = words[COMMAND]
@@ -294,8 +313,8 @@ class BareParallel:
                 first = w * per_worker
                 fns = list(env_fns[first : first + per_worker])
                 start = first * block_rows
-                shared = (self.arrays.buffer, w, start, wake, done, ppid, worker_spin_s)
-                args = (fns, templates, num_workers, *shared)
+                place = WorkerPlace(fns, templates, self.arrays.buffer, start, wake, done, ppid)
+                args = (place, num_workers, w, worker_spin_s)
                 process = ctx.Process(target=_worker, args=args, daemon=True)
                 process.start()
                 self.workers.append((process, wake, done))
@@ -344,11 +363,7 @@ class BareParallel:
                 pass
         if any(process.is_alive() for process, _, _ in self.workers):
             self._post(CLOSE)
-        for process, _, _ in self.workers:
-            process.join(timeout=2.0)
-            if process.is_alive():
-                process.kill()
-                process.join()
+        stop_processes([process for process, _, _ in self.workers])
         self.workers = []
 
     def close(self) -> None:

@@ -41,32 +41,26 @@ from gymvec.bench.runners.bare import (
     SEED,
     STEP,
     BatchArrays,
+    WorkerPlace,
     _templates,
     fork_or_spawn,
+    stop_processes,
 )
 
 CLOSE = -1
 
 
-def _serve(
-    env_fns: list[Callable[[], gym.Env]],
-    templates: tuple[np.ndarray, np.ndarray],
-    buffer: Any,
-    start: int,
-    wake: Any,
-    ready: Any,
-    parent: int,
-) -> None:
+def _serve(place: WorkerPlace) -> None:
     """One process's share, rows ``[start, start + len(env_fns))``: after each wake-up it runs
     its pending sub-envs (posted, not finished), the first posted first, until none is."""
-    arrays = BatchArrays(*templates, len(templates[0]), lambda nbytes: buffer)
-    envs = [fn() for fn in env_fns]
-    words = arrays.words
+    arrays = place.arrays(len(place.templates[0]))  # words: one row per sub-env
+    envs = [fn() for fn in place.env_fns]
+    words, start, ready = arrays.words, place.start, place.done
     rows = range(start, start + len(envs))
     try:
         while True:
-            while not wake.acquire(timeout=_BLOCK_POLL_S):
-                if os.getppid() != parent:  # the parent is gone: nobody left to serve
+            while not place.wake.acquire(timeout=_BLOCK_POLL_S):
+                if not place.parent_alive():
                     return
             while True:
                 pending = [i for i in rows if words[i, FINISHED] != words[i, POSTED]]
@@ -121,12 +115,13 @@ class BareFirstReady:
         self.seq = 0
         self.workers: list[tuple[Any, Any]] = []  # (process, wake) per worker
         self.share = n // num_workers
+        buffer, ppid = self.arrays.buffer, os.getpid()
         try:
             for start in range(0, n, self.share):
                 wake = ctx.Semaphore(0)
                 fns = list(env_fns[start : start + self.share])
-                args = (fns, templates, self.arrays.buffer, start, wake, self.ready, os.getpid())
-                process = ctx.Process(target=_serve, args=args, daemon=True)
+                place = WorkerPlace(fns, templates, buffer, start, wake, self.ready, ppid)
+                process = ctx.Process(target=_serve, args=(place,), daemon=True)
                 process.start()
                 self.workers.append((process, wake))
         except BaseException:
@@ -178,9 +173,5 @@ class BareFirstReady:
                 self.seq += 1
                 words[i, COMMAND], words[i, POSTED] = CLOSE, self.seq
                 wake.release()
-        for process, _ in self.workers:
-            process.join(timeout=2.0)
-            if process.is_alive():
-                process.kill()
-                process.join()
+        stop_processes([process for process, _ in self.workers])
         self.workers = []
