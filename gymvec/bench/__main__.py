@@ -29,6 +29,7 @@ from gymvec.bench.soak import CONFIGS as SOAK_CONFIGS
 from gymvec.bench.soak import SOAK_STEPS
 
 STARTUP_CASE = "startup"
+LAYOUTS_CASE = "layouts"  # make_vec's default against every layout (gymvec.bench.layouts)
 # --sweep's runners: gym-async starts one process per sub-env, too many at 512
 SWEEP_BACKENDS = ("gym-sync", "gymvec-serial", "gymvec-parallel", "bare-parallel")
 FULL = Settings()
@@ -90,8 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--case",
         action="append",
-        choices=[*CASES, STARTUP_CASE],
-        help=f"a named case (repeatable); {STARTUP_CASE}: launch to first step, fresh interpreters",
+        choices=[*CASES, STARTUP_CASE, LAYOUTS_CASE],
+        help=f"a named case (repeatable); {STARTUP_CASE}: launch to first step, fresh interpreters;"
+        f" {LAYOUTS_CASE}: make_vec's default layout against every layout on a panel of envs",
     )
     parser.add_argument("--env-id", help="a custom case on this gymnasium id (default CartPole-v1)")
     parser.add_argument(
@@ -220,6 +222,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return tune_main(args)
     if args.soak:
         return soak_main(args)
+    if LAYOUTS_CASE in (args.case or []):  # the panel, on its own
+        from gymvec.bench.layouts import layouts_main
+
+        return layouts_main(args, select_settings(args))
     if args.plot:
         problem = plot_problem(args.plot)
         if problem:  # before the run: no minutes lost to find out

@@ -277,3 +277,31 @@ def test_the_async_pairs_and_wrappers_work_whatever_the_layout(env_id):
         envs.close()
         ref.close()
     assert auto.closed and auto.inner.closed
+
+
+def test_bench_layouts_case_on_a_tiny_panel(capsys):
+    """The layouts case: every runner of each env timed in the same run, the default's
+    choice, its share of the best runner and its ratio to Sync/Async, per env."""
+    import argparse
+
+    from gymvec.bench.__main__ import QUICK, build_parser
+    from gymvec.bench.envs import BUSY_STEP_ID as BENCH_BUSY
+    from gymvec.bench.layouts import AUTO, format_panel, layouts_main, run_panel_env
+
+    assert build_parser().parse_args(["--case", "layouts"]).case == ["layouts"]
+    result = run_panel_env("FrozenLake-v1", 4, QUICK)
+    assert not result.errors
+    expected = {"gym-sync", "gym-async", "serial", "parallel w=1", "parallel w=2", AUTO}
+    assert expected <= set(result.rates)
+    assert all(len(rates) == QUICK.repeats and min(rates) > 0 for rates in result.rates.values())
+    assert result.chosen == "serial"
+    share = result.median(AUTO) / max(result.median(n) for n in result.rates)
+    assert result.share_of_best == pytest.approx(share)
+    gym_best = max(result.median("gym-sync"), result.median("gym-async"))
+    assert result.ratio_gym == pytest.approx(result.median(AUTO) / gym_best)
+    table = format_panel([result])
+    assert "FrozenLake-v1 x4" in table and "serial" in table
+    args = argparse.Namespace(quick=True)
+    assert layouts_main(args, QUICK, panel=[(BENCH_BUSY, 2)]) == 0
+    out = capsys.readouterr().out
+    assert "BusyStep-v0 x2" in out and "targets" in out
