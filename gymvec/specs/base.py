@@ -194,9 +194,9 @@ def _key_tuple(key: NestedKey) -> tuple[str, ...]:
 class TensorSpec:
     """Base class: a description of the tensors a key may hold.
 
-    Subclasses set `shape`, `dtype` and `device`; per-element tensors (bounds, nvec) are listed
-    in `_tensor_fields` and plain attributes that take part in equality in `_scalar_fields`,
-    so that expand / unbatch / to / clone / == are written once here.
+    Subclasses set `shape`, `dtype` and `device` (`_set_form`); per-element tensors (bounds,
+    nvec) are listed in `_tensor_fields` and plain attributes that take part in equality in
+    `_scalar_fields`, so that expand / unbatch / to / clone / == are written once here.
     """
 
     shape: torch.Size
@@ -214,6 +214,12 @@ class TensorSpec:
     @property
     def ndim(self) -> int:
         return len(self.shape)
+
+    def _set_form(self, shape: ShapeLike, dtype: torch.dtype, device: Any) -> None:
+        """Set the spec's shape, dtype and device (the shape and device checked here)."""
+        self.shape = _as_shape(shape)
+        self.dtype = dtype
+        self.device = _as_device(device)
 
     def _full_shape(self, shape: ShapeLike) -> torch.Size:
         return torch.Size((*_as_shape(shape), *self.shape))

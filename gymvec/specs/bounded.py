@@ -9,9 +9,7 @@ import torch
 from gymvec.specs.base import (
     ShapeLike,
     TensorSpec,
-    _as_device,
     _as_dtype,
-    _as_shape,
     _as_tensor,
     _fmt_dtype,
     _fmt_values,
@@ -34,12 +32,10 @@ class Bounded(TensorSpec):
         dtype: Any = torch.float32,
         device: Any = None,
     ) -> None:
-        self.dtype = _as_dtype(dtype)
-        self.device = _as_device(device)
         low_t, high_t = _as_tensor(low, "low"), _as_tensor(high, "high")
         if shape is None:
             shape = torch.broadcast_shapes(low_t.shape, high_t.shape)
-        self.shape = _as_shape(shape)
+        self._set_form(shape, _as_dtype(dtype), device)
         self.low = self._bound(low_t, "low")
         self.high = self._bound(high_t, "high")
         if bool((_wide(self.low) > _wide(self.high)).any()):
@@ -111,9 +107,7 @@ class Unbounded(TensorSpec):
     dtype: torch.dtype
 
     def __init__(self, shape: ShapeLike = (), dtype: Any = torch.float32, device: Any = None):
-        self.shape = _as_shape(shape)
-        self.dtype = _as_dtype(dtype)
-        self.device = _as_device(device)
+        self._set_form(shape, _as_dtype(dtype), device)
 
     def rand(self, shape: ShapeLike = (), generator: torch.Generator | None = None) -> torch.Tensor:
         full = self._full_shape(shape)

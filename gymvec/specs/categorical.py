@@ -13,9 +13,7 @@ from gymvec.common.arrays import all_below, below_check
 from gymvec.specs.base import (
     ShapeLike,
     TensorSpec,
-    _as_device,
     _as_dtype,
-    _as_shape,
     _as_tensor,
     _dtype_range,
     _fmt_dtype,
@@ -58,9 +56,7 @@ class Categorical(TensorSpec):
         if isinstance(start, bool) or not isinstance(start, int | np.integer):
             raise ValueError(f"Categorical: start must be an int, got {start!r}")
         self.n, self.start = int(n), int(start)
-        self.shape = _as_shape(shape)
-        self.dtype = _int_dtype("Categorical", dtype)
-        self.device = _as_device(device)
+        self._set_form(shape, _int_dtype("Categorical", dtype), device)
         _check_int_range("Categorical", self.dtype, self.start, self.start + self.n - 1)
 
     def rand(self, shape: ShapeLike = (), generator: torch.Generator | None = None) -> torch.Tensor:
@@ -114,13 +110,12 @@ class MultiCategorical(TensorSpec):
         device: Any = None,
         start: Any = None,
     ) -> None:
-        self.dtype = _int_dtype("MultiCategorical", dtype)
-        self.device = _as_device(device)
         nvec_t = self._ints(nvec, "nvec")
         start_t = (
             torch.zeros((), dtype=torch.int64) if start is None else self._ints(start, "start")
         )
-        self.shape = _as_shape(nvec_t.shape if shape is None else shape)
+        shape = nvec_t.shape if shape is None else shape
+        self._set_form(shape, _int_dtype("MultiCategorical", dtype), device)
         try:
             self.nvec = nvec_t.to(self.device).expand(self.shape)
             self.start = start_t.to(self.device).expand(self.shape)
@@ -184,11 +179,9 @@ class Binary(TensorSpec):
             if n is None:
                 raise ValueError("Binary: give n or shape")
             shape = (n,)
-        self.shape = _as_shape(shape)
+        self._set_form(shape, _as_dtype(dtype), device)
         if n is not None and (not self.shape or self.shape[-1] != n):
             raise ValueError(f"Binary: shape {tuple(self.shape)} must end with n={n}")
-        self.dtype = _as_dtype(dtype)
-        self.device = _as_device(device)
 
     @property
     def n(self) -> int | None:
