@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 import gymnasium as gym
 
 import gymvec
-from gymvec.bench.envs import BUSY_STEP_ID, IMAGE_OBS_ID, importable_id
+from gymvec.bench.envs import BUSY_STEP_ID, IMAGE_OBS_ID
 from gymvec.bench.harness import Settings, action_pool, describe_error, time_runner
 from gymvec.bench.runners import VectorEnvRunner, make_env_fns, usable_cores
 from gymvec.layout.auto import autotune
@@ -96,7 +96,7 @@ def layout_runners(env_id: str, num_envs: int) -> dict[str, Callable[[], gym.vec
     """gymnasium's two, every fixed gymvec layout (``candidates``, this process first), and
     ``make_vec``'s default: name -> builder."""
     fns = make_env_fns(env_id, num_envs)
-    built_id = importable_id(env_id)
+    built_id = env_id  # (make_vec pickles the spec, whose entry point any process imports)
 
     def fixed(c: Candidate) -> Callable[[], gym.vector.VectorEnv]:
         if c.backend == "serial":

@@ -294,7 +294,7 @@ def test_bench_layouts_case_on_a_tiny_panel(capsys):
     expected = {"gym-sync", "gym-async", "serial", "parallel w=1", "parallel w=2", AUTO}
     assert expected <= set(result.rates)
     assert all(len(rates) == QUICK.repeats and min(rates) > 0 for rates in result.rates.values())
-    assert result.chosen == "serial"
+    assert result.chosen in result.rates  # (one of the fixed layouts timed beside it)
     share = result.median(AUTO) / max(result.median(n) for n in result.rates)
     assert result.share_of_best == pytest.approx(share)
     gym_best = max(result.median("gym-sync"), result.median("gym-async"))
@@ -304,4 +304,4 @@ def test_bench_layouts_case_on_a_tiny_panel(capsys):
     args = argparse.Namespace(quick=True)
     assert layouts_main(args, QUICK, panel=[(BENCH_BUSY, 2)]) == 0
     out = capsys.readouterr().out
-    assert "BusyStep-v0 x2" in out and "targets" in out
+    assert "BusyStep-v0 x2" in out and "targets" in out and "Error" not in out
