@@ -7,6 +7,7 @@ import cv2
 import numpy as np
 
 from gymvec.atari.config import AtariConfig
+from gymvec.atari.preprocessing import Preprocessing
 
 RESIZE_CHANNELS = 4  # the most channels OpenCV's INTER_AREA resize takes in one call
 
@@ -25,12 +26,13 @@ class FrameStacks:
 
     def __init__(self, config: AtariConfig, num_games: int, screen_height: int, screen_width: int):
         self.config = config
+        self.preprocessing = p = config.preprocessing
         self.num_games = num_games
         self.screen_height = screen_height
-        channels = () if config.grayscale_obs else (3,)
+        channels = () if p.grayscale_obs else (3,)
         tall = (num_games * screen_height, screen_width, *channels)
         self.screens = [np.zeros(tall, dtype=np.uint8), np.zeros(tall, dtype=np.uint8)]
-        width, height = config.screen_size
+        width, height = p.size
         self.resized_shape = (num_games, height, width, *channels)
         # gray frames: the games in groups of up to RESIZE_CHANNELS, each group's screens the
         # channels of one image, split back into the games' rows of ``resized``
@@ -38,7 +40,7 @@ class FrameStacks:
         if (
             not channels
             and num_games > 1
-            and _channel_resize_is_exact(config, screen_height, screen_width)
+            and _channel_resize_is_exact(p, screen_height, screen_width)
         ):
             self.resized = np.empty(self.resized_shape, dtype=np.uint8)
             screens0 = self.screens[0]
@@ -49,19 +51,19 @@ class FrameStacks:
                 out = np.empty((height, width, b - a), dtype=np.uint8)
                 self.groups.append((games, merged, out, [self.resized[i] for i in range(a, b)]))
         # (asked only where the groups do not resize them all)
-        self.tall_resize = not self.groups and _tall_resize_is_exact(config, num_games, tall)
+        self.tall_resize = not self.groups and _tall_resize_is_exact(p, num_games, tall)
         self.stacks: np.ndarray = np.zeros(
-            (num_games, config.stack_size, *config.frame_shape), dtype=config.frame_dtype
+            (num_games, p.stack_size, *p.frame_shape), dtype=p.frame_dtype
         )
 
     def frames(self) -> np.ndarray:
         """Every game's preprocessed frame, from its screen buffers (pooled in place, as the
         wrapper does: a step that reads no screen returns the same frame again)."""
-        config = self.config
+        p = self.preprocessing
         screens0 = self.screens[0]
-        if config.frame_skip > 1:
+        if p.frame_skip > 1:
             np.maximum(screens0, self.screens[1], out=screens0)
-        width, height = config.screen_size
+        width, height = p.size
         if self.groups:
             for games, merged, out, into in self.groups:
                 if len(games) == 1:
@@ -87,9 +89,9 @@ class FrameStacks:
                     for i in range(self.num_games)
                 ]
             ).reshape(self.resized_shape)
-        if config.scale_obs:
+        if p.scale_obs:
             resized = resized.astype(np.float32) / 255.0
-        return resized.reshape(self.num_games, *config.frame_shape)
+        return resized.reshape(self.num_games, *p.frame_shape)
 
     def push(
         self, frames: np.ndarray, reset: np.ndarray | None, stepped: np.ndarray | None
@@ -108,22 +110,24 @@ class FrameStacks:
             new[stepped, :-1] = old[stepped, 1:]
             new[stepped, -1] = frames[stepped]
         if reset is not None and reset.any():
-            padding_type = self.config.padding_type
-            if padding_type == "reset":
+            padding = self.preprocessing.padding_type  # "reset", "zero" or a frame
+            if isinstance(padding, np.ndarray):
+                new[reset, :-1] = padding
+            elif padding == "reset":
                 new[reset, :-1] = frames[reset][:, None]
-            elif padding_type == "zero":
-                new[reset, :-1] = 0
             else:
-                new[reset, :-1] = self.config.padding_value
+                new[reset, :-1] = 0
             new[reset, -1] = frames[reset]
         self.stacks = new
 
 
-def _channel_resize_is_exact(config: AtariConfig, screen_height: int, screen_width: int) -> bool:
+def _channel_resize_is_exact(
+    preprocessing: Preprocessing, screen_height: int, screen_width: int
+) -> bool:
     """Whether the resize of up to RESIZE_CHANNELS gray screens as the channels of one image
     gives, pixel for pixel, one resize per screen (checked on random screens; an OpenCV
     that refuses so many channels: no)."""
-    width, height = config.screen_size
+    width, height = preprocessing.size
     rng = np.random.default_rng(0)
     shape = (screen_height, screen_width)
     for channels in range(2, RESIZE_CHANNELS + 1):
@@ -141,13 +145,15 @@ def _channel_resize_is_exact(config: AtariConfig, screen_height: int, screen_wid
     return True
 
 
-def _tall_resize_is_exact(config: AtariConfig, num_games: int, tall: tuple[int, ...]) -> bool:
+def _tall_resize_is_exact(
+    preprocessing: Preprocessing, num_games: int, tall: tuple[int, ...]
+) -> bool:
     """Whether one resize of the stacked screens gives, pixel for pixel, one resize per game
     (checked on random screens, whose pixels make any difference in INTER_AREA's weights
     show)."""
     if num_games == 1:
         return True
-    width, height = config.screen_size
+    width, height = preprocessing.size
     screen_height = tall[0] // num_games
     screens = np.random.default_rng(0).integers(0, 256, size=tall, dtype=np.uint8)
     together = cv2.resize(screens, (width, height * num_games), interpolation=cv2.INTER_AREA)

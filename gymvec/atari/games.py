@@ -51,9 +51,10 @@ class AtariGames:
         actions = ale.getLegalActionSet() if config.full_action_space else ale.getMinimalActionSet()
         self.action_set = [a.value for a in actions]
         self.action_meanings = [ale_py.Action(a).name for a in self.action_set]
-        if config.noop_max > 0 and self.action_meanings[0] != "NOOP":
+        noop_max = config.preprocessing.noop_max
+        if noop_max > 0 and self.action_meanings[0] != "NOOP":
             raise ValueError(
-                f"noop_max: {config.noop_max} > 0 needs action 0 to be NOOP, but {config.env_id}'s "
+                f"noop_max: {noop_max} > 0 needs action 0 to be NOOP, but {config.env_id}'s "
                 f"first action is {self.action_meanings[0]}"
             )
         self.screen_height, self.screen_width = ale.getScreenDims()
@@ -101,7 +102,8 @@ class AtariGames:
         Returns the info that the wrapper returns."""
         config, ale = self.config, self.ales[i]
         self._env_reset(i, seed)
-        noops = int(self.np_randoms[i].integers(1, config.noop_max + 1)) if config.noop_max else 0
+        noop_max = config.preprocessing.noop_max
+        noops = int(self.np_randoms[i].integers(1, noop_max + 1)) if noop_max else 0
         limit = config.max_episode_steps
         noop = self.action_set[0]
         for _ in range(noops):
@@ -122,7 +124,7 @@ class AtariGames:
         return info
 
     def _read(self, ale: ale_py.ALEInterface, out: np.ndarray) -> None:
-        if self.config.grayscale_obs:
+        if self.config.preprocessing.grayscale_obs:
             ale.getScreenGrayscale(out)
         else:
             ale.getScreenRGB(out)
@@ -140,11 +142,11 @@ class AtariGames:
         its screen: the wrapper's stale-buffer quirk). Writes ``rewards[i]``,
         ``terminations[i]`` and ``truncations[i]`` of each row ``i``."""
         config = self.config
-        skip = config.frame_skip
+        skip = config.preprocessing.frame_skip
         limit = config.max_episode_steps
-        life_loss = config.terminal_on_life_loss
+        life_loss = config.preprocessing.terminal_on_life_loss
         action_set, ales, buffers = self.action_set, self.ales, self.buffers
-        gray = config.grayscale_obs
+        gray = config.preprocessing.grayscale_obs
         last, second_last = skip - 1, skip - 2
         for i in rows:
             ale = ales[i]

@@ -26,16 +26,17 @@ def block_factories(
     num_envs: int,
     num_workers: int,
     autoreset_mode: AutoresetMode,
-    preprocessing: dict[str, Any],
-    make_kwargs: dict[str, Any],
+    options: dict[str, Any],
 ) -> list[BlockFactory]:
     """One factory per worker, each building an ``AtariVectorEnv`` of that worker's share of
     the rows (``WorkerLayout.plan``: the shares gymvec gives workers of single envs), and
     saying its size, so that the engine plans the rows without building the blocks.
 
-    The options are checked here, once, so that a bad one is raised in the caller's process.
+    ``options``: :class:`~gymvec.atari.preprocessing.Preprocessing`'s keywords and
+    ``gym.make``'s. They are checked here, once, so that a bad one is raised in the caller's
+    process.
     """
-    AtariConfig.build(env_id, **preprocessing, **make_kwargs)
+    AtariConfig.build(env_id, **options)
     shares = WorkerLayout.plan(num_envs, num_workers=num_workers).sub_envs_per_worker
     return [
         BlockFactory(
@@ -46,8 +47,7 @@ def block_factories(
                 autoreset_mode=autoreset_mode,
                 # the engine copies every observation into its shared buffers at once
                 copy=False,
-                **preprocessing,
-                **make_kwargs,
+                **options,
             ),
             share,
         )
@@ -68,29 +68,21 @@ def make_vec(
     env_id: str,
     num_envs: int = 1,
     *,
-    noop_max: int = 30,
-    frame_skip: int = 4,
-    screen_size: int | tuple[int, int] = 84,
-    terminal_on_life_loss: bool = False,
-    grayscale_obs: bool = True,
-    grayscale_newaxis: bool = False,
-    scale_obs: bool = False,
-    stack_size: int = 4,
-    padding_type: Any = "reset",
     backend: str = "parallel",
     num_workers: int | None = None,
     autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
     batch_size: int | None = None,
     output: str = "numpy",
-    **make_kwargs: Any,
+    **options: Any,
 ) -> GymnasiumVectorEnv:
     """``num_envs`` Atari games as a gymvec gymnasium ``VectorEnv``: one ``AtariVectorEnv``
     block per worker (``ParallelVectorEnv``; ``SerialVectorEnv`` with ``backend="serial"``).
 
     With the same seeds it equals ``SyncVectorEnv`` over ``FrameStackObservation(
     AtariPreprocessing(gym.make(env_id, frameskip=1, **make_kwargs), ...), stack_size,
-    padding_type=padding_type)``. The preprocessing keywords are ``AtariPreprocessing``'s and
-    ``FrameStackObservation``'s; ``make_kwargs`` are ``gym.make``'s for ALE ids.
+    padding_type=padding_type)``. ``options`` are the preprocessing keywords (see
+    :class:`~gymvec.atari.preprocessing.Preprocessing`: ``AtariPreprocessing``'s and
+    ``FrameStackObservation``'s, with their defaults) and ``gym.make``'s for ALE ids.
 
     Example:
         >>> from gymvec.atari import make_vec
@@ -102,18 +94,7 @@ def make_vec(
 
     workers = _workers(backend, num_envs, num_workers)
     mode = parse_autoreset_mode(autoreset_mode)
-    preprocessing = dict(
-        noop_max=noop_max,
-        frame_skip=frame_skip,
-        screen_size=screen_size,
-        terminal_on_life_loss=terminal_on_life_loss,
-        grayscale_obs=grayscale_obs,
-        grayscale_newaxis=grayscale_newaxis,
-        scale_obs=scale_obs,
-        stack_size=stack_size,
-        padding_type=padding_type,
-    )
-    factories = block_factories(env_id, num_envs, workers, mode, preprocessing, make_kwargs)
+    factories = block_factories(env_id, num_envs, workers, mode, options)
     if backend == "serial":
         return SerialVectorEnv(factories, autoreset_mode=mode, batch_size=batch_size, output=output)
     return ParallelVectorEnv(
@@ -129,18 +110,9 @@ def make_env(
     env_id: str,
     num_envs: int = 1,
     *,
-    noop_max: int = 30,
-    frame_skip: int = 4,
-    screen_size: int | tuple[int, int] = 84,
-    terminal_on_life_loss: bool = False,
-    grayscale_obs: bool = True,
-    grayscale_newaxis: bool = False,
-    scale_obs: bool = False,
-    stack_size: int = 4,
-    padding_type: Any = "reset",
     backend: str = "parallel",
     num_workers: int | None = None,
-    **make_kwargs: Any,
+    **options: Any,
 ) -> BatchedEnvBase:
     """``num_envs`` Atari games as a gymvec tensordict batched env (``ParallelEnv``, or
     ``SerialEnv`` with ``backend="serial"``) of batch ``[num_envs]``, one ``AtariVectorEnv``
@@ -151,20 +123,7 @@ def make_env(
     from gymvec.envs.serial_env import SerialEnv
 
     workers = _workers(backend, num_envs, num_workers)
-    preprocessing = dict(
-        noop_max=noop_max,
-        frame_skip=frame_skip,
-        screen_size=screen_size,
-        terminal_on_life_loss=terminal_on_life_loss,
-        grayscale_obs=grayscale_obs,
-        grayscale_newaxis=grayscale_newaxis,
-        scale_obs=scale_obs,
-        stack_size=stack_size,
-        padding_type=padding_type,
-    )
-    factories = block_factories(
-        env_id, num_envs, workers, AutoresetMode.DISABLED, preprocessing, make_kwargs
-    )
+    factories = block_factories(env_id, num_envs, workers, AutoresetMode.DISABLED, options)
     if backend == "serial":
         return SerialEnv(workers, factories)
     return ParallelEnv(workers, factories)

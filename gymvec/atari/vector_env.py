@@ -19,6 +19,7 @@ from gymvec.common.reprs import never_raises
 from gymvec.common.vector_reset import check_reset_mask
 from gymvec.errors import ClosedEnvError
 from gymvec.options import parse_autoreset_mode
+from gymvec.subenvs.probe import expand_seeds
 
 INFO_KEYS = ("lives", "episode_frame_number", "frame_number")
 
@@ -40,16 +41,17 @@ class AtariVectorEnv(gym.vector.VectorEnv):
     Args:
         env_id: a registered ALE id (``"ALE/Pong-v5"``, ``"PongNoFrameskip-v4"``...).
         num_envs: the number of games.
-        noop_max, frame_skip, screen_size, terminal_on_life_loss, grayscale_obs,
-            grayscale_newaxis, scale_obs: as ``gymnasium.wrappers.AtariPreprocessing``'s.
-        stack_size, padding_type: as ``gymnasium.wrappers.FrameStackObservation``'s.
         autoreset_mode: a gymnasium ``AutoresetMode``, its value, or "next_step",
             "same_step", "disabled".
         copy: return observations that the env never writes again (as ``SyncVectorEnv``'s
             ``copy``); False returns the env's own stack array, valid until the next call.
-        **make_kwargs: ``gym.make``'s keywords for the id (``repeat_action_probability``,
-            ``full_action_space``, ``mode``, ``difficulty``, ``max_num_frames_per_episode``,
-            ``max_episode_steps``, ``obs_type``, ``render_mode="rgb_array"``).
+        **options: :class:`~gymvec.atari.preprocessing.Preprocessing`'s keywords (``noop_max``,
+            ``frame_skip``, ``screen_size``, ``terminal_on_life_loss``, ``grayscale_obs``,
+            ``grayscale_newaxis``, ``scale_obs`` as ``AtariPreprocessing``'s; ``stack_size``,
+            ``padding_type`` as ``FrameStackObservation``'s; gymnasium's defaults) and
+            ``gym.make``'s for the id (``repeat_action_probability``, ``full_action_space``,
+            ``mode``, ``difficulty``, ``max_num_frames_per_episode``, ``max_episode_steps``,
+            ``obs_type``, ``render_mode="rgb_array"``).
 
     Raises:
         ValueError: an unknown id (naming close ones), a ROM ale-py lacks, an invalid option or
@@ -62,35 +64,14 @@ class AtariVectorEnv(gym.vector.VectorEnv):
         env_id: str,
         num_envs: int = 1,
         *,
-        noop_max: int = 30,
-        frame_skip: int = 4,
-        screen_size: int | tuple[int, int] = 84,
-        terminal_on_life_loss: bool = False,
-        grayscale_obs: bool = True,
-        grayscale_newaxis: bool = False,
-        scale_obs: bool = False,
-        stack_size: int = 4,
-        padding_type: Any = "reset",
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         copy: bool = True,
-        **make_kwargs: Any,
+        **options: Any,
     ):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer) or num_envs < 1:
             raise ValueError(f"num_envs: expected a positive int, got {num_envs!r}")
         self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
-        self.config = AtariConfig.build(
-            env_id,
-            noop_max=noop_max,
-            frame_skip=frame_skip,
-            screen_size=screen_size,
-            terminal_on_life_loss=terminal_on_life_loss,
-            grayscale_obs=grayscale_obs,
-            grayscale_newaxis=grayscale_newaxis,
-            scale_obs=scale_obs,
-            stack_size=stack_size,
-            padding_type=padding_type,
-            **make_kwargs,
-        )
+        self.config = AtariConfig.build(env_id, **options)
         self.num_envs = n = int(num_envs)
         self.copy = copy
         self.render_mode = self.config.render_mode
@@ -103,11 +84,10 @@ class AtariVectorEnv(gym.vector.VectorEnv):
         self.frames = FrameStacks(self.config, n, self.games.screen_height, self.games.screen_width)
         self.games.attach(self.frames.screens)
 
-        high = 1.0 if self.config.scale_obs else 255
-        frame_space = gym.spaces.Box(
-            0, high, self.config.frame_shape, dtype=self.config.frame_dtype
+        preprocessing = self.config.preprocessing
+        self.single_observation_space = batch_space(
+            preprocessing.frame_space, preprocessing.stack_size
         )
-        self.single_observation_space = batch_space(frame_space, self.config.stack_size)
         self.num_actions = len(self.games.action_set)
         self.single_action_space = gym.spaces.Discrete(self.num_actions)
         self.observation_space = batch_space(self.single_observation_space, n)
@@ -129,7 +109,7 @@ class AtariVectorEnv(gym.vector.VectorEnv):
         ``seed + i`` (or ``seed[i]``), as ``SyncVectorEnv`` seeds its sub-envs."""
         self._check_open()
         n = self.num_envs
-        seeds = _expand_seeds(seed, n)
+        seeds = expand_seeds(seed, n) or [None] * n
         if options is not None and not isinstance(options, Mapping):
             raise TypeError(f"options: expected a dict or None, got {options!r}")
         if isinstance(seed, int):
@@ -267,15 +247,3 @@ class AtariVectorEnv(gym.vector.VectorEnv):
     @never_raises
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config.env_id!r}, num_envs={self.num_envs})"
-
-
-def _expand_seeds(seed: Any, n: int) -> list[int | None]:
-    if seed is None:
-        return [None] * n
-    if isinstance(seed, int | np.integer) and not isinstance(seed, bool):
-        return [int(seed) + i for i in range(n)]
-    if isinstance(seed, Sequence) and not isinstance(seed, str):
-        if len(seed) != n:
-            raise ValueError(f"seed: a list of seeds must have one per game ({n}), got {len(seed)}")
-        return [None if s is None else int(s) for s in seed]
-    raise TypeError(f"seed: expected None, an int or a list of {n} ints, got {seed!r}")

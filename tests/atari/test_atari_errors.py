@@ -135,10 +135,10 @@ def test_repr():
 
 def test_bad_calls():
     env = AtariVectorEnv("ALE/Pong-v5", 2, autoreset_mode="disabled", max_episode_steps=4)
-    with pytest.raises(
-        ValueError, match=r"seed: a list of seeds must have one per game \(2\), got 3"
-    ):
+    with pytest.raises(ValueError, match=r"must match num_envs=2 but got length=3"):
         env.reset(seed=[1, 2, 3])
+    with pytest.raises(ValueError, match=r"seed\[1\]: expected a non-negative int, got -1"):
+        env.reset(seed=[1, -1])
     with pytest.raises(TypeError, match="reset_mask.*numpy array"):
         env.reset(options={"reset_mask": [True, False]})
     with pytest.raises(ValueError, match="reset_mask.*at least one True"):

@@ -19,7 +19,7 @@ from gymvec.subenvs.layout import spread
 
 def test_factories_build_each_workers_share():
     factories = block_factories(
-        "ALE/Pong-v5", 7, 2, AutoresetMode.SAME_STEP, {"frame_skip": 2}, {"mode": 0}
+        "ALE/Pong-v5", 7, 2, AutoresetMode.SAME_STEP, {"frame_skip": 2, "mode": 0}
     )
     assert len(factories) == 2
     blocks = [f() for f in factories]
@@ -27,7 +27,7 @@ def test_factories_build_each_workers_share():
     for block in blocks:
         assert isinstance(block, AtariVectorEnv)
         assert block.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
-        assert block.config.frame_skip == 2 and block.config.mode == 0
+        assert block.config.preprocessing.frame_skip == 2 and block.config.mode == 0
         assert block.copy is False  # the engine copies into shared memory
 
 
@@ -35,7 +35,7 @@ def test_blocks_seeded_from_their_first_row_equal_one_block():
     """The engine resets a block with its first row's seed: rows seeded ``seed + row``
     across blocks, as one block of every row."""
     whole = AtariVectorEnv("ALE/Pong-v5", 5)
-    parts = [f() for f in block_factories("ALE/Pong-v5", 5, 2, AutoresetMode.NEXT_STEP, {}, {})]
+    parts = [f() for f in block_factories("ALE/Pong-v5", 5, 2, AutoresetMode.NEXT_STEP, {})]
     obs, _ = whole.reset(seed=10)
     got = np.concatenate([parts[0].reset(seed=10)[0], parts[1].reset(seed=12)[0]])
     np.testing.assert_array_equal(got, obs)
@@ -96,15 +96,15 @@ def make_vec_(backend: str, mode: str):
     )
 
 
-def test_the_preprocessing_defaults_are_gymnasiums_in_every_signature():
-    # The four signatures that take the wrappers' options repeat their defaults: they stay
+def test_the_preprocessing_defaults_are_gymnasiums():
+    # Preprocessing holds the wrappers' options once, for every entry point: its defaults stay
     # gymnasium's AtariPreprocessing's and FrameStackObservation's.
+    import dataclasses
     import inspect
 
     from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
 
-    from gymvec.atari import make_env, make_vec
-    from gymvec.atari.config import AtariConfig
+    from gymvec.atari.preprocessing import Preprocessing
 
     def defaults(fn) -> dict:
         return {
@@ -116,7 +116,44 @@ def test_the_preprocessing_defaults_are_gymnasiums_in_every_signature():
     wrapper = defaults(AtariPreprocessing.__init__)
     wrapper["padding_type"] = defaults(FrameStackObservation.__init__)["padding_type"]
     wrapper["stack_size"] = 4  # (FrameStackObservation has none: the Atari papers' 4)
-    for fn in (make_vec, make_env, AtariVectorEnv.__init__, AtariConfig.build):
-        ours = defaults(fn)
-        for name, value in wrapper.items():
-            assert ours[name] == value, f"{fn.__qualname__}: {name}={ours[name]!r}, not {value!r}"
+    ours = {field.name: field.default for field in dataclasses.fields(Preprocessing)}
+    assert ours == wrapper
+
+
+def test_every_entry_point_takes_the_preprocessing_keywords():
+    # Each keyword, none at its default, reaches the blocks' config by AtariConfig.build,
+    # AtariVectorEnv and make_vec's and make_env's factories alike (a keyword dropped on the
+    # way would leave the default).
+    from gymvec.atari import make_vec
+    from gymvec.atari.config import AtariConfig
+    from gymvec.atari.preprocessing import Preprocessing
+
+    padding = np.full((42, 40, 3), 0.5, dtype=np.float32)
+    given = dict(
+        noop_max=3,
+        frame_skip=2,
+        screen_size=(40, 42),
+        terminal_on_life_loss=True,
+        grayscale_obs=False,
+        grayscale_newaxis=True,
+        scale_obs=True,
+        stack_size=2,
+        padding_type=padding,
+    )
+    assert set(given) == set(Preprocessing.names())
+    for name, value in given.items():
+        assert not np.array_equal(getattr(Preprocessing(), name), value), name
+    block = AtariVectorEnv("ALE/Pong-v5", 1, **given)
+    blocks = block_factories("ALE/Pong-v5", 2, 2, AutoresetMode.DISABLED, given)
+    configs = [AtariConfig.build("ALE/Pong-v5", **given), block.config]
+    configs += [factory().config for factory in blocks]
+    for config in configs:
+        for name, value in given.items():
+            assert np.array_equal(getattr(config.preprocessing, name), value), name
+    obs, _ = block.reset(seed=0)
+    assert obs.shape == (1, 2, 42, 40, 3) and obs.dtype == np.float32
+    assert np.array_equal(obs[0, 0], padding)  # the first reset's padding frame
+    block.close()
+    envs = make_vec("ALE/Pong-v5", 2, backend="serial", **given)
+    assert envs.single_observation_space == block.single_observation_space
+    envs.close()
