@@ -40,11 +40,13 @@ def time_sub_env(env: Any, seconds: float = 0.5) -> tuple[float, float, float]:
     deadline = started + seconds
     steps: list[float] = []
     resets: list[float] = []
-    while len(steps) < STEPS and (len(steps) < MIN_STEPS or time.perf_counter() < deadline):
+    last = 0.0  # the last step's time: no step starts that would end past the deadline
+    while len(steps) < STEPS and (len(steps) < MIN_STEPS or time.perf_counter() + last < deadline):
         action = space.sample()
         t = time.perf_counter()
         _, _, terminated, truncated, _ = env.step(action)
-        steps.append(time.perf_counter() - t)
+        last = time.perf_counter() - t
+        steps.append(last)
         if terminated or truncated:
             t = time.perf_counter()
             env.reset()
@@ -95,9 +97,11 @@ def round_trip() -> float:
 
 
 def measure(env: Any, cores: int, seconds: float = 0.5) -> Costs:
-    """The costs of ``env`` (timed for at most ``seconds``) and of this machine."""
-    step, reset, rate = time_sub_env(env, seconds)
-    return Costs(step, reset, rate, round_trip(), cores)
+    """The costs of ``env`` and of this machine, both measured within ``seconds``."""
+    started = time.perf_counter()
+    trip = round_trip()
+    step, reset, rate = time_sub_env(env, max(seconds - (time.perf_counter() - started), 0.0))
+    return Costs(step, reset, rate, trip, cores)
 
 
 def choose_layout(
