@@ -24,7 +24,7 @@ from gymnasium.vector import AutoresetMode
 from gymvec.common.arrays import all_set, any_set, copy_batch
 from gymvec.common.structure import build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.errors import UnsupportedSpaceError
-from gymvec.subenvs.drivers import CommandRunner
+from gymvec.subenvs.drivers import hand_over_lane, sync_root
 from gymvec.subenvs.kinds import SubEnvSummary
 from gymvec.subenvs.layout import WorkerLayout
 from gymvec.wire.buffers import Buffers, Slot
@@ -127,14 +127,18 @@ def check_blocks(
         check_block_mode(summary, requested, what)
 
 
-class BlockRunner(CommandRunner):
-    """Carries commands out on one block, rows ``[start, start + block.num_envs)``."""
+class BlockRunner:
+    """Carries commands out on one block, rows ``[start, start + block.num_envs)`` (a
+    ``group.Runner``, as the runners of single envs are)."""
 
     def __init__(self, block: gym.vector.VectorEnv, start: int, buffers: Buffers):
-        super().__init__([], buffers, start)
         self.block = block
+        self.start = start
         self.n = n = int(block.num_envs)
         self.rows = rows = slice(start, start + n)
+        self.root, self.next = buffers.root, buffers.next
+        self.lane = 0  # the observation lane "next"'s observations go to (see use_lane)
+        self.obs_lanes = buffers.obs_lanes
         self.mode = block_mode(block.metadata or {})
         self.what = f"the block at rows {start}..{start + n - 1} ({type(block).__name__})"
         self.obs_leaves = observation_leaves(block.single_observation_space)
@@ -172,8 +176,16 @@ class BlockRunner(CommandRunner):
             self.step_into = step_into
             self.into_rows = self.next_obs_rows[0]
 
+    def use_lane(self, lane: int) -> None:
+        """Hand "next"'s observations over to observation lane ``lane`` after each command."""
+        self.lane = lane
+
     def fields_changed(self) -> None:
         self.field_index = {name: k for k, name in enumerate(self.fields)}
+
+    def sync_root(self, rows: Any) -> None:
+        """SYNC_ROOT at ``rows`` (buffer rows): see ``drivers.sync_root``."""
+        sync_root(self.root, self.next, rows, self.lane)
 
     # ---- the command --------------------------------------------------------------------------
     def run(self, modes: bytes, seeds: np.ndarray, options: dict | None) -> dict[int, Extras]:
@@ -192,8 +204,8 @@ class BlockRunner(CommandRunner):
             self._step(modes, same_step, options)
         else:  # (resets, all of them into "next" too: RESET_NEXT alone steps nothing)
             self._resets(np.frombuffer(modes, dtype=np.uint8), seeds, options)
-        if self.lane:  # written into lane 0 (the "next" slot's own rows): hand them over
-            self.obs_lanes[self.lane][self.rows] = self.obs_lanes[0][self.rows]
+        if self.lane:
+            hand_over_lane(self.obs_lanes, self.lane, self.rows)
         extras, self.extras = self.extras, {}
         return extras
 

@@ -9,12 +9,15 @@ access, method calls, state dicts) by name with keyword arguments.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
+
+import numpy as np
 
 from gymvec.common.arrays import settle_allocator
 from gymvec.errors import SpaceMismatchError, WorkerError, local_sub_env_error
+from gymvec.subenvs.batch_step import command_runner
 from gymvec.subenvs.block import BlockRunner
-from gymvec.subenvs.drivers import CommandRunner, command_runner, make_driver
+from gymvec.subenvs.drivers import make_driver
 from gymvec.subenvs.kinds import (  # noqa: F401 (re-exported)
     SubEnvSummary,
     check_sub_env,
@@ -25,6 +28,23 @@ from gymvec.subenvs.kinds import (  # noqa: F401 (re-exported)
 )
 from gymvec.wire.buffers import Buffers
 from gymvec.wire.commands import Control, Extras
+
+
+class Runner(Protocol):
+    """What carries a command's mode bytes out on some of a group's rows: a
+    ``drivers.CommandRunner`` (or its ``BatchStep``) over single envs, a ``block.BlockRunner``
+    over a block, a :class:`PartsRunner` over a mix of them."""
+
+    rows: slice  # the buffer rows whose mode bytes it carries out
+    lane: int  # the observation lane "next"'s observations go to
+
+    def use_lane(self, lane: int) -> None: ...
+
+    def fields_changed(self) -> None: ...
+
+    def run(self, modes: bytes, seeds: np.ndarray, options: dict | None) -> dict[int, Extras]:
+        """Carry out ``modes`` (one byte per row of ``rows``); the extras by sub-env index."""
+        ...
 
 
 class SubEnvGroup:
@@ -112,7 +132,7 @@ class SubEnvGroup:
             )
         return self
 
-    def _runner(self, buffers: Buffers) -> Any:
+    def _runner(self, buffers: Buffers) -> Runner:
         """One runner over the single envs, or, with blocks, one per block and one per run of
         single envs between them, in row order (a block alone: its own runner)."""
         self.drivers = [
@@ -121,7 +141,7 @@ class SubEnvGroup:
         ]
         if not any(is_block(env) for env in self.envs):
             return command_runner(self.drivers, buffers, self.start)
-        parts: list[CommandRunner] = []
+        parts: list[Runner] = []
         singles: list[Any] = []
         for env, first, driver in zip(self.envs, self.firsts, self.drivers):
             if driver is not None:
@@ -242,12 +262,13 @@ class SubEnvGroup:
 
 
 class PartsRunner:
-    """The runner of a group with blocks: its parts (block runners, and runners of the single
-    envs between them) each carry out their own rows' mode bytes."""
+    """The runner of a group with blocks (a :class:`Runner`): its parts (block runners, and
+    runners of the single envs between them) each carry out their own rows' mode bytes."""
 
-    def __init__(self, parts: list[CommandRunner], start: int):
+    def __init__(self, parts: list[Runner], start: int):
         self.parts = parts
         self.lane = 0
+        self.rows = slice(parts[0].rows.start, parts[-1].rows.stop)
         self.spans = [(part.rows.start - start, part.rows.stop - start, part) for part in parts]
 
     def use_lane(self, lane: int) -> None:

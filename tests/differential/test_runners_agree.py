@@ -21,7 +21,8 @@ from gymnasium.vector import AutoresetMode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gymvec.subenvs.drivers import BatchStep, CommandRunner, make_driver
+from gymvec.subenvs.batch_step import BatchStep
+from gymvec.subenvs.drivers import CommandRunner, make_driver
 from gymvec.subenvs.kinds import summarize
 from gymvec.wire.buffers import BufferLayout, Buffers, private_memory
 from gymvec.wire.commands import (
