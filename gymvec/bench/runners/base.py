@@ -108,9 +108,11 @@ def worker_layout(num_envs: int, options: RunnerOptions) -> tuple[int, int]:
 
 
 class VectorEnvRunner(Runner):
-    """Any ``gymnasium.vector.VectorEnv`` (it autoresets itself, so stepping never stops)."""
+    """Any ``gymnasium.vector.VectorEnv`` (it autoresets itself, so stepping never stops), or
+    a framework-free reference loop of ``runners.bare`` (stepped alike, resetting finished
+    sub-envs itself)."""
 
-    def __init__(self, env: gym.vector.VectorEnv) -> None:
+    def __init__(self, env: gym.vector.VectorEnv | Any) -> None:
         self.env = env
 
     def reset(self, seed: int) -> None:
@@ -138,22 +140,6 @@ class SB3Runner(Runner):
 
     def close(self) -> None:
         self.venv.close()
-
-
-class BareRunner(Runner):
-    """A framework-free reference loop of ``runners.bare`` (it resets finished sub-envs itself)."""
-
-    def __init__(self, loop: Any) -> None:
-        self.loop = loop
-
-    def reset(self, seed: int) -> None:
-        self.loop.reset(seed)
-
-    def step(self, actions: Any) -> None:
-        self.loop.step(actions)
-
-    def close(self) -> None:
-        self.loop.close()
 
 
 class TensorDictRunner(Runner):

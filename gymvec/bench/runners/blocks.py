@@ -14,7 +14,6 @@ import numpy as np
 
 from gymvec.bench.runners.bare import FREE_LAG, BareParallel
 from gymvec.bench.runners.base import (
-    BareRunner,
     Runner,
     RunnerOptions,
     VectorEnvRunner,
@@ -46,7 +45,7 @@ def _bare_blocks_loop(env_id: str, num_envs: int, options: RunnerOptions, lag: i
     rows = num_envs // workers
     make = functools.partial(gym.make_vec, env_id, rows, vectorization_mode="vector_entry_point")
     loop = BareParallel([make] * workers, workers, lag=lag, block_rows=rows, copy_out=False)
-    return BareRunner(loop)
+    return VectorEnvRunner(loop)
 
 
 @register_runner("bare-blocks")

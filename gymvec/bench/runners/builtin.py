@@ -13,7 +13,6 @@ from gymvec.bench.envs import importable_id
 from gymvec.bench.runners.base import (
     FIRST_READY_BATCH,
     BareFirstReadyRunner,
-    BareRunner,
     CollectorRunner,
     FirstReadyRunner,
     Runner,
@@ -133,7 +132,7 @@ def _bare_loop(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
     """The one-core reference: every sub-env stepped in a plain loop (see ``runners.bare``)."""
     from gymvec.bench.runners.bare import BareLoop
 
-    return BareRunner(BareLoop(make_env_fns(env_id, num_envs)))
+    return VectorEnvRunner(BareLoop(make_env_fns(env_id, num_envs)))
 
 
 @register_runner("bare-parallel")
@@ -142,7 +141,7 @@ def _bare_parallel(env_id: str, num_envs: int, options: RunnerOptions) -> Runner
     from gymvec.bench.runners.bare import BareParallel
 
     num_workers, _ = worker_layout(num_envs, options)
-    return BareRunner(BareParallel(make_env_fns(env_id, num_envs), num_workers))
+    return VectorEnvRunner(BareParallel(make_env_fns(env_id, num_envs), num_workers))
 
 
 @register_runner("bare-free")
@@ -152,7 +151,7 @@ def _bare_free(env_id: str, num_envs: int, options: RunnerOptions) -> Runner:
     from gymvec.bench.runners.bare import FREE_LAG, BareParallel
 
     num_workers, _ = worker_layout(num_envs, options)
-    return BareRunner(BareParallel(make_env_fns(env_id, num_envs), num_workers, lag=FREE_LAG))
+    return VectorEnvRunner(BareParallel(make_env_fns(env_id, num_envs), num_workers, lag=FREE_LAG))
 
 
 @register_runner("gymvec-serial")
