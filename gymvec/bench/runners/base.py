@@ -112,7 +112,7 @@ class VectorEnvRunner(Runner):
     a framework-free reference loop of ``runners.bare`` (stepped alike, resetting finished
     sub-envs itself)."""
 
-    def __init__(self, env: gym.vector.VectorEnv | Any) -> None:
+    def __init__(self, env: Any) -> None:  # a VectorEnv, or a bare loop stepped alike
         self.env = env
 
     def reset(self, seed: int) -> None:
