@@ -1,13 +1,12 @@
 """docs/integrations.md runs: every ``python`` and ``bash`` block of each trainer's section, as a
 user would run it (a script file, a shell), where that trainer is installed.
 
-The main CI run has SB3 only; .ci/run's venv steps run this file again with rl-zoo3 and
-sb3-contrib, RLlib, torchrl installed, where their sections run.
+A section whose trainer does not import here is skipped, saying why: .ci/run's full-extras venv
+runs the rl-zoo3, sb3-contrib and torchrl sections, its RLlib venv the RLlib section.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -15,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import import_error
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "integrations.md"
@@ -24,7 +24,7 @@ REQUIRES: dict[str, tuple[str, ...] | None] = {
     "SB3": ("stable_baselines3",),
     "rl-zoo3": ("rl_zoo3",),
     "sb3-contrib": ("sb3_contrib",),
-    "tianshou": None,  # tests/integrations/test_tianshou.py runs its block, in the tianshou venv
+    "tianshou": None,  # tests/integrations/test_tianshou.py runs its block
     "RLlib": ("ray.rllib",),
     "CleanRL": (),
     "PettingZoo (multi-agent)": None,  # tests/pettingzoo/test_pz_docs.py runs its block
@@ -51,18 +51,11 @@ def test_every_section_is_known():
             assert any(lang in RUNNERS for lang, _ in blocks), f"{title}: no block to run"
 
 
-def _installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:  # a submodule of a missing package
-        return False
-
-
 @pytest.mark.parametrize("title", [t for t, r in REQUIRES.items() if r is not None])
 def test_section_blocks_run(title, tmp_path):
-    missing = [m for m in REQUIRES[title] if not _installed(m)]
-    if missing:
-        pytest.skip(f"{title}: {', '.join(missing)} not installed (run in its .ci/run venv)")
+    error = import_error(*REQUIRES[title]) if REQUIRES[title] else None
+    if error:
+        pytest.skip(f"{title}: {error}")
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     env.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")

@@ -1,8 +1,11 @@
-"""rl-zoo3 and sb3-contrib with gymvec's SB3 vectorizers (``pip install rl_zoo3 sb3-contrib``;
-.ci/run runs this file in a venv of its own, where they are installed).
+"""rl-zoo3 and sb3-contrib with gymvec's SB3 vectorizers (``pip install -e ".[rl-zoo3]"``).
 
 The reference is each trainer's own run over SB3's DummyVecEnv with the same seed: the same
 Monitor episodes (and for rl-zoo3, the same saved policy).
+
+rl_zoo3 patches gymnasium when imported (its TimeLimit adds ``info["TimeLimit.truncated"]`` to
+every env made afterwards), so each test that imports it or sb3-contrib runs in a fresh
+interpreter (the fresh_interpreter marker, tests/conftest.py), and this module imports neither.
 """
 
 from __future__ import annotations
@@ -12,21 +15,24 @@ import os
 import subprocess
 import sys
 import zipfile
+from importlib.util import find_spec
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import FRESH_INTERPRETER
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import DummyVecEnv
 
-pytest.importorskip("rl_zoo3", reason="rl-zoo3 is an optional integration (pip install rl_zoo3)")
-pytest.importorskip("sb3_contrib", reason="sb3-contrib is an optional integration")
+from gymvec.integrations import rl_zoo3 as gymvec_rl_zoo3
+from gymvec.sb3 import ParallelVecEnv, SerialVecEnv
 
-from sb3_contrib import MaskablePPO, RecurrentPPO  # noqa: E402
-from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
-from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
-
-from gymvec.integrations import rl_zoo3 as gymvec_rl_zoo3  # noqa: E402
-from gymvec.sb3 import ParallelVecEnv, SerialVecEnv  # noqa: E402
+pytestmark = pytest.mark.skipif(
+    find_spec("rl_zoo3") is None or find_spec("sb3_contrib") is None,
+    reason='rl-zoo3 and sb3-contrib are an optional integration (pip install -e ".[rl-zoo3]")',
+)
+fresh_interpreter = pytest.mark.fresh_interpreter
 
 ROOT = Path(__file__).resolve().parents[2]
 ZOO_ARGS = ["--algo", "ppo", "--env", "CartPole-v1", "-n", "1024", "--seed", "3"]
@@ -51,6 +57,20 @@ def _zoo_run(log_folder: Path, *extra: str) -> tuple[dict, bytes]:
     return _monitor_episodes(run_dir), policy
 
 
+def test_this_process_never_imports_rl_zoo3():
+    """Collecting this module, and its tests (each in a pytest of its own), import no rl_zoo3
+    here: gymnasium's TimeLimit is still gymnasium's."""
+    assert "rl_zoo3" not in sys.modules
+    assert "sb3_contrib" not in sys.modules
+    assert gym.wrappers.TimeLimit.__module__ == "gymnasium.wrappers.common"
+
+
+@fresh_interpreter
+def test_fresh_interpreter_runs_the_test_in_a_pytest_of_its_own():
+    assert os.environ.get(FRESH_INTERPRETER) == "1"
+
+
+@fresh_interpreter
 def test_rl_zoo3_train_with_gymvec_equals_dummy(tmp_path):
     from rl_zoo3.exp_manager import ExperimentManager
 
@@ -66,6 +86,7 @@ def test_rl_zoo3_train_with_gymvec_equals_dummy(tmp_path):
     assert ExperimentManager.default_vec_env_cls is None  # main() left rl-zoo3 as it was
 
 
+@fresh_interpreter
 def test_rl_zoo3_command_line_with_gymvec_serial(tmp_path):
     """The documented command, as typed: rl-zoo3's vectorizer is gymvec's (its log says so)."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
@@ -78,6 +99,7 @@ def test_rl_zoo3_command_line_with_gymvec_serial(tmp_path):
     assert sum(len(e) for e in _monitor_episodes(run_dir).values()) > 0
 
 
+@fresh_interpreter
 def test_rl_zoo3_entry_refuses_gymvec_options_without_gymvec():
     with pytest.raises(SystemExit):
         gymvec_rl_zoo3.main(["train", *ZOO_ARGS, "--vec-env", "dummy", "--gymvec-workers", "2"])
@@ -118,6 +140,8 @@ class MaskedTargetEnv(gym.Env):
 
 
 def _masked_episodes(vec_env_cls, vec_env_kwargs) -> tuple[list, list]:
+    from sb3_contrib import MaskablePPO
+
     envs = make_vec_env(
         MaskedTargetEnv,
         4,
@@ -135,6 +159,7 @@ def _masked_episodes(vec_env_cls, vec_env_kwargs) -> tuple[list, list]:
         envs.close()
 
 
+@fresh_interpreter
 @pytest.mark.parametrize(
     ("cls", "kwargs"),
     [(SerialVecEnv, {}), (ParallelVecEnv, {"start_method": "fork", "num_workers": 2})],
@@ -148,7 +173,10 @@ def test_maskable_ppo_masks_through_env_method_as_over_dummy(cls, kwargs):
     assert episodes == expected_episodes
 
 
+@fresh_interpreter
 def test_recurrent_ppo_learns_the_same_episodes_as_over_dummy():
+    from sb3_contrib import RecurrentPPO
+
     def learn(vec_env_cls, vec_env_kwargs):
         envs = make_vec_env(
             "CartPole-v1", 2, seed=1, vec_env_cls=vec_env_cls, vec_env_kwargs=vec_env_kwargs

@@ -17,8 +17,14 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import pytest  # noqa: E402
+from conftest import import_error  # noqa: E402
 
-pytest.importorskip("ray.rllib", reason="RLlib is an optional integration (ray[rllib])")
+# ray.rllib ships with every ray, but imports only with ray[rllib]'s dependencies: tried in a
+# fresh interpreter first, so that a failed import leaves nothing half-imported here.
+if (_RLLIB_ERROR := import_error("ray.rllib")) is not None:
+    pytest.skip(
+        f"RLlib is an optional integration (ray[rllib]): {_RLLIB_ERROR}", allow_module_level=True
+    )
 
 import ray  # noqa: E402
 from ray.rllib.algorithms.ppo import PPOConfig  # noqa: E402

@@ -1,6 +1,6 @@
 """gymvec.tianshou: tianshou's vector-env contract, checked against tianshou's DummyVectorEnv.
 
-Needs tianshou 2.x (``pip install gymvec[tianshou]``; .ci/run makes a venv for it): the tests
+Needs tianshou 2.x (``pip install -e ".[tianshou]"``; .ci/run's full-extras venv has it): the tests
 that use it are skipped without it, but for the ImportError test, which runs anyway.
 """
 

@@ -2,8 +2,9 @@
 ``check_env_specs``, transforms, collectors, the same data as torchrl's own batched envs) and
 torchrl's batched envs behind the gymnasium face.
 
-Runs where torchrl is installed (``pip install -e ".[torchrl]"``; CI installs it in a venv of
-its own, see ``.ci/run``); tests/integrations/test_torchrl_missing.py covers the module without it.
+Runs where torchrl is installed (``pip install -e ".[torchrl]"``; .ci/run's venv with every
+extra of the README has it); tests/integrations/test_torchrl_missing.py covers the module
+without it.
 """
 
 from __future__ import annotations
