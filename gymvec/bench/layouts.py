@@ -48,7 +48,7 @@ def tune_main(args: argparse.Namespace) -> int:
 # Cheap to costly envs at 8 to 64 sub-envs: a run of a few minutes on 2 cores.
 PANEL: tuple[tuple[str, int], ...] = (
     ("FrozenLake-v1", 8),
-    ("Taxi-v3", 32),
+    ("Taxi-v4", 32),
     ("CartPole-v1", 8),
     ("CartPole-v1", 64),
     ("Acrobot-v1", 16),
