@@ -1,5 +1,6 @@
-"""``PettingZooBlock``: PettingZoo parallel envs as one gymnasium ``VectorEnv`` whose rows are
-their agents, the block that gymvec's engine runs in a worker (see ``gymvec.pettingzoo``)."""
+"""``AgentRowsBlock`` (also ``PettingZooBlock``): PettingZoo parallel envs as one gymnasium
+``VectorEnv`` whose rows are their agents, the block that gymvec's engine runs in a worker under
+:func:`gymvec.pettingzoo.make_vec`."""
 
 from __future__ import annotations
 
@@ -8,23 +9,23 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, iterate
 from pettingzoo import ParallelEnv
 
-from gymvec.common.reprs import never_raises
 from gymvec.common.structure import build_value
-from gymvec.errors import ClosedEnvError
 from gymvec.options import parse_autoreset_mode
-from gymvec.pettingzoo.agents import split_reset_options
 from gymvec.pettingzoo.table import AgentTable
+from gymvec.pettingzoo.table_block import TableBlock, check_counts
 
 _INTEGER_KINDS = {spaces.Discrete: "iu", spaces.MultiDiscrete: "iu", spaces.MultiBinary: "iub"}
 
 
-class PettingZooBlock(VectorEnv):
-    """``num_envs`` PettingZoo parallel envs as a vector env of ``num_envs * A`` rows, ``A =
-    len(possible_agents)``: row ``e * A + k`` is agent ``possible_agents[k]`` of env ``e``.
+class AgentRowsBlock(TableBlock):
+    """PettingZoo parallel envs as one vector env whose rows are their agents, a row each.
+
+    ``num_envs * A`` rows, ``A = len(possible_agents)``: row ``e * A + k`` is agent
+    ``possible_agents[k]`` of env ``e``.
 
     The rows share the agents' common observation and action spaces. Each step hands every
     env a dict of the actions of its live agents (``env.agents``); the other rows' actions are
@@ -62,28 +63,23 @@ class PettingZooBlock(VectorEnv):
         first_env: int = 0,
         copy: bool = True,
     ):
-        for name, value, least in (("num_envs", num_envs, 1), ("first_env", first_env, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"{name}: expected an int >= {least}, got {value!r}")
+        check_counts(num_envs=(num_envs, 1), first_env=(first_env, 0))
         mode = parse_autoreset_mode(autoreset_mode)
-        self.table = table = AgentTable(env_fn, num_envs)
-        self.envs = table.envs
-        self.agents = table.agents
+        table = AgentTable(env_fn, num_envs)
+        super().__init__(
+            table,
+            rows_per_env=len(table.agents),
+            autoreset_mode=mode,
+            first_env=first_env,
+            copy=copy,
+        )
         (group,) = table.groups
         obs_space, act_space = group.observation_space, group.action_space
-        self.first_env, self.copy = first_env, copy
         self.num_agents = len(self.agents)
-        self.num_envs = num_envs * self.num_agents
         self.rows = [(first_env + e, agent) for e in range(num_envs) for agent in self.agents]
         self.single_observation_space, self.single_action_space = obs_space, act_space
         self.observation_space = batch_space(obs_space, self.num_envs)
         self.action_space = batch_space(act_space, self.num_envs)
-        self.metadata = {
-            "autoreset_mode": mode,
-            "render_modes": self.envs[0].metadata.get("render_modes", []),
-        }
-        self.render_mode = getattr(self.envs[0], "render_mode", None)
-        self.closed = False
         self._index = table.index
         self._leaves = group.leaves
         n = self.num_envs
@@ -100,20 +96,11 @@ class PettingZooBlock(VectorEnv):
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
     ) -> tuple[Any, dict[str, Any]]:
-        """Reset the envs (those whose rows ``options["reset_mask"]`` covers, or all)."""
-        if self.closed:
-            raise ClosedEnvError.after_close(self)
-        if isinstance(seed, int | np.integer):
-            seed = int(seed)
-            super().reset(seed=seed)  # the vector env's own np_random, as gymnasium's
-        seeds = self._env_seeds(seed)
-        mask, env_options = split_reset_options(options)
-        which = self._envs_of_mask(mask)
-        infos: dict[str, Any] = {}
-        for e in which:
-            self._add_infos(infos, e, self.table.reset_env(e, seeds[e], env_options))
+        """Reset the envs (those whose rows ``options["reset_mask"]`` covers, or all);
+        ``infos["alive"]`` says which rows' agents are present."""
+        obs, infos = super().reset(seed=seed, options=options)
         infos["alive"] = self._alive.copy()
-        return self._observations(), infos
+        return obs, infos
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         """One step of every env: each gets its live agents' actions."""
@@ -141,17 +128,9 @@ class PettingZooBlock(VectorEnv):
             group.obs = own
         return self._result(out, infos)
 
-    def _result(
-        self, obs: Any, infos: dict
-    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
-        """A step's five values: ``obs``, copies of the rewards and flags, ``infos``."""
-        rewards, terminations, truncations = self._rewards, self._terminations, self._truncations
-        return obs, rewards.copy(), terminations.copy(), truncations.copy(), infos
-
     def _step(self, actions: Any) -> dict[str, Any]:
         """Step every env, its results in the table; returns the infos."""
-        if self.closed:
-            raise ClosedEnvError.after_close(self)
+        self._check_open()
         row_actions = self._check_actions(actions)
         mode = self.metadata["autoreset_mode"]
         A = self.num_agents
@@ -165,7 +144,7 @@ class PettingZooBlock(VectorEnv):
                         f"env {self.first_env + e} (rows {first}..{first + A - 1}) has no agent "
                         "left: reset it first (options={'reset_mask': ...}) before stepping it"
                     )
-                self._add_infos(infos, e, table.reset_env(e, None, None))
+                self._reset_env(infos, e, None, None)
                 continue
             step = table.step_env(e, lambda env, agent: row_actions[env * A + self._index[agent]])
             obs, _, terminations, truncations, env_infos = step
@@ -184,66 +163,11 @@ class PettingZooBlock(VectorEnv):
         infos["alive"] = self._alive.copy()
         return infos
 
-    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        """Each env's ``name`` (called if callable), once per row, as ``SyncVectorEnv.call``
-        gives one result per sub-env."""
-        results = []
-        for env in self.envs:
-            value = getattr(env, name)
-            results.append(value(*args, **kwargs) if callable(value) else value)
-        return tuple(result for result in results for _ in self.agents)
-
-    def get_attr(self, name: str) -> tuple[Any, ...]:
-        """Each env's attribute ``name``, once per row."""
-        return tuple(getattr(env, name) for env in self.envs for _ in self.agents)
-
-    def render(self) -> tuple[Any, ...]:
-        """Each env's ``render()``."""
-        return tuple(env.render() for env in self.envs)
-
-    def close_extras(self, **kwargs: Any) -> None:
-        self.table.close()
-
-    @never_raises
-    def __repr__(self) -> str:
-        return super().__repr__()  # gymnasium's, which reads num_envs
-
-    # ---- helpers ------------------------------------------------------------------------------
-    def _env_seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
-        n = len(self.envs)
-        if seed is None:
-            return [None] * n
-        if isinstance(seed, int):
-            base = seed - self.first_env * (self.num_agents - 1)
-            return [base + j for j in range(n)]
-        seeds = list(seed)
-        if len(seeds) != self.num_envs:
-            raise ValueError(
-                f"seed: expected an int, None or a list of {self.num_envs} seeds (one per row), "
-                f"got a list of {len(seeds)}"
-            )
-        return seeds[:: self.num_agents]
-
-    def _envs_of_mask(self, mask: Any) -> list[int]:
-        """The envs whose rows a reset mask covers (all without one)."""
-        if mask is None:
-            return list(range(len(self.envs)))
-        mask = np.asarray(mask)
-        if mask.shape != (self.num_envs,) or mask.dtype != np.bool_:
-            raise ValueError(
-                f"options['reset_mask']: expected a bool array of shape ({self.num_envs},), got "
-                f"{mask.dtype} of shape {mask.shape}"
-            )
-        per_env = mask.reshape(len(self.envs), self.num_agents)
-        split = np.flatnonzero(per_env.any(axis=1) & ~per_env.all(axis=1))
-        if split.size:
-            e = int(split[0])
-            raise ValueError(
-                f"options['reset_mask']: expected whole envs (all {self.num_agents} rows of an "
-                f"env or none), got rows {per_env[e].tolist()} for env {self.first_env + e} "
-                f"(rows {e * self.num_agents}..{(e + 1) * self.num_agents - 1})"
-            )
-        return [int(e) for e in np.flatnonzero(per_env[:, 0])]
+    # ---- the rows ---------------------------------------------------------------------------
+    def _reset_env(
+        self, infos: dict[str, Any], e: int, seed: int | None, options: dict | None
+    ) -> None:
+        self._add_infos(infos, e, self.table.reset_env(e, seed, options))
 
     def _check_actions(self, actions: Any) -> list[Any]:
         """One action per row, after checking the batch's shape and dtype."""

@@ -1,30 +1,32 @@
-"""``PettingZooEnvBlock``: PettingZoo parallel envs as one gymnasium ``VectorEnv`` whose rows
-are the envs, their agents in groups: the block under :func:`gymvec.pettingzoo.make_env`."""
+"""``EnvRowsBlock`` (also ``PettingZooEnvBlock``): PettingZoo parallel envs as one gymnasium
+``VectorEnv`` whose rows are the envs, their agents in groups: the block under
+:func:`gymvec.pettingzoo.make_env`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 from pettingzoo import ParallelEnv
 
-from gymvec.common.reprs import never_raises
 from gymvec.common.structure import build_value, get_leaf, space_leaves
-from gymvec.errors import ClosedEnvError
-from gymvec.pettingzoo.agents import default_groups, split_reset_options
+from gymvec.pettingzoo.agents import default_groups
 from gymvec.pettingzoo.table import AgentGroup, AgentTable
+from gymvec.pettingzoo.table_block import TableBlock, check_counts
 
 # The per-agent entries of a group's observation beside the agents' own observation.
 RESULT_KEYS = ("mask", "reward", "terminated", "truncated")
 
 
-class PettingZooEnvBlock(VectorEnv):
-    """``num_envs`` PettingZoo parallel envs as a vector env of ``num_envs`` rows, in
-    gymnasium's DISABLED autoreset mode (resets by ``options={"reset_mask": m}``).
+class EnvRowsBlock(TableBlock):
+    """PettingZoo parallel envs as one vector env whose rows are the envs, a row each.
+
+    ``num_envs`` rows, in gymnasium's DISABLED autoreset mode (resets by
+    ``options={"reset_mask": m}``).
 
     The observation of a row is a ``Dict`` with one entry per group of agents (``groups``:
     name -> agents; default :func:`~gymvec.pettingzoo.default_groups`), each a ``Dict`` of
@@ -54,23 +56,21 @@ class PettingZooEnvBlock(VectorEnv):
         groups: dict[str, list[str]] | None = None,
         copy: bool = True,
     ):
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs: expected an int >= 1, got {num_envs!r}")
+        check_counts(num_envs=(num_envs, 1))
         if groups is None:
             probe = env_fn()
             try:
                 groups = default_groups(list(getattr(probe, "possible_agents", [])))
             finally:
                 getattr(probe, "close", lambda: None)()
-        self.table = table = AgentTable(env_fn, num_envs, groups)
-        self.envs, self.agents, self.copy = table.envs, table.agents, copy
+        table = AgentTable(env_fn, num_envs, groups)
+        super().__init__(table, rows_per_env=1, autoreset_mode=AutoresetMode.DISABLED, copy=copy)
         self.groups = {group.name: list(group.agents) for group in table.groups}
         try:
             self._masks = self._learn_action_masks()
         except BaseException:
             table.close()
             raise
-        self.num_envs = num_envs
         self.single_observation_space = spaces.Dict(
             {group.name: self._group_space(group) for group in table.groups}
         )
@@ -85,12 +85,6 @@ class PettingZooEnvBlock(VectorEnv):
         self._action_leaves = {
             group.name: space_leaves(group.action_space, ()) for group in table.groups
         }
-        self.metadata = {
-            "autoreset_mode": AutoresetMode.DISABLED,
-            "render_modes": self.envs[0].metadata.get("render_modes", []),
-        }
-        self.render_mode = getattr(self.envs[0], "render_mode", None)
-        self.closed = False
         self._rewards = np.zeros(num_envs, np.float64)
         self._terminations = np.zeros(num_envs, np.bool_)
         self._truncations = np.zeros(num_envs, np.bool_)
@@ -131,28 +125,9 @@ class PettingZooEnvBlock(VectorEnv):
         return spaces.Dict(entries)
 
     # ---- gymnasium's VectorEnv ----------------------------------------------------------------
-    def reset(
-        self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
-    ) -> tuple[Any, dict[str, Any]]:
-        """Reset the envs (those ``options["reset_mask"]`` marks, or all)."""
-        if self.closed:
-            raise ClosedEnvError.after_close(self)
-        if isinstance(seed, int | np.integer):
-            seed = int(seed)
-            super().reset(seed=seed)  # the vector env's own np_random, as gymnasium's
-        seeds = self._env_seeds(seed)
-        mask, env_options = split_reset_options(options)
-        infos: dict[str, Any] = {}
-        for e in self._envs_of_mask(mask):
-            self._rewards[e] = 0.0
-            self._terminations[e] = self._truncations[e] = False
-            self._take_infos(infos, e, self.table.reset_env(e, seeds[e], env_options))
-        return self._observations(), infos
-
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         """One step of every env: each gets its live agents' actions."""
-        if self.closed:
-            raise ClosedEnvError.after_close(self)
+        self._check_open()
         group_actions = self._check_actions(actions)
         infos: dict[str, Any] = {}
         table = self.table
@@ -178,61 +153,15 @@ class PettingZooEnvBlock(VectorEnv):
             terminated = ended and any(terminations.values())
             self._terminations[e], self._truncations[e] = terminated, ended and not terminated
             self._take_infos(infos, e, env_infos)
-        return (
-            self._observations(),
-            self._rewards.copy(),
-            self._terminations.copy(),
-            self._truncations.copy(),
-            infos,
-        )
+        return self._result(self._observations(), infos)
 
-    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        """Each env's ``name`` (called if callable)."""
-        results = []
-        for env in self.envs:
-            value = getattr(env, name)
-            results.append(value(*args, **kwargs) if callable(value) else value)
-        return tuple(results)
-
-    def get_attr(self, name: str) -> tuple[Any, ...]:
-        """Each env's attribute ``name``."""
-        return tuple(getattr(env, name) for env in self.envs)
-
-    def render(self) -> tuple[Any, ...]:
-        """Each env's ``render()``."""
-        return tuple(env.render() for env in self.envs)
-
-    def close_extras(self, **kwargs: Any) -> None:
-        self.table.close()
-
-    @never_raises
-    def __repr__(self) -> str:
-        return super().__repr__()  # gymnasium's, which reads num_envs
-
-    # ---- helpers ------------------------------------------------------------------------------
-    def _env_seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
-        if seed is None:
-            return [None] * self.num_envs
-        if isinstance(seed, int):
-            return [seed + e for e in range(self.num_envs)]
-        seeds = list(seed)
-        if len(seeds) != self.num_envs:
-            raise ValueError(
-                f"seed: expected an int, None or a list of {self.num_envs} seeds (one per env), "
-                f"got a list of {len(seeds)}"
-            )
-        return seeds
-
-    def _envs_of_mask(self, mask: Any) -> list[int]:
-        if mask is None:
-            return list(range(self.num_envs))
-        mask = np.asarray(mask)
-        if mask.shape != (self.num_envs,) or mask.dtype != np.bool_:
-            raise ValueError(
-                f"options['reset_mask']: expected a bool array of shape ({self.num_envs},), got "
-                f"{mask.dtype} of shape {mask.shape}"
-            )
-        return [int(e) for e in np.flatnonzero(mask)]
+    # ---- the rows ---------------------------------------------------------------------------
+    def _reset_env(
+        self, infos: dict[str, Any], e: int, seed: int | None, options: dict | None
+    ) -> None:
+        self._rewards[e] = 0.0
+        self._terminations[e] = self._truncations[e] = False
+        self._take_infos(infos, e, self.table.reset_env(e, seed, options))
 
     def _check_actions(self, actions: Any) -> dict[str, list[np.ndarray]]:
         """Each group's action leaves, after checking their shapes."""

@@ -1,5 +1,5 @@
 """``gymvec.pettingzoo.make_vec``: PettingZoo parallel envs as a gymvec vector env whose rows are
-their agents, one :class:`PettingZooBlock` per worker."""
+their agents, one :class:`AgentRowsBlock` per worker."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pettingzoo import ParallelEnv
 
 from gymvec.common.cores import usable_cores
 from gymvec.options import parse_autoreset_mode
+from gymvec.pettingzoo.agent_rows import AgentRowsBlock
 from gymvec.pettingzoo.agents import check_parallel_env, close_env, common_spaces
-from gymvec.pettingzoo.block import PettingZooBlock
 from gymvec.subenvs.layout import check_count, spread
 
 if TYPE_CHECKING:
@@ -38,8 +38,8 @@ def make_vec(
 
     The envs are spread over the workers as gymvec spreads sub-envs (``subenvs.layout.spread``:
     as even as they go, the larger shares last); each worker holds one
-    :class:`PettingZooBlock` of its envs. ``reset(seed=s)`` seeds env ``e`` with ``s + e``.
-    Rows, autoresets and infos are the block's (see :class:`PettingZooBlock`).
+    :class:`AgentRowsBlock` of its envs. ``reset(seed=s)`` seeds env ``e`` with ``s + e``.
+    Rows, autoresets and infos are the block's (see :class:`AgentRowsBlock`).
 
     Args:
         env_fn: builds one PettingZoo ``ParallelEnv`` (picklable for the parallel backend).
@@ -75,7 +75,7 @@ def make_vec(
     first_env = 0
     for share in spread(num_envs, num_workers):
         block = functools.partial(
-            PettingZooBlock, env_fn, share, autoreset_mode=mode, first_env=first_env, copy=False
+            AgentRowsBlock, env_fn, share, autoreset_mode=mode, first_env=first_env, copy=False
         )
         # (its size declared: the engine plans the rows without building it)
         factories.append(BlockFactory(block, share * len(agents)))

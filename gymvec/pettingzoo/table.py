@@ -1,7 +1,7 @@
 """``AgentTable``: PettingZoo parallel envs and their agents' latest results, in arrays laid
 out per group of agents. What both blocks of ``gymvec.pettingzoo`` step:
-:class:`~gymvec.pettingzoo.PettingZooBlock` (agents as rows: one group of all agents) and
-:class:`~gymvec.pettingzoo.PettingZooEnvBlock` (envs as rows: agents in groups)."""
+:class:`~gymvec.pettingzoo.AgentRowsBlock` (agents as rows: one group of all agents) and
+:class:`~gymvec.pettingzoo.EnvRowsBlock` (envs as rows: agents in groups)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``gymvec.pettingzoo.make_env``: PettingZoo parallel envs as a tensordict batched env in
-torchrl's multi-agent layout (:class:`PettingZooEnv`), one :class:`PettingZooEnvBlock` per
+torchrl's multi-agent layout (:class:`PettingZooEnv`), one :class:`EnvRowsBlock` per
 worker under gymvec's ``SerialEnv``/``ParallelEnv``."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from gymvec.common.reprs import never_raises
 from gymvec.envs.base import DONE_KEYS, EnvBase
 from gymvec.envs.batched import BatchedEnvBase
 from gymvec.pettingzoo.agents import check_parallel_env, close_env, common_spaces, default_groups
-from gymvec.pettingzoo.env_block import PettingZooEnvBlock
+from gymvec.pettingzoo.env_rows import EnvRowsBlock
 from gymvec.pettingzoo.table import check_groups
 from gymvec.specs import Categorical, Composite, TensorSpec, Unbounded
 from gymvec.subenvs.layout import WorkerLayout
@@ -26,7 +26,7 @@ BACKENDS = ("serial", "parallel")
 
 
 class PettingZooEnv(EnvBase):
-    """A batched env of :class:`PettingZooEnvBlock` rows (one per PettingZoo env) in
+    """A batched env of :class:`EnvRowsBlock` rows (one per PettingZoo env) in
     torchrl's multi-agent layout. Per group ``g`` of ``n`` agents:
 
     * ``(g, "observation")``, ``(g, "mask")`` (bool: the agent acted in this step, or is
@@ -36,7 +36,7 @@ class PettingZooEnv(EnvBase):
       ``(g, "action")`` as input. Each group's entries sit in a ``Composite`` of shape
       ``[num_envs, n]``.
     * Per env, ``"done"``/``"terminated"``/``"truncated"`` (``[num_envs, 1]``): done when no
-      agent is left (see :class:`PettingZooEnvBlock`).
+      agent is left (see :class:`EnvRowsBlock`).
 
     ``reward_spec`` is the ``Composite`` of the groups' rewards (torchrl's
     ``full_reward_spec``); ``action_spec`` is ``full_action_spec``. ``step_and_maybe_reset``
@@ -45,7 +45,7 @@ class PettingZooEnv(EnvBase):
     ``env.batched.last_extras``. Build it with :func:`make_env`.
 
     Args:
-        batched: a ``SerialEnv``/``ParallelEnv`` whose sub-envs are ``PettingZooEnvBlock`` s
+        batched: a ``SerialEnv``/``ParallelEnv`` whose sub-envs are ``EnvRowsBlock`` s
             of the same groups.
         groups: group name -> agents, as the blocks have them.
     """
@@ -216,7 +216,7 @@ def make_env(
     ``[num_envs]``) in torchrl's multi-agent layout (see :class:`PettingZooEnv`).
 
     The envs are spread over the workers as gymvec spreads sub-envs
-    (``WorkerLayout.plan``); each worker holds one :class:`PettingZooEnvBlock` of its envs.
+    (``WorkerLayout.plan``); each worker holds one :class:`EnvRowsBlock` of its envs.
     Env ``e`` is seeded ``s + e`` by ``set_seed(s)``.
 
     Args:
@@ -249,7 +249,7 @@ def make_env(
     groups = _groups_of(env_fn, group_map)
     factories = [
         BlockFactory(
-            functools.partial(PettingZooEnvBlock, env_fn, share, groups=groups, copy=False),
+            functools.partial(EnvRowsBlock, env_fn, share, groups=groups, copy=False),
             share,
         )
         for share in layout.sub_envs_per_worker

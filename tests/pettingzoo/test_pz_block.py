@@ -1,5 +1,6 @@
-"""PettingZooBlock: PettingZoo parallel envs' agents as the rows of one gymnasium VectorEnv,
-against the same envs stepped one by one with the same seeds and actions."""
+"""AgentRowsBlock (first named PettingZooBlock): PettingZoo parallel envs' agents as the rows of
+one gymnasium VectorEnv, against the same envs stepped one by one with the same seeds and
+actions; and what it shares with EnvRowsBlock (TableBlock)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,13 @@ from gymnasium.spaces.utils import flatten  # noqa: E402
 from gymnasium.vector.utils import iterate  # noqa: E402
 
 from gymvec import ClosedEnvError  # noqa: E402
-from gymvec.pettingzoo import PettingZooBlock, PettingZooEnvBlock  # noqa: E402
+from gymvec.pettingzoo import (  # noqa: E402
+    AgentRowsBlock,
+    EnvRowsBlock,
+    PettingZooBlock,
+    PettingZooEnvBlock,
+)
+from gymvec.pettingzoo.table_block import TableBlock  # noqa: E402
 
 ENV_FNS = {
     "leaving": (leaving_env, 24),
@@ -271,3 +278,33 @@ def test_calls_after_close_raise_closed_env_error(cls):
     with pytest.raises(ClosedEnvError, match=message):
         block.reset(seed=0)
     assert repr(block) == f"{cls.__name__}(num_envs={block.num_envs})"
+
+
+def test_the_first_names_are_the_blocks():
+    assert PettingZooBlock is AgentRowsBlock and PettingZooEnvBlock is EnvRowsBlock
+
+
+@pytest.mark.parametrize("cls, per_env", [(AgentRowsBlock, 2), (EnvRowsBlock, 1)])
+def test_both_blocks_seed_reset_and_call_their_envs_alike(cls, per_env):
+    # TableBlock's part, through each block's rows: an agent's each (LateEnv has 2) or an env's
+    block = cls(late_env, 3)
+    assert isinstance(block, TableBlock) and block.num_envs == 3 * per_env
+    block.reset(seed=10)
+    assert block.get_attr("seed0") == tuple(float(10 + e) for e in range(3) for _ in range(per_env))
+    mask = np.zeros(3 * per_env, bool)
+    mask[per_env : 2 * per_env] = True  # env 1's rows
+    rows = block.num_envs
+    block.reset(seed=list(range(30, 30 + rows)), options={"reset_mask": mask})
+    # env 1 takes its first row's seed; the others keep theirs
+    assert block.get_attr("seed0")[::per_env] == (10.0, 30.0 + per_env, 12.0)
+    spaces = block.call("observation_space", "p_1")
+    assert len(spaces) == rows and spaces[0]["position"].shape == (2,)
+    assert block.call("possible_agents") == (["p_0", "p_1"],) * rows  # a value, not called
+    with pytest.raises(ValueError, match=rf"list of {rows} seeds \(one per row\), got a list of 2"):
+        block.reset(seed=[1, 2])
+    if per_env > 1:
+        half = np.zeros(rows, bool)
+        half[per_env] = True
+        with pytest.raises(ValueError, match=r"expected whole envs .* for env 1 \(rows 2..3\)"):
+            block.reset(options={"reset_mask": half})
+    block.close()
