@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gymvec.errors import UnsupportedSpaceError
@@ -20,6 +20,8 @@ from gymvec.subenvs.layout import WorkerLayout
 from gymvec.wire.buffers import BufferLayout, Buffers
 from gymvec.wire.calls import Call, Command, Request
 from gymvec.wire.commands import Control, Extras
+
+Meanwhile = Callable[[int], object]  # see Executor.wait
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +45,9 @@ class Executor(ABC):
     Commands: the engine writes the mode bytes, seeds and lane into the control block and the
     actions into the buffers, then calls :meth:`send`, then :meth:`wait` (which returns once
     every group is done). Requests (attribute access, method calls) go by name with keyword
-    arguments, through :meth:`request_send` and :meth:`request_wait`.
+    arguments, through :meth:`request_send` and :meth:`request_wait`. The calls
+    (``wire.calls``) are messages: what an executor keeps of one while it waits (answers so
+    far, where it went) it keeps itself.
 
     First-ready commands (``BatchEngine.async_step_send`` and the like) go to single sub-envs
     instead of every group: the engine writes the mode bytes (and seeds) of rows that are
@@ -90,19 +94,17 @@ class Executor(ABC):
     def send(self, call: Command) -> None:
         """Start the command of ``call`` on every group; returns at once where it can."""
 
-    def run_local(self, call: Command, timeout: float | None = None) -> int | None:
-        """Run the share of the command sent last that this process runs while other groups
-        run theirs, ahead of :meth:`wait` (once; its error is raised by ``wait``); returns
-        ``k``, the rows ``[0, k)`` it holds, which are then done. None (the default): nothing
-        runs here ahead of ``wait``."""
-        return None
-
     @abstractmethod
-    def wait(self, call: Command, timeout: float | None = None) -> dict[int, Extras]:
+    def wait(
+        self, call: Command, timeout: float | None = None, meanwhile: Meanwhile | None = None
+    ) -> dict[int, Extras]:
         """Wait for the command sent last; returns the extras by sub-env index.
 
         Raises ``TimeoutError`` past ``timeout`` (calling again resumes the wait), and the
-        first error of a sub-env once every group has answered or is gone.
+        first error of a sub-env once every group has answered or is gone. Where this
+        process runs a share of the sub-envs while other groups run theirs, it runs it
+        once (a resumed wait does not), then calls ``meanwhile(k)``: rows ``[0, k)`` are
+        done, the other groups may still be running.
         """
 
     @abstractmethod

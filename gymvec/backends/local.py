@@ -10,6 +10,7 @@ from typing import Any
 
 from gymvec.backends.executor import (
     Executor,
+    Meanwhile,
     SharedMemory,
     group_indices,
     group_of,
@@ -89,9 +90,11 @@ class LocalExecutor(Executor):
     def send(self, call: Call) -> None:
         pass  # everything runs in wait(); object actions are already in this process's lists
 
-    def wait(self, call: Command, timeout: float | None = None) -> dict[int, Extras]:
+    def wait(
+        self, call: Command, timeout: float | None = None, meanwhile: Meanwhile | None = None
+    ) -> dict[int, Extras]:
         # Nothing runs elsewhere, so nothing overlaps with this process's share (no
-        # run_local), and nothing could cut a sub-env short at ``timeout``.
+        # ``meanwhile``), and nothing could cut a sub-env short at ``timeout``.
         if len(self.groups) == 1:  # (each run returns a dict of its own)
             return self.groups[0].run(call.options)
         extras: dict[int, Extras] = {}

@@ -8,15 +8,16 @@ this process; ``backends/processes/executor.py``: in worker processes). It speak
   ``buffers.action``, handling finished sub-envs by gymnasium's ``AutoresetMode``
   (``commands.step_modes``);
 * ``reset_send(mask, seeds=..., options=..., into="root" | "next")`` / ``recv()``;
-* ``recv_local()``: this process's share of the command, run ahead of ``recv``;
 * ``request(name, indices, **kwargs)``: attribute access and method calls on sub-envs
   (``requests.py``);
 * first-ready commands, to some sub-envs, taken back as they finish
   (``first_ready.py``): ``async_step_send(indices, autoreset)`` /
   ``async_reset_send(indices, seeds=..., into=...)`` / ``async_recv(kind, min_get, ...)``.
 
-The whole-batch verbs live here; the call in flight in ``life.CallLife``, the modes of each
-autoreset policy in ``commands.step_modes``, learnt info fields in ``info_learning``.
+The whole-batch verbs live here; the call in flight in ``life.CallLife``, what the engine
+knows of its sub-envs between calls in ``books.Books``, the executor in ``slot.ExecutorSlot``,
+the modes of each autoreset policy in ``commands.step_modes``, learnt info fields in
+``info_learning``.
 
 Results land in the buffers (numpy views, no copy): ``buffers.next`` holds each step's
 transition, ``buffers.root`` each sub-env's current observation once a reset into the root or
@@ -42,24 +43,24 @@ Example:
 
 from __future__ import annotations
 
-import os
-import weakref
+import dataclasses
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from gymvec.backends.backend import Backend, ExecutorStart, process_backend, serial_backend
+from gymvec.backends.backend import Backend, process_backend, serial_backend
 from gymvec.backends.executor import Executor, SharedMemory
-from gymvec.common.arrays import any_set
 from gymvec.common.infos import InfoField
+from gymvec.engine.books import Books
 from gymvec.engine.first_ready import FirstReady
 from gymvec.engine.info_learning import InfoLearner
 from gymvec.engine.life import CallLife
 from gymvec.engine.planning import plan_from_probe, plan_from_workers
 from gymvec.engine.requests import Requests
-from gymvec.errors import ClosedEnvError
+from gymvec.engine.slot import ExecutorSlot
 from gymvec.subenvs.block import check_blocks, resets_finished_rows
 from gymvec.subenvs.factories import SubEnvFactories
 from gymvec.subenvs.kinds import SubEnvSummary, spaces_of_summaries
@@ -118,7 +119,9 @@ class BatchEngine:
     fields are those the sub-envs declare; :meth:`learn_info_fields` adds those of their
     first results.
 
-    Parts: ``life`` (:class:`~gymvec.engine.life.CallLife`: the call in flight),
+    Parts: ``life`` (:class:`~gymvec.engine.life.CallLife`: the call in flight), ``books``
+    (:class:`~gymvec.engine.books.Books`: ``finished``, ``root_stale`` and the like), ``slot``
+    (:class:`~gymvec.engine.slot.ExecutorSlot`: the executor, started on first use),
     ``first_ready`` (:class:`~gymvec.engine.first_ready.FirstReady`: first-ready commands),
     ``learner`` (:class:`~gymvec.engine.info_learning.InfoLearner`), ``lanes``
     (:class:`~gymvec.wire.buffers.LaneChoice`: the observation lane in use).
@@ -147,10 +150,8 @@ class BatchEngine:
         self.backend = backend
         self.num_workers = factories.num_workers
         self.life = life = CallLife(timeout)
-        self.check_not_stuck, self.abandon = life.check_not_stuck, life.give_up  # (bound here)
-        self._executor: Executor | None = None
-        self._finalizer: Any = None
-        self.closed = False
+        self.check_not_stuck = life.check_not_stuck  # (bound here)
+        self.slot = slot = ExecutorSlot(backend)
         self.multi_task = factories.one_per_worker()
         self._kept = KeptEnv(None)
         plan = plan_from_probe if factories.rows_known(self.multi_task) else plan_from_workers
@@ -159,12 +160,9 @@ class BatchEngine:
         self.summaries: list[SubEnvSummary] = summaries
         self.metadata: dict = summaries[0].metadata
         self.render_mode: str | None = summaries[0].render_mode
-        self.finished = np.zeros(self.num_envs, dtype=bool)  # episode over, not reset since
-        self._finished_bytes = self.finished.view(np.uint8).data  # (written each step)
-        self.any_finished = False
-        self.root_stale = np.zeros(self.num_envs, dtype=bool)  # root older than "next"
-        self._uniform_mode: int | None = None  # the mode every control byte holds, if known
-        self._modes_none_finished = {m: step_modes(m, self.finished, False) for m in AutoresetMode}
+        self.books = books = Books(self.num_envs, self.buffers)
+        self.finished, self.root_stale = books.finished, books.root_stale  # (the same arrays)
+        self._modes_none_finished = {m: step_modes(m, books.finished, False) for m in AutoresetMode}
         # Only NEXT_STEP's modes depend on which sub-envs finished, and not for a batch of
         # NEXT_STEP blocks alone: they reset their finished rows in their own step
         planned = not all(map(resets_finished_rows, summaries))
@@ -176,16 +174,20 @@ class BatchEngine:
         self.write_action_rows = self.buffers.write_action_rows
         self._object_actions = bool(self.layout.object_action_keys)
         self.object_obs = bool(self.layout.object_obs_keys)
+        # A step is the same message every time (but its lane, see _send): one per mode
+        objects = self.buffers.action_objects if self._object_actions else None
+        self._step_commands = {
+            mode: Command("step", mode, action_objects=objects) for mode in AutoresetMode
+        }
         self.learner = InfoLearner(self.layout, self.num_envs)
         self.first_ready = first_ready = FirstReady(
-            self,
+            slot,
             life,
+            books,
             self.buffers,
             self.control,
             self.lanes,
             self.learner,
-            self.finished,
-            self.root_stale,
             self.object_obs,
             self.worker_layout.unit_size,
         )
@@ -195,35 +197,25 @@ class BatchEngine:
         self.async_recv = first_ready.recv
         self.async_rows = first_ready.rows
         self.requests = requests = Requests(
-            self, life, self.num_envs, first_ready.check_none_flying
+            slot, life, self.num_envs, first_ready.check_none_flying
         )
         self.request, self.request_send = requests.request, requests.send
         self.request_recv = requests.recv
-
-    # ---- the start (see planning.py) ----------------------------------------------------------
-    def _started(self, executor: Executor) -> Executor:
-        self._executor = executor
-        if self.backend.collect_on_exit:
-            # Stop the workers (and free a memmap file) even if the user never closes
-            # (before multiprocessing's own exit handler would wait for them forever).
-            self._finalizer = weakref.finalize(
-                self, _shutdown, executor, self.backend.release, os.getpid()
-            )
-        return executor
 
     # ---- parts and state ------------------------------------------------------------------
     @property
     def executor(self) -> Executor:
         """The running executor; the sub-envs are built on first use."""
-        if self.closed:
-            raise ClosedEnvError("the env is closed: create a new one to go on")
-        if self._executor is None:
-            return self._started(
-                self.backend.start(
-                    ExecutorStart.of(self.factories, self.worker_layout, self.shared, self._kept)
-                )
-            )
-        return self._executor
+        return self.slot.executor
+
+    @property
+    def closed(self) -> bool:
+        return self.slot.closed
+
+    @property
+    def any_finished(self) -> bool:
+        """Whether a sub-env finished an episode and was not reset since (see ``finished``)."""
+        return self.books.any_finished
 
     @property
     def stuck(self) -> TimeoutError | None:
@@ -241,15 +233,18 @@ class BatchEngine:
         call = self.life.call
         return None if call is None else call.kind
 
-    @property
-    def idle(self) -> bool:
-        """No call in flight and not stuck: a new call may start (one test per step)."""
-        return self.life.call is None and self.life.stuck is None
+    # No call in flight and not stuck: a new call may start (the life's own flag, read
+    # without a Python call: the face asks it every step)
+    idle = property(operator.attrgetter("life.idle"))
 
     @property
     def interrupted(self) -> bool:
         """Whether the call in flight was interrupted (the next call ends it)."""
-        return self.life.call is not None and self.life.call.interrupted
+        return self.life.call is not None and self.life.interrupted
+
+    def abandon(self) -> None:
+        """Give the call in flight up: the next call reads its answers and drops them."""
+        self.life.abandon()
 
     @property
     def flying(self) -> np.ndarray:
@@ -270,20 +265,16 @@ class BatchEngine:
 
     def learn_info_fields(self) -> None:
         """Learn buffer fields for the numeric info entries of the sub-envs' first results
-        (for the gymnasium face, whose infos no spec fixes): ``recv`` hands their places out
-        (``Received.info_places``) for :meth:`adopt_info_fields`; ``async_recv`` adopts them
-        itself. Until then, and past the reserve (``BufferLayout``), infos go as extras."""
+        (for the gymnasium face, whose infos no spec fixes): ``recv`` and ``async_recv``
+        give them their places in every process (``layout.info_fields`` grows in place).
+        Until then, and past the reserve (``BufferLayout``), infos go as extras."""
         self.learner.start()
 
-    def adopt_info_fields(self, places: InfoPlaces) -> None:
-        """Give learnt info fields (``Received.info_places``) their places in every process
-        (``layout.info_fields`` grows in place): one request to the sub-env groups."""
+    def _adopt_info_fields(self, places: InfoPlaces) -> None:
+        """Give learnt info fields their places in every process: one request to the sub-env
+        groups, after the command that taught them ended."""
         self.request("add_info_fields", places=places)
         self.buffers.add_info_fields(places)  # (done already where groups share them)
-
-    def mode_written(self, uniform: int | None) -> None:
-        """The control block's mode bytes were written: all ``uniform`` (None: mixed)."""
-        self._uniform_mode = uniform
 
     # ---- verbs --------------------------------------------------------------------------------
     def step_send(
@@ -300,14 +291,12 @@ class BatchEngine:
         lane leaves the root's observations of the rows it did not reset in the lane only.
         Object actions (``buffers.action_objects``) travel with the command.
         """
-        if self.any_finished and self._plans_rows[autoreset]:
-            modes = step_modes(autoreset, self.finished, True)
+        books = self.books
+        if books.any_finished and self._plans_rows[autoreset]:
+            modes = step_modes(autoreset, books.finished, True)
         else:  # (the planner's answer for each mode, asked once: see __init__)
             modes = self._modes_none_finished[autoreset]
-        command = Command("step", autoreset)
-        if self._object_actions:
-            command.action_objects = self.buffers.action_objects
-        self._send(command, modes, None, handout)
+        self._send(self._step_commands[autoreset], modes, None, handout)
 
     def reset_send(
         self,
@@ -333,75 +322,38 @@ class BatchEngine:
             modes: Modes = reset_mode
         else:
             mask = np.asarray(mask, dtype=bool).reshape(self.num_envs)
-            others = np.where(self.root_stale, SYNC_ROOT, 0) if into == "root" else 0
+            others = np.where(self.books.root_stale, SYNC_ROOT, 0) if into == "root" else 0
             modes = np.where(mask, reset_mode, others).astype(np.uint8)
             seeds = masked_seeds(seeds, mask)
         command = Command("reset", into=into, options=options, mask=mask)
         self._send(command, modes, seeds, handout)
 
-    def recv_local(self, timeout: float | None = None) -> int | None:
-        """Run this process's share of the command in flight while worker processes run
-        theirs, ahead of :meth:`recv`; returns ``k``: rows ``[0, k)`` are done, so the caller
-        may copy them out before it calls ``recv``. None: nothing runs here ahead of ``recv``
-        (no worker processes, or a command into an observation lane)."""
-        life, executor = self.life, self._executor
+    def recv(
+        self, timeout: float | None = None, meanwhile: Callable[[int], object] | None = None
+    ) -> Received:
+        """Wait for the command sent last. ``timeout``: raise ``TimeoutError`` past it; the
+        command stays in flight, a later ``recv`` resumes it. ``meanwhile(k)``: called once
+        this process has run its share of the command while worker processes still run
+        theirs (rows ``[0, k)`` are then done and may be copied out); not called where
+        nothing runs here ahead of the workers, nor for a command into an observation lane.
+        Info fields learnt from the results (see :meth:`learn_info_fields`) get their
+        places before it returns."""
+        life, executor = self.life, self.slot.current
         call = life.call
-        if not isinstance(call, Command) or call.interrupted or life.stuck or executor is None:
+        if not isinstance(call, Command) or life.interrupted or life.stuck or executor is None:
             life.refuse_recv(executor, "command", timeout)
-        if call.lane:  # the observations go to a lane: nothing is left to copy early
-            return None
-        try:
-            return executor.run_local(call, life.timeout if timeout is None else timeout)
-        except BaseException as exc:
-            life.wait_failed(call, exc, timeout)
-            raise
-
-    def recv(self, timeout: float | None = None) -> Received:
-        """Wait for the command sent last (see :meth:`recv_local`). ``timeout``: raise
-        ``TimeoutError`` past it; the command stays in flight, a later ``recv`` resumes it."""
-        life, executor = self.life, self._executor
-        call = life.call
-        if not isinstance(call, Command) or call.interrupted or life.stuck or executor is None:
-            life.refuse_recv(executor, "command", timeout)
-        # (life.wait_timeout and life.ended, inline: this runs every step)
-        try:
-            extras = executor.wait(call, life.timeout if timeout is None else timeout)
-        except BaseException as exc:
-            life.wait_failed(call, exc, timeout)
-            raise  # after a timeout still in flight: a later recv() resumes the wait
-        life.call = None
-        life.timed_out = False
+        lane = call.lane
+        extras = life.wait(call, executor.wait, timeout, None if lane else meanwhile)
         if self.object_obs:
             self.buffers.store_objects(extras)
-        # The books: which sub-envs finished, and whose root is older than "next"
-        if call.kind == "step":
-            if call.autoreset is AutoresetMode.SAME_STEP:  # (its modes sync every root)
-                if self.any_finished:
-                    self.finished[:] = False
-                    self.any_finished = False
-                if call.lane:  # but the observations, which stay in the lane
-                    np.logical_not(self.buffers.next.done, out=self.root_stale)
-                else:
-                    self.root_stale.fill(False)
-            else:
-                flags = self.buffers.next.done.tobytes()
-                self._finished_bytes[:] = flags
-                self.any_finished = b"\x01" in flags
-                self.root_stale.fill(True)
-        else:
-            mask = slice(None) if call.mask is None else call.mask
-            self.finished[mask] = False
-            self.any_finished = any_set(self.finished)
-            if call.into == "root":
-                self.root_stale.fill(False)
-            else:
-                self.root_stale[mask] = True
-        places = None
-        if self.learner.active:
-            places = self.learner.learn(extras, slice(None) if call.kind == "step" else [])
-        lane = call.lane
+        self.books.update(call)
+        learner = self.learner
+        if learner.active:
+            places = learner.learn(extras, slice(None) if call.kind == "step" else [])
+            if places:
+                self._adopt_info_fields(places)
         observations = self.lanes.handed_out(lane) if lane else None
-        return Received(call.kind, call.mask, extras, observations, places)
+        return Received(call.kind, call.mask, extras, observations)
 
     def step(self, autoreset: AutoresetMode = AutoresetMode.DISABLED, **kwargs: Any) -> Received:
         """``step_send`` then ``recv``."""
@@ -425,7 +377,7 @@ class BatchEngine:
         self, command: Command, modes: Modes, seeds: Sequence[int | None] | None, handout: bool
     ) -> None:
         life = self.life
-        executor = self._executor
+        executor = self.slot.current
         if (
             executor is None
             or life.call is not None
@@ -436,36 +388,32 @@ class BatchEngine:
             self.first_ready.check_whole_batch(command)
             if life.reset_required:
                 life.check_resets_all(modes)
-        control = self.control
+        control, books = self.control, self.books
         # Step after step the same mode goes to every sub-env: the bytes already hold it.
         uniform = modes if type(modes) is int else None
         if type(modes) is bytes:  # one byte per sub-env: a memoryview takes them at C speed
             self._mode_bytes[:] = modes
-        elif uniform is None or uniform != self._uniform_mode:
+        elif uniform is None or uniform != books.uniform_mode:
             control.mode[:] = modes
-        self._uniform_mode = uniform
+        books.uniform_mode = uniform
         into_lane = handout and self.has_observation_lanes  # (asked before SEED is written:)
         into_lane = into_lane and lane_modes(control, uniform, command.kind)
         if seeds is not None and control.write_seeds(seeds):
-            self._uniform_mode = None
+            books.uniform_mode = None
         lanes = self.lanes
-        command.lane = lanes.choose(into_lane) if into_lane or lanes.current else 0
-        try:
-            executor.send(command)
-        except BaseException as exc:
-            life.post_failed(command, exc)
-            raise
-        life.call = command
+        if into_lane or lanes.current:
+            lane = lanes.choose(into_lane)
+            if lane:
+                command = dataclasses.replace(command, lane=lane)
+        life.post(command, executor.send)
 
     # ---- lifetime -----------------------------------------------------------------------------
     def restart(self) -> None:
         """Close the sub-envs; they are built again (with the factories' current kwargs) on
         the next use."""
-        executor, self._executor = self._executor, None
-        self.life.call = None
+        executor = self.slot.take()
+        self.life.ended()
         self.first_ready.clear()
-        if self._finalizer is not None:
-            self._finalizer.detach()
         self._kept.close()  # built with the kwargs of before
         if executor is not None:
             executor.close()
@@ -473,12 +421,11 @@ class BatchEngine:
     def close(self) -> None:
         """Close every sub-env, stop the workers and free the buffers. Closing twice is
         harmless; a sub-env's close error is raised after the rest is done."""
-        if self.closed:
+        slot = self.slot
+        if slot.closed:
             return
-        self.closed = True
-        executor, self._executor = self._executor, None
-        if self._finalizer is not None:
-            self._finalizer.detach()
+        slot.closed = True
+        executor = slot.take()
         try:
             self._kept.close()
             if executor is not None:
@@ -491,12 +438,3 @@ class BatchEngine:
             f"BatchEngine({self.backend.name}, num_envs={self.num_envs}, "
             f"num_workers={self.num_workers})"
         )
-
-
-def _shutdown(executor: Executor, release: Callable[[], None], owner_pid: int) -> None:
-    # A forked process inherits the engine, garbage or not: its collector may free it there
-    # too, but the workers and the memory are the owner's to end.
-    if os.getpid() != owner_pid:
-        return
-    executor.close()
-    release()

@@ -4,24 +4,24 @@
 step, a reset into the root or into "next"), which sub-envs an error or an interrupt left in
 an unknown state, and the verbs ``step_send``/``reset_send``/``recv`` that the engine
 exposes as ``async_step_send``/``async_reset_send``/``async_recv``. It is given the engine's
-control block, buffers, ``finished``/``root_stale`` books and call in flight, and reads the
-rest through :class:`Host` (the executor, ``any_finished``); it hands the rows to
-``Executor.send_some``/``wait_some``.
+parts (the executor's slot, the call in flight, the books, the control block and buffers),
+never the engine; it hands the rows to ``Executor.send_some``/``wait_some`` and books what
+comes back with ``Books.update``, as the whole-batch receive does.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from gymvec.backends.executor import Executor
 from gymvec.common.arrays import any_set
+from gymvec.engine.books import Books
 from gymvec.engine.info_learning import InfoLearner
 from gymvec.engine.life import CallLife
+from gymvec.engine.slot import ExecutorSlot
 from gymvec.wire.buffers import Buffers, LaneChoice
 from gymvec.wire.calls import Command, Into, Ready
 from gymvec.wire.commands import RESET, RESET_NEXT, SEED, Control, step_modes
@@ -36,29 +36,20 @@ _RECV_KINDS = {
     "step": ((STEP, STEP), "step"),
     "reset": ((RESET_ROOT, RESET_INTO_NEXT), "reset"),
 }
-
-
-class Host(Protocol):
-    """What :class:`FirstReady` reads and writes of the engine that holds it, beyond the parts
-    it is given: the executor (started on first use), whether any sub-env is finished, and
-    that the mode bytes were written."""
-
-    any_finished: bool
-
-    @property
-    def executor(self) -> Executor: ...
-
-    def mode_written(self, uniform: int | None) -> None: ...
+# What the books are told each kind of first-ready command was (see Books.update)
+_BOOKED = {
+    STEP: Command("step", AutoresetMode.NEXT_STEP),
+    RESET_ROOT: Command("reset", into="root"),
+    RESET_INTO_NEXT: Command("reset", into="next"),
+}
 
 
 class FirstReady:
     """The first-ready half of a :class:`~gymvec.engine.BatchEngine` (see the module).
 
     Args:
-        host: the engine (held through a weak proxy, see :class:`Host`).
-        life, buffers, control, lanes, learner: the engine's parts, which stay the same
-            objects.
-        finished, root_stale: the engine's books, written in place.
+        slot, life, books, buffers, control, lanes, learner: the engine's parts, which stay
+            the same objects.
         object_obs: whether the observations have object leaves.
         unit_size: the rows a command sends together (a block's size; 1 without blocks, 0
             where blocks of several sizes, which first-ready commands refuse).
@@ -66,25 +57,21 @@ class FirstReady:
 
     def __init__(
         self,
-        host: Host,
+        slot: ExecutorSlot,
         life: CallLife,
+        books: Books,
         buffers: Buffers,
         control: Control,
         lanes: LaneChoice,
         learner: InfoLearner,
-        finished: np.ndarray,
-        root_stale: np.ndarray,
         object_obs: bool,
         unit_size: int = 1,
     ):
-        # A proxy: the engine holds this part (and its verbs), so a plain reference back
-        # would make a cycle that keeps the engine's memory until the garbage collector runs.
-        self.host: Host = weakref.proxy(host)
-        self.life, self.buffers, self.control = life, buffers, control
+        self.slot, self.life, self.books = slot, life, books
+        self.buffers, self.control = buffers, control
         self.lanes, self.learner = lanes, learner
-        self.finished, self.root_stale = finished, root_stale
         self.object_obs = object_obs
-        n = self.num_envs = len(finished)
+        n = self.num_envs = len(books.finished)
         self.flight = np.zeros(n, dtype=np.int8)  # IDLE, STEP, ... per sub-env
         self.flying = 0  # how many are in flight
         self.needs_reset = np.zeros(n, dtype=bool)  # states an error or interrupt left unknown
@@ -133,8 +120,8 @@ class FirstReady:
                 f"sub-envs {broken.tolist()} failed or were interrupted in a command, so their "
                 "states are unknown: reset them before stepping them"
             )
-        host = self.host
-        modes = step_modes(autoreset, self.finished[rows], host.any_finished)
+        books = self.books
+        modes = step_modes(autoreset, books.finished[rows], books.any_finished)
         if type(modes) is bytes:
             modes = np.frombuffer(modes, dtype=np.uint8)
         self._send(rows, modes, None, STEP)
@@ -176,10 +163,9 @@ class FirstReady:
         ``WorkerError`` from a worker process, or for a dead worker): the sub-envs it concerns
         are out of flight and need a reset, the others stay in flight.
         """
-        host = self.host
         life = self.life
         life.check_not_stuck()
-        executor = host.executor
+        executor = self.slot.executor
         if kind not in _RECV_KINDS:
             raise ValueError(f"kind: expected 'step', 'reset' or None, got {kind!r}")
         (low, high), what = _RECV_KINDS[kind]
@@ -198,7 +184,7 @@ class FirstReady:
         try:
             finished = executor.wait_some(rows, min_get, max_get, life.wait_timeout(timeout))
         except TimeoutError as exc:
-            life.wait_failed(None, exc, timeout)  # type: ignore[arg-type]
+            life.wait_failed(exc, timeout)
             raise  # still in flight: a later call takes them back
         except BaseException:
             self._lose(executor.take_lost())
@@ -222,9 +208,8 @@ class FirstReady:
     def rows(self, indices: Any) -> np.ndarray:
         """The sub-envs ``indices`` names (all if None) as an int64 array, checked: in range,
         each once, none in flight, and no whole-batch call in flight."""
-        host = self.host
         life = self.life
-        life.clear(host.executor)  # (raises once closed; builds the sub-envs on first use)
+        life.clear(self.slot.executor)  # (raises once closed; builds the sub-envs on first use)
         if life.reset_required:  # an interrupted whole-batch command: every row is unknown
             self.needs_reset[:] = True
             life.reset_required = False
@@ -244,11 +229,10 @@ class FirstReady:
     def _send(
         self, rows: np.ndarray, modes: Any, seeds: Sequence[int | None] | None, kind: int
     ) -> None:
-        host = self.host
         self.life.check_not_stuck()
         control = self.control
         control.mode[rows] = modes
-        host.mode_written(None)
+        self.books.uniform_mode = None  # (the bytes differ now)
         if seeds is not None:
             for row, seed in zip(rows.tolist(), seeds):
                 if seed is None:
@@ -259,7 +243,7 @@ class FirstReady:
                 control.mode[row] |= SEED
         self.lanes.choose(False)  # first-ready results land in "next" itself
         listed = rows.tolist()
-        executor = host.executor
+        executor = self.slot.executor
         try:
             executor.send_some(listed)
             self._book_sent(rows, kind)
@@ -283,18 +267,12 @@ class FirstReady:
     def _book_rows(self, rows: np.ndarray) -> None:
         """Which of ``rows`` finished an episode, and whose root is older than "next", after
         their first-ready commands."""
-        host = self.host
         kinds = self.flight[rows]
-        steps = rows[kinds == STEP]
-        if steps.size:
-            self.finished[steps] = self.buffers.next.done[steps]
-            self.root_stale[steps] = True
-        resets = rows[kinds != STEP]
-        if resets.size:
-            self.finished[resets] = False
-            self.root_stale[resets] = kinds[kinds != STEP] == RESET_INTO_NEXT
-            self.needs_reset[resets] = False
-        host.any_finished = any_set(self.finished)
+        for kind, command in _BOOKED.items():
+            of_kind = rows[kinds == kind]
+            if of_kind.size:
+                self.books.update(command, of_kind)
+        self.needs_reset[rows[kinds != STEP]] = False
         self.flight[rows] = IDLE
         self.flying -= len(rows)
         self.dirty = bool(self.flying) or any_set(self.needs_reset)

@@ -1,16 +1,19 @@
 """The life of the call in flight: what a timeout, a sub-env's error or an interrupt leaves
-of it, decided in one place for every kind of call (the records are ``wire.calls``')."""
+of it, decided in one place for every kind of call (the messages are ``wire.calls``')."""
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 
 from gymvec.backends.executor import Executor
 from gymvec.errors import WorkerError
-from gymvec.wire.calls import Call
+from gymvec.wire.calls import Call, Command, Request
 from gymvec.wire.commands import RESET
+
+C = TypeVar("C", Command, Request)
 
 
 class CallLife:
@@ -26,42 +29,62 @@ class CallLife:
     def __init__(self, timeout: float | None):
         self.timeout = timeout  # the engine's own, for waits given none
         self.call: Call | None = None
+        self.interrupted = False  # the call in flight: its answers are to be dropped
         self.stuck: TimeoutError | None = None  # the timeout that ended the engine's use
         self.timed_out = False  # the last wait outlasted its timeout (the call is in flight)
         self.reset_required = False  # an interrupted command left the sub-envs unknown
+        self.idle = True  # no call in flight and not stuck: a new call may start
 
     def wait_timeout(self, timeout: float | None) -> float | None:
         """The timeout a wait runs under: the caller's, else the engine's."""
         return self.timeout if timeout is None else timeout
 
-    def post_failed(self, call: Call, exc: BaseException) -> None:
-        """Posting ``call`` raised ``exc``: an error refused it before anything went out; an
-        interrupt may have left some workers running it, so it is in flight, interrupted."""
-        if not isinstance(exc, Exception):
-            call.interrupted = True
-            self.call = call
+    def post(self, call: C, send: Callable[[C], None]) -> None:
+        """Post ``call`` with ``send`` (the executor's): it is then in flight. An error
+        refused it before anything went out; an interrupt may have left some workers running
+        it, so it is in flight, interrupted."""
+        try:
+            send(call)
+        except Exception:
+            raise
+        except BaseException:
+            self.call, self.interrupted, self.idle = call, True, False
+            raise
+        self.call, self.idle = call, False
 
-    def wait_failed(self, call: Call, exc: BaseException, given: float | None) -> None:
-        """A wait for ``call`` raised ``exc`` (``given``: the timeout the caller gave)."""
+    def wait(self, call: Call, wait: Callable[..., Any], timeout: float | None, *args: Any) -> Any:
+        """``wait(call, timeout, *args)`` (the executor's), under the engine's timeout where
+        the caller gives none: what it returns ends the call, what it raises is judged by
+        :meth:`wait_failed`."""
+        try:
+            result = wait(call, self.timeout if timeout is None else timeout, *args)
+        except BaseException as exc:
+            self.wait_failed(exc, timeout)
+            raise  # after a timeout still in flight: a later receive resumes the wait
+        self.call, self.timed_out, self.idle = None, False, True  # (not stuck: it answered)
+        return result
+
+    def wait_failed(self, exc: BaseException, given: float | None) -> None:
+        """A wait for the call in flight raised ``exc`` (``given``: the caller's timeout)."""
         if isinstance(exc, TimeoutError):
             self.timed_out = True
             if given is None and self.timeout is not None:  # the engine's own timeout
                 self.stuck = exc
         elif isinstance(exc, Exception):
             # A sub-env raised (or a worker died): every worker has answered or is gone.
-            self.call = None
+            self.call, self.idle = None, self.stuck is None
         else:
-            call.interrupted = True
+            self.interrupted = True
 
     def ended(self) -> None:
         """The call in flight is over."""
-        self.call = None
-        self.timed_out = False
+        self.call, self.interrupted, self.timed_out = None, False, False
+        self.idle = self.stuck is None
 
-    def give_up(self) -> None:
+    def abandon(self) -> None:
         """Give the call in flight up: its answers are read and dropped by the next call."""
         if self.call is not None:
-            self.call.interrupted = True
+            self.interrupted = True
 
     def check_not_stuck(self) -> None:
         """A RuntimeError once a call outlasted the engine's own timeout."""
@@ -74,12 +97,12 @@ class CallLife:
     def clear(self, executor: Executor) -> None:
         """Make way for a new call: drain an interrupted one; refuse while one is in flight."""
         call = self.call
-        if call is not None and call.interrupted:
-            self.abandon(executor)
+        if call is not None and self.interrupted:
+            self.drain(executor)
         elif call is not None:
             raise RuntimeError(f"a {call.kind} is already in flight: receive it first (recv())")
 
-    def abandon(self, executor: Executor, timeout: float | None = None) -> None:
+    def drain(self, executor: Executor, timeout: float | None = None) -> None:
         """End an interrupted call: wait for the worker processes' answers and drop them (a
         dead worker still raises WorkerError); after a command, the next one must reset every
         sub-env. Interrupted again, or past ``timeout``, the call stays in flight."""
@@ -91,7 +114,7 @@ class CallLife:
         try:
             executor.drain(call, timeout)
         except WorkerError:  # a worker died: the call is over all the same
-            self.call = None
+            self.ended()
             raise
         self.ended()
 
@@ -105,7 +128,7 @@ class CallLife:
             raise RuntimeError(f"no {kind} in flight: call {verbs} first")
         # an interrupted call: its results are gone with the interrupted wait
         if executor is not None:  # (None: nothing ever started, so nothing to drain)
-            self.abandon(executor, timeout)
+            self.drain(executor, timeout)
         raise RuntimeError(
             "the command in flight was interrupted: its results are lost, and every "
             "sub-env must be reset before the next step"

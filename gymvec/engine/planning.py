@@ -4,11 +4,13 @@ run (``plan_from_workers``, a start in two phases); see docs/architecture.md."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
-from gymvec.backends.backend import ExecutorStart
-from gymvec.backends.executor import SharedMemory
+from gymvec.backends.backend import Backend, ExecutorStart
+from gymvec.backends.executor import Executor, SharedMemory
+from gymvec.subenvs.factories import SubEnvFactories
 from gymvec.subenvs.kinds import SubEnvSummary
 from gymvec.subenvs.layout import WorkerLayout
 from gymvec.subenvs.probe import KeptEnv, heterogeneous, layout_of, probe
@@ -51,7 +53,7 @@ def plan_from_workers(engine: Any, obs_lanes: int) -> list[SubEnvSummary]:
     reports each one; the buffers are laid out from those reports, then handed to the
     executor (``Executor.attach``). Nothing is built here, but in the serial backend."""
     factories, backend = engine.factories, engine.backend
-    executor = engine._started(backend.start(ExecutorStart.unplanned(factories)))
+    executor = engine.slot.started(backend.start(ExecutorStart.unplanned(factories)))
     try:
         reported = executor.sub_env_summaries()
         worker_layout = factories.layout.with_rows([s.rows for s in reported])
@@ -85,3 +87,19 @@ def lay_out(
     engine.shared = SharedMemory(
         engine.layout, memory, control_memory, engine.buffers, engine.control
     )
+    # (over the parts, not the engine: what holds the slot never keeps the engine alive)
+    engine.slot.start = functools.partial(
+        start_planned, engine.backend, engine.factories, worker_layout, engine.shared, engine._kept
+    )
+
+
+def start_planned(
+    backend: Backend,
+    factories: SubEnvFactories,
+    worker_layout: WorkerLayout,
+    shared: SharedMemory,
+    kept: KeptEnv,
+) -> Executor:
+    """The executor of a planned start, with the factories' current kwargs (the sub-envs
+    are built again so after ``BatchEngine.restart``)."""
+    return backend.start(ExecutorStart.of(factories, worker_layout, shared, kept))

@@ -18,7 +18,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from gymvec.wire.buffers import BufferLayout, Buffers
-from gymvec.wire.calls import InfoPlaces, Into, Ready, Received
+from gymvec.wire.calls import Into, Ready, Received
 
 
 @runtime_checkable
@@ -45,7 +45,6 @@ class Engine(Protocol):
     render_mode: str | None
     heterogeneous: bool
     finished: np.ndarray
-    any_finished: bool
     has_observation_lanes: bool
 
     def sub_env_spaces(self) -> tuple[list[spaces.Space], list[spaces.Space]]:
@@ -68,11 +67,11 @@ class Engine(Protocol):
         handout: bool = False,
     ) -> None: ...
 
-    def recv_local(self, timeout: float | None = None) -> int | None:
-        """Run this process's share of the command ahead of ``recv``: rows ``[0, k)`` are
-        done once it returns ``k`` (None: nothing runs ahead)."""
-
-    def recv(self, timeout: float | None = None) -> Received: ...
+    def recv(
+        self, timeout: float | None = None, meanwhile: Callable[[int], object] | None = None
+    ) -> Received:
+        """The results of the command in flight. ``meanwhile(k)``: called once where this
+        process runs its share ahead of the workers (rows ``[0, k)`` are then done)."""
 
     def write_action(self, key: tuple, values: Any) -> None:
         """Every sub-env's action of leaf ``key`` (see ``Buffers.write_action``)."""
@@ -81,11 +80,9 @@ class Engine(Protocol):
         """The actions of leaf ``key`` of the sub-envs at ``rows``."""
 
     def learn_info_fields(self) -> None:
-        """Learn info fields from the sub-envs' results, where the engine can: ``recv``
-        then hands new ones out (``Received.info_places``) for :meth:`adopt_info_fields`,
-        after which ``layout.info_fields`` (which the face reads at every call) holds them."""
-
-    def adopt_info_fields(self, places: InfoPlaces) -> None: ...
+        """Learn info fields from the sub-envs' results, where the engine can: the receive
+        that learns them gives them their places, and ``layout.info_fields`` (which the
+        face reads at every call) holds them from then on."""
 
     def check_blocks(self, requested: str, what: str, batch_size: int | None = None) -> None:
         """A ValueError where a block sub-env cannot be run as ``requested`` exactly."""
@@ -99,6 +96,9 @@ class Engine(Protocol):
     def request(
         self, name: str, indices: Sequence[int] | None = None, /, *, timeout=None, **kwargs: Any
     ) -> list: ...
+
+    @property
+    def any_finished(self) -> bool: ...
 
     @property
     def in_flight(self) -> str | None: ...

@@ -7,29 +7,20 @@ time, its life in ``CallLife``), but carries no mode bytes and touches no buffer
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
-from gymvec.backends.executor import Executor
 from gymvec.engine.life import CallLife
+from gymvec.engine.slot import ExecutorSlot
 from gymvec.subenvs.group import REQUESTS
 from gymvec.wire.calls import Request
-
-
-class Host(Protocol):
-    """What :class:`Requests` reads of the engine that holds it: the executor (started on
-    first use)."""
-
-    @property
-    def executor(self) -> Executor: ...
 
 
 class Requests:
     """The requests of a :class:`~gymvec.engine.BatchEngine` (see the module).
 
     Args:
-        host: the engine (held through a weak proxy, see :class:`Host`).
+        slot: the engine's executor (started on first use).
         life: the engine's call in flight.
         num_envs: how many sub-envs there are.
         check_none_flying: raises while first-ready commands are in flight.
@@ -37,14 +28,12 @@ class Requests:
 
     def __init__(
         self,
-        host: Host,
+        slot: ExecutorSlot,
         life: CallLife,
         num_envs: int,
         check_none_flying: Callable[[], None],
     ):
-        # A proxy: the engine holds this part (and its verbs), so a plain reference back
-        # would make a cycle that keeps the engine's memory until the garbage collector runs.
-        self.host: Host = weakref.proxy(host)
+        self.slot = slot
         self.life, self.num_envs = life, num_envs
         self.check_none_flying = check_none_flying
 
@@ -71,29 +60,17 @@ class Requests:
             raise ValueError(f"values: expected {len(indices)} values, got {len(values)}")
         life = self.life
         life.check_not_stuck()
-        executor = self.host.executor
+        executor = self.slot.executor
         life.clear(executor)
         self.check_none_flying()
-        request = Request(name, indices, kwargs, values)
-        try:
-            executor.request_send(request)
-        except BaseException as exc:
-            life.post_failed(request, exc)
-            raise
-        life.call = request
+        life.post(Request(name, indices, kwargs, values), executor.request_send)
 
     def recv(self, timeout: float | None = None) -> list:
         """The results of the request in flight, one per index."""
         life = self.life
         life.check_not_stuck()
         call = life.call
-        executor = self.host.executor
+        executor = self.slot.executor
         if not isinstance(call, Request):
             life.refuse_recv(executor, "request", timeout)
-        try:
-            results = executor.request_wait(call, life.wait_timeout(timeout))
-        except BaseException as exc:
-            life.wait_failed(call, exc, timeout)
-            raise
-        life.ended()
-        return results
+        return life.wait(call, executor.request_wait, timeout)

@@ -286,12 +286,10 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         flat = on_cpu and self._flat
         self._prepared = None
         # While worker processes run their rows, this process makes the outputs to copy them
-        # into (before or after its own rows: either way off the critical path whenever the
-        # workers are the slower); a command into an observation lane needs none, which only
-        # recv_local tells (it runs this process's rows first).
-        if flat and (not handout or engine.recv_local() is not None):
-            self._prepare_outputs()
-        received = engine.recv()
+        # into (after its own rows: off the critical path whenever the workers are the
+        # slower); a command into an observation lane needs none (the engine then does not
+        # call it), and without worker processes _fill_outputs makes them.
+        received = engine.recv(None, self._prepare_outputs if flat else None)
         self.last_extras = received.extras
         lane = received.observations
         done = engine.buffers.next.done
@@ -332,8 +330,9 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         self._flat_plan_made = plan
         return plan
 
-    def _prepare_outputs(self) -> FlatOutputs:
-        """Make the :class:`FlatOutputs` of the step in flight."""
+    def _prepare_outputs(self, _done_rows: int = 0) -> FlatOutputs:
+        """Make the :class:`FlatOutputs` of the step in flight (``_done_rows``: as the
+        engine's ``meanwhile`` calls it)."""
         plan = self._flat_plan_made
         if plan is None or plan.reward_spec is not self.reward_spec:
             plan = self._flat_plan()

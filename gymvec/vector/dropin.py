@@ -29,7 +29,7 @@ from gymnasium.vector.utils import batch_differing_spaces
 
 from gymvec.common.structure import observation_leaves, refuse_object_leaves, space_leaves
 from gymvec.engine.engine import BatchEngine, Received, process_backend, serial_backend
-from gymvec.errors import ClosedEnvError, SpaceMismatchError, SubEnvTimeoutError
+from gymvec.errors import SpaceMismatchError, SubEnvTimeoutError
 from gymvec.options import (
     GYMNASIUM_FACE,
     process_options,
@@ -286,7 +286,6 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
             observation_mode,
             lambda: BatchEngine(factories, process_backend(options), timeout=self.timeout),
         )
-        self._life = engine.life  # the engine's call in flight (see step)
         try:
             if shared_memory:
                 _refuse_unshareable(engine)
@@ -307,43 +306,39 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
             return AsyncState.DEFAULT
         return _STATES[engine.in_flight]
 
-    def _begin(self, call: str) -> None:
+    def _begin(self, call: str, end: str = "") -> None:
+        """Before ``call`` (gymnasium's words end its message with ``end``): nothing pending."""
         self._check_running()
         if self._state != AsyncState.DEFAULT:
             raise AlreadyPendingCallError(
                 f"Calling `{call}` while waiting for a pending call to `{self._state.value}` "
-                "to complete",
+                f"to complete{end}",
                 str(self._state.value),
             )
 
-    def _wait(self, call: str, state: AsyncState, timeout: float | None) -> Received:
+    def _check_waiting(self, call: str, state: AsyncState) -> None:
+        """Before ``{call}_wait``: its ``{call}_async`` is pending."""
         self._check_running()
         if self._state != state:
             raise NoAsyncCallError(
                 f"Calling `{call}_wait` without any prior call to `{call}_async`.", state.value
             )
-        return self._receive(call, timeout)
 
-    def _receive(self, call: str, timeout: float | None) -> Received:
+    def receive(self, timeout: float | None = None, call: str = "step") -> Received:
+        """Wait for the command in flight (a reset or ``call``: a step), in gymnasium's
+        words past ``timeout``; another thread's ``close()`` meanwhile ends the workers."""
         self._waiter = threading.get_ident()
         try:
-            engine = self.engine
-            if self.plan.early_copy:  # this process's rows, copied while the workers finish
-                self._copy_local_rows(engine.recv_local(timeout))
-            received = engine.recv(timeout)
+            return self.engine.recv(timeout, self._meanwhile)
         except TimeoutError as exc:
             # Still in flight: a later wait resumes it (gymnasium gives the call up instead),
             # but for the constructor's timeout, after which the env refuses further calls.
             raise _wait_timeout(call, timeout, self.timeout, exc) from None
         finally:
             self._waiter = None
-        if received.info_places:  # info fields learnt from these results
-            engine.adopt_info_fields(received.info_places)
-        return received
 
     def _check_running(self) -> None:
-        if self.closed:
-            raise ClosedEnvError.after_close(self)
+        self._check_open()
         self.engine.check_not_stuck()
 
     def reset_async(
@@ -353,7 +348,8 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         self.reset_send(seed=seed, options=options)
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict]:
-        return self.finish(self._wait("reset", AsyncState.WAITING_RESET, timeout))
+        self._check_waiting("reset", AsyncState.WAITING_RESET)
+        return self.finish(self.receive(timeout, "reset"))
 
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
@@ -366,29 +362,23 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         self.step_send(actions)
 
     def step_wait(self, timeout: float | None = None) -> tuple[Any, Any, Any, Any, dict]:
-        return self.finish(self._wait("step", AsyncState.WAITING_STEP, timeout))
+        self._check_waiting("step", AsyncState.WAITING_STEP)
+        return self.finish(self.receive(timeout))
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict]:
         # step_async's checks, in one test for the usual case (nothing in flight): this runs
         # every step, and the state machine's layers cost more than a cheap sub-env's step
-        # (the engine's idle, read off its call in flight without the property's call)
-        life = self._life
-        if self.closed or life.call is not None or life.stuck is not None:
+        if self.closed or not self.engine.idle:
             self._begin("step_async")
         self.step_send(actions)
-        return self._step_result(self._receive("step", None))  # (sent just now: not checked)
+        return self._step_result(self.receive())  # (sent just now: not checked)
 
     def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
         self._begin("call_async")
         self.engine.request_send("call", name=name, args=args, kwargs=kwargs, gym_env=True)
 
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
-        self._check_running()
-        if self._state != AsyncState.WAITING_CALL:
-            raise NoAsyncCallError(
-                "Calling `call_wait` without any prior call to `call_async`.",
-                AsyncState.WAITING_CALL.value,
-            )
+        self._check_waiting("call", AsyncState.WAITING_CALL)
         try:
             return tuple(self.engine.request_recv(timeout))
         except TimeoutError as exc:
@@ -401,13 +391,7 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         return self.call_wait()
 
     def set_attr(self, name: str, values: Any) -> None:
-        self._check_running()
-        if self._state != AsyncState.DEFAULT:
-            raise AlreadyPendingCallError(
-                f"Calling `set_attr` while waiting for a pending call to `{self._state.value}` "
-                "to complete.",
-                str(self._state.value),
-            )
+        self._begin("set_attr", ".")
         super().set_attr(name, values)
 
     # (narrower than VectorEnv's **kwargs, as gymnasium's AsyncVectorEnv.close_extras is)

@@ -14,7 +14,7 @@ resets the finished sub-envs); other envs are refused under NEXT_STEP (use "same
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import gymnasium as gym
@@ -107,12 +107,11 @@ class TensorDictEngine:
         mask = self._all if mask is None else np.asarray(mask, dtype=bool).reshape(-1)
         self._command = ("reset", (mask, seeds, options, into == "next"))
 
-    def recv_local(self, timeout: float | None = None) -> int | None:
-        """Nothing runs ahead of ``recv``: the wrapped env does it all there."""
-        return None
-
-    def recv(self, timeout: float | None = None) -> Received:
-        """Carry the command out (the wrapped env does it all here)."""
+    def recv(
+        self, timeout: float | None = None, meanwhile: Callable[[int], object] | None = None
+    ) -> Received:
+        """Carry the command out (the wrapped env does it all here: nothing runs ahead, so
+        nothing calls ``meanwhile``)."""
         if self._command is None:
             raise RuntimeError("no command in flight: call step_send() or reset_send() first")
         (kind, arguments), self._command = self._command, None
@@ -145,9 +144,6 @@ class TensorDictEngine:
 
     def check_blocks(self, requested: str, what: str, batch_size: int | None = None) -> None:
         """Nothing to check here: a batched env checks its blocks when it is built."""
-
-    def adopt_info_fields(self, places: dict) -> None:
-        """Never called: nothing is learnt (see :meth:`learn_info_fields`)."""
 
     stuck: TimeoutError | None = None  # the wrapped env's calls have no timeout of their own
     timed_out = False

@@ -121,9 +121,11 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         )  # fmt: skip
         self._write_actions = writer.write
         self._write_action_rows = writer.write_rows
-        # the state of calls: large observations copied early (see _copy_local_rows), and
-        # the engine once checked for first-ready commands (see _first_ready)
+        # the state of calls: large observations copied early (see _copy_local_rows, which
+        # the engine calls once this process has run its rows), and the engine once checked
+        # for first-ready commands (see _first_ready)
         self._early_obs: tuple[np.ndarray, int] | None = None
+        self._meanwhile = self._copy_local_rows if plan.early_copy else None
         self._first_ready_engine: FirstReadyEngine | None = None
 
     def _set_spaces(self) -> None:
@@ -236,13 +238,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     def receive(self, timeout: float | None = None) -> Received:
         """Wait for the whole-batch call in flight (see ``BatchEngine.recv``)."""
-        engine = self.engine
-        if self.plan.early_copy:  # this process's rows, copied while the workers finish theirs
-            self._copy_local_rows(engine.recv_local(timeout))
-        received = engine.recv(timeout)
-        if received.info_places:  # info fields learnt from these results
-            self.engine.adopt_info_fields(received.info_places)
-        return received
+        return self.engine.recv(timeout, self._meanwhile)
 
     # ---- first-ready batches (EnvPool's conventions) ------------------------------------------
     def async_reset(
@@ -304,8 +300,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     def _first_ready(self) -> FirstReadyEngine:
         """The engine, checked for first-ready commands (open, NEXT_STEP, the verbs)."""
-        if self.closed:
-            raise ClosedEnvError.after_close(self)
+        self._check_open()
         if self._first_ready_engine is not None:
             return self._first_ready_engine
         if self.plan.autoreset_mode != AutoresetMode.NEXT_STEP:
@@ -320,6 +315,10 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
             )
         self._first_ready_engine = self.engine  # neither can change: checked once
         return self.engine
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ClosedEnvError.after_close(self)
 
     def _row_observations(self, rows: np.ndarray) -> Any:
         """The observations in "next" of the sub-envs at ``rows`` (copies), in that order."""
@@ -340,11 +339,11 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
                 arrays[k] = tuple(objects[i] for i in rows.tolist())
         return build_value(self.single_observation_space, self._obs_leaves, arrays)
 
-    def _copy_local_rows(self, stop: int | None) -> None:
+    def _copy_local_rows(self, stop: int) -> None:
         # Large observations: the rows stepped in this process are copied while the worker
         # processes finish theirs, which takes that copy off the critical path.
         plain = self.plan.plain_obs
-        if stop is None or plain is None:  # nothing ran ahead
+        if plain is None:  # (early_copy: never)
             return
         out = np.empty_like(plain)
         out[:stop] = plain[:stop]

@@ -25,6 +25,7 @@ from gymvec.backends import pickling
 from gymvec.backends.executor import (
     Call,
     Executor,
+    Meanwhile,
     Request,
     SharedMemory,
     group_indices,
@@ -104,6 +105,22 @@ def _units(worker_rows: Sequence[Sequence[int]]) -> list[range] | None:
     return units
 
 
+class Pending:
+    """What a :class:`ProcessExecutor` keeps of the call in flight while it waits (the call
+    itself is a message): whether this process's share is still to run, the answers so far
+    and the share's error; for a request, where it went (``local``, ``asked``)."""
+
+    __slots__ = ("local_due", "extras", "local_error", "results", "local", "asked")
+
+    def __init__(self) -> None:
+        self.local_due = False  # this process's share is still to run
+        self.extras: dict[int, Extras] = {}  # a command's answers so far
+        self.local_error: Exception | None = None  # what this process's share raised
+        self.results: list = []  # a request's results so far, one per index
+        self.local: tuple | None = None  # a request's share here: (positions, indices, kwargs)
+        self.asked: list[tuple[WorkerHandle, list[int]]] = []  # its workers, their positions
+
+
 class ProcessExecutor(Executor):
     """Starts and drives the worker processes of a batch.
 
@@ -131,6 +148,7 @@ class ProcessExecutor(Executor):
         # (set with the local share: the run of its one group)
         self.run_local_group: Callable[[dict | None], dict[int, Extras]] | None = None
         self.closing = False  # close() began (maybe in another thread: see raise_if_closing)
+        self.pending = Pending()  # the call in flight's (each send resets it in place)
         worker_spin_s, parent_spin_s = options.spin_seconds(len(worker_bounds))
         self.parent_spin = Spin(parent_spin_s)
         self.sync_memory: Any = None  # (a ctypes array)
@@ -271,6 +289,8 @@ class ProcessExecutor(Executor):
                 handle.check()
         if self.rows.unsettled:
             self.rows.settle()
+        pending = self.pending  # (reset in place: this runs every step)
+        pending.local_due, pending.extras, pending.local_error = True, {}, None
         options, action_objects = call.options, call.action_objects
         if options is None and not action_objects:
             for handle in self.handles:
@@ -287,53 +307,42 @@ class ProcessExecutor(Executor):
             for handle, payload in zip(self.handles, payloads):
                 handle.post(Opcode.RUN_WITH_PAYLOAD, payload)
 
-    def run_local(self, call: calls.Command, timeout: float | None = None) -> int | None:
+    def wait(
+        self, call: calls.Command, timeout: float | None = None, meanwhile: Meanwhile | None = None
+    ) -> dict[int, Extras]:
         """Run this process's share of the command (once, even if the wait is resumed; its
-        error is raised by :meth:`wait`); returns the stop of its rows (0: none here). It
-        cannot be cut short: past ``timeout`` it raises TimeoutError after it."""
-        if call.extras is not None:
-            return None  # ran already
+        error is raised once every worker has answered), then collect every worker's answer.
+        The share counts against ``timeout``, though it cannot be cut short: a wait that
+        outlasts ``timeout`` raises TimeoutError after it."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        local = self.local
-        call.extras = {}
-        if local is not None:
-            try:
-                run = cast("Callable[[dict | None], dict[int, Extras]]", self.run_local_group)
-                if self.concurrency is None:
-                    call.extras = run(call.options)
-                else:
-                    with self.concurrency:
-                        call.extras = run(call.options)
-            except Exception as exc:  # a sub-env of this process raised: raised once
-                call.local_error = exc  # every worker has answered (in wait)
-        if deadline is not None and time.monotonic() > deadline and self.handles:
-            rows = list(range(*local.bounds[0])) if local is not None else []
-            raise SubEnvTimeoutError(
-                f"the {call.kind} did not finish within {timeout} s: sub-envs "
-                f"{_rows(rows)} stepped in this process took longer (with a timeout= "
-                "option, none is)",
-                [(0, os.getpid(), rows)],
-            )
-        return local.bounds[-1][1] if local is not None else 0
-
-    def wait(self, call: calls.Command, timeout: float | None = None) -> dict[int, Extras]:
-        """Collect every worker's answer (running this process's share first, where
-        :meth:`run_local` has not). The share stepped in this process counts against
-        ``timeout``, though it cannot be cut short: a wait that outlasts ``timeout`` raises
-        TimeoutError after it."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        pending = self.pending
         try:
-            if call.extras is None and self.local is None:  # nothing runs in this process
-                call.extras = {}
-            elif call.extras is None:  # not run yet
-                self.run_local(call, timeout)
-            extras = cast("dict[int, Extras]", call.extras)  # (run_local set it)
+            if pending.local_due:  # (inline: this runs every step)
+                pending.local_due = False
+                local = self.local
+                if local is not None:
+                    try:
+                        run = cast(
+                            "Callable[[dict | None], dict[int, Extras]]", self.run_local_group
+                        )
+                        if self.concurrency is None:
+                            pending.extras = run(call.options)
+                        else:
+                            with self.concurrency:
+                                pending.extras = run(call.options)
+                    except Exception as exc:  # a sub-env here raised: raised once every
+                        pending.local_error = exc  # worker has answered
+                    if deadline is not None and time.monotonic() > deadline and self.handles:
+                        raise _local_timeout(call, local, timeout)
+                if meanwhile is not None:
+                    meanwhile(0 if local is None else local.bounds[-1][1])
+            extras = pending.extras
             try:
                 error = self._collect(deadline, into=extras)
             except TimeoutError:
                 raise busy_error(self.handles, call, timeout) from None
-            if call.local_error is not None:  # the sub-env's own exception, as SerialEnv raises
-                raise call.local_error
+            if pending.local_error is not None:  # the sub-env's own exception, as SerialEnv's
+                raise pending.local_error
             if error is not None:
                 raise error
         except Exception:
@@ -406,8 +415,10 @@ class ProcessExecutor(Executor):
             else:
                 payload = pickling.dumps((call.name, sub_indices, kwargs))
                 asked.append((self.handles[group - offset], positions, payload))
-        call.plan = (local, [(handle, positions) for handle, positions, _ in asked])
-        call.results = [None] * len(call.indices)
+        pending = self.pending
+        pending.local, pending.local_due, pending.local_error = local, local is not None, None
+        pending.asked = [(handle, positions) for handle, positions, _ in asked]
+        pending.results = [None] * len(call.indices)
         for handle, _, payload in asked:
             handle.post(Opcode.REQUEST, payload)
 
@@ -416,10 +427,10 @@ class ProcessExecutor(Executor):
         from gymvec.subenvs.group import run_request
 
         deadline = None if timeout is None else time.monotonic() + timeout
-        local, asked = call.plan
-        results = expect_set(call.results, "a request's results (request_send began it)")
-        if local is not None and not call.local_done:  # while the workers run theirs
-            call.local_done = True
+        pending = self.pending
+        local, asked, results = pending.local, pending.asked, pending.results
+        if local is not None and pending.local_due:  # while the workers run theirs
+            pending.local_due = False
             positions, sub_indices, kwargs = local
             share = expect_set(self.local, "the local share a request asked")
             try:
@@ -427,9 +438,9 @@ class ProcessExecutor(Executor):
                 for p, answer in zip(positions, answers):
                     results[p] = answer
             except Exception as exc:
-                call.local_error = exc
+                pending.local_error = exc
         positions_of = {handle.index: positions for handle, positions in asked}
-        errors = [call.local_error]
+        errors = [pending.local_error]
 
         def on_reply(handle: WorkerHandle, reply: tuple) -> None:
             if reply[0] == "raise":  # the sub-env's own exception, with the worker's traceback
@@ -513,6 +524,16 @@ def _forget_workers_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_workers_in_child)
+
+
+def _local_timeout(call: Call, local: LocalExecutor, timeout: float | None) -> SubEnvTimeoutError:
+    """The error for a share run in this process that outlasted ``timeout``."""
+    rows = list(range(*local.bounds[0]))
+    return SubEnvTimeoutError(
+        f"the {call.kind} did not finish within {timeout} s: sub-envs {_rows(rows)} stepped "
+        "in this process took longer (with a timeout= option, none is)",
+        [(0, os.getpid(), rows)],
+    )
 
 
 def _drop(handle: WorkerHandle, reply: Any) -> None:

@@ -28,6 +28,7 @@ from gymvec.backends.executor import (
     Call,
     Command,
     Executor,
+    Meanwhile,
     Request,
     SharedMemory,
     first_ready_objects_error,
@@ -139,6 +140,8 @@ class RayExecutor(Executor):
         self.bounds = list(worker_bounds)
         self.finished: dict[int, Extras | None] = {}  # first-ready rows done, not yet taken
         self._lost: list[int] = []
+        # the request in flight: the actors asked, with the positions of their indices
+        self.asked: list[tuple[RayHandle, list[int]]] = []
         try:
             strategies = self._place(len(worker_bounds))
             actor_class = _remote_worker_class(ray)
@@ -292,8 +295,11 @@ class RayExecutor(Executor):
         for handle, payload in zip(self.handles, payloads):
             handle.ref = handle.post(payload, ship_next)
 
-    def wait(self, call: Command, timeout: float | None = None) -> dict[int, Extras]:
-        """Collect every actor's answer into the buffers (nothing runs in this process)."""
+    def wait(
+        self, call: Command, timeout: float | None = None, meanwhile: Meanwhile | None = None
+    ) -> dict[int, Extras]:
+        """Collect every actor's answer into the buffers (nothing runs in this process, so
+        nothing calls ``meanwhile``)."""
         handles = [handle for handle in self.handles if handle.ref is not None]
         replies = self._gather(handles, timeout, call.kind)
         extras: dict[int, Extras] = {}
@@ -439,17 +445,17 @@ class RayExecutor(Executor):
             local = [call.indices[p] - handle.start for p in positions]
             kwargs = request_kwargs(call, positions)
             asked.append((handle, positions, pickling.dumps((call.name, local, kwargs))))
-        call.plan = [(handle, positions) for handle, positions, _ in asked]
-        call.results = [None] * len(call.indices)
+        self.asked = [(handle, positions) for handle, positions, _ in asked]
         for handle, _, payload in asked:
             handle.ref = handle.actor.request.remote(payload)
 
     def request_wait(self, call: Request, timeout: float | None = None) -> list:
-        results = expect_set(call.results, "a request's results (request_send began it)")
-        handles = [handle for handle, _ in call.plan]
-        replies = self._gather(handles, timeout, f"request {call.name!r}")
+        results: list[Any] = [None] * len(call.indices)
+        replies = self._gather(
+            [handle for handle, _ in self.asked], timeout, f"request {call.name!r}"
+        )
         error = None
-        for (handle, positions), reply in zip(call.plan, replies):
+        for (handle, positions), reply in zip(self.asked, replies):
             if isinstance(reply, WorkerError):
                 error = error or reply
             elif reply[0] == "raise":  # the sub-env's own exception, with the traceback
