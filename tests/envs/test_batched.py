@@ -695,15 +695,19 @@ def test_outputs_stay_as_handed_out(local_worker, no_leaks):
 
 
 @pytest.mark.parametrize("local_worker, rows", [(True, 2), (False, 0)])
-def test_recv_local_runs_once_with_the_rows_stepped_here(local_worker, rows, no_leaks):
+def test_meanwhile_is_called_once_with_the_rows_stepped_here(local_worker, rows, no_leaks):
     # What lets the calling process work while the workers finish (the face's early copy of
-    # large observations): this process's share runs once per command, ahead of recv.
+    # large observations): the executor calls it once per command, after this process's
+    # share (rows [0, rows) are then done).
     with ParallelEnv(2, make_cartpole, envs_per_worker=2, local_worker=local_worker, **FORK) as env:
         env.reset()
-        env.engine.step_send()
-        assert env.engine.recv_local() == rows
-        assert env.engine.recv_local() is None  # ran already
-        assert env.engine.recv().kind == "step"
+        engine, called = env.engine, []
+        engine.step_send()
+        assert engine.recv(None, called.append).kind == "step"
+        assert called == [rows]
+        engine.reset_send()
+        engine.recv(None, called.append)
+        assert called == [rows, rows]
 
 
 @pytest.mark.parametrize("kind", ["serial", "fork"])
