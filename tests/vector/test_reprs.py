@@ -65,13 +65,13 @@ def _blocks() -> dict[str, Callable[[], tuple[type, tuple, dict]]]:
 
         cases["AtariVectorEnv"] = lambda: (AtariVectorEnv, ("ALE/Pong-v5", 1), {"mode": 99})
     if importlib.util.find_spec("pettingzoo"):
-        from gymvec.pettingzoo import PettingZooBlock, PettingZooEnvBlock
+        from gymvec.pettingzoo import AgentRowsBlock, EnvRowsBlock
 
         def failing_env() -> Any:
             raise RuntimeError("no env")
 
-        cases["PettingZooBlock"] = lambda: (PettingZooBlock, (failing_env, 2), {})
-        cases["PettingZooEnvBlock"] = lambda: (PettingZooEnvBlock, (failing_env, 2), {})
+        cases["AgentRowsBlock"] = lambda: (AgentRowsBlock, (failing_env, 2), {})
+        cases["EnvRowsBlock"] = lambda: (EnvRowsBlock, (failing_env, 2), {})
     return cases
 
 
