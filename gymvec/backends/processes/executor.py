@@ -153,7 +153,7 @@ class ProcessExecutor(Executor):
         self.parent_spin = Spin(parent_spin_s)
         self.sync_memory: Any = None  # (a ctypes array)
         self.concurrency: BoundedSemaphore | None = None  # one that max_concurrency groups share
-        # first-ready commands (see process_rows.py): the row words, the semaphore a
+        # first-ready commands (see rows.py): the row words, the semaphore a
         # finished row posts
         self.rows_memory: Any = None
         self.ready: Semaphore | None = None
