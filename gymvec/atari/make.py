@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from gymnasium.vector import AutoresetMode
 
 from gymvec.atari.config import AtariConfig
+from gymvec.atari.preprocessing import Preprocessing
 from gymvec.atari.vector_env import AtariVectorEnv
 from gymvec.options import parse_autoreset_mode
 from gymvec.subenvs.factories import BlockFactory
@@ -64,6 +65,7 @@ def _workers(backend: str, num_envs: Any, num_workers: int | None) -> int:
     return WorkerLayout.plan(num_envs, num_workers=num_workers).num_workers
 
 
+@Preprocessing.in_signature
 def make_vec(
     env_id: str,
     num_envs: int = 1,
@@ -106,6 +108,7 @@ def make_vec(
     )
 
 
+@Preprocessing.in_signature
 def make_env(
     env_id: str,
     num_envs: int = 1,

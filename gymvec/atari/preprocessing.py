@@ -6,13 +6,16 @@ keywords)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import gymnasium as gym
 import numpy as np
 
 _CASTS = {"int": int, "bool": bool}
+F = TypeVar("F", bound=Callable[..., Any])
+KEYWORD_ONLY = inspect.Parameter.KEYWORD_ONLY
 
 
 def is_int(value: Any) -> bool:
@@ -38,6 +41,22 @@ class Preprocessing:
     def names(cls) -> list[str]:
         """The keywords, in order."""
         return [field.name for field in dataclasses.fields(cls)]
+
+    @classmethod
+    def in_signature(cls, fn: F) -> F:
+        """``fn`` (which takes these options in its ``**options``) with the options named in
+        its signature, defaults included, for ``help()`` and ``inspect.signature``."""
+        signature = inspect.signature(fn)
+        params = list(signature.parameters.values())
+        extra = next(i for i, p in enumerate(params) if p.kind is p.VAR_KEYWORD)
+        named = [
+            inspect.Parameter(f.name, KEYWORD_ONLY, default=f.default, annotation=f.type)
+            for f in dataclasses.fields(cls)
+        ]
+        fn.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[*params[:extra], *named, *params[extra:]]
+        )
+        return fn
 
     @classmethod
     def split(cls, options: Mapping[str, Any]) -> tuple[Preprocessing, dict[str, Any]]:

@@ -15,6 +15,7 @@ from gymnasium.vector.utils import batch_space
 from gymvec.atari.config import AtariConfig
 from gymvec.atari.frames import FrameStacks
 from gymvec.atari.games import AtariGames
+from gymvec.atari.preprocessing import Preprocessing
 from gymvec.common.reprs import never_raises
 from gymvec.common.vector_reset import check_reset_mask
 from gymvec.errors import ClosedEnvError
@@ -59,6 +60,7 @@ class AtariVectorEnv(gym.vector.VectorEnv):
             ``obs_type="ram"``, ``render_mode="human"``), each named.
     """
 
+    @Preprocessing.in_signature
     def __init__(
         self,
         env_id: str,

@@ -120,6 +120,22 @@ def test_the_preprocessing_defaults_are_gymnasiums():
     assert ours == wrapper
 
 
+@pytest.mark.parametrize("name", ["make_vec", "make_env", "AtariVectorEnv"])
+def test_the_entry_points_signatures_name_the_preprocessing_keywords(name):
+    # help() and inspect show each keyword with its default, though Preprocessing writes them
+    import dataclasses
+    import inspect
+
+    import gymvec.atari
+    from gymvec.atari.preprocessing import Preprocessing
+
+    params = inspect.signature(getattr(gymvec.atari, name)).parameters
+    for field in dataclasses.fields(Preprocessing):
+        assert params[field.name].kind is inspect.Parameter.KEYWORD_ONLY
+        assert params[field.name].default == field.default
+    assert list(params.values())[-1].kind is inspect.Parameter.VAR_KEYWORD
+
+
 def test_every_entry_point_takes_the_preprocessing_keywords():
     # Each keyword, none at its default, reaches the blocks' config by AtariConfig.build,
     # AtariVectorEnv and make_vec's and make_env's factories alike (a keyword dropped on the
