@@ -36,6 +36,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, __getattr__ i
     from gymvec import spaces as spaces
     from gymvec import specs as specs
     from gymvec import vector as vector
+    from gymvec.common.faults import Fault as Fault
+    from gymvec.common.faults import Restart as Restart
     from gymvec.envs.base import EnvBase as EnvBase
     from gymvec.envs.base import step_mdp as step_mdp
     from gymvec.envs.gym_env import GymEnv as GymEnv
@@ -75,6 +77,8 @@ _EXPORTS = {
     "make_vec": "gymvec.integrations.make_vec",
     "autotune": "gymvec.layout.auto",
     "BlockFactory": "gymvec.subenvs.factories",
+    "Fault": "gymvec.common.faults",
+    "Restart": "gymvec.common.faults",
     "register_vector_ids": "gymvec.integrations.gymnasium_ids",
     "spec_from_space": "gymvec.spaces",
     "space_from_spec": "gymvec.spaces",
