@@ -151,6 +151,18 @@ class FaultBook:
         )
 
 
+def restarts_of(book: FaultBook | None, num_sub_envs: int) -> np.ndarray:
+    """``restarts`` as the classes expose it: a copy of ``book``'s, zeros under "raise"."""
+    if book is None:
+        return np.zeros(num_sub_envs, dtype=np.int64)
+    return book.restarts.copy()
+
+
+def faults_of(book: FaultBook | None) -> list[Fault]:
+    """``faults`` as the classes expose it: the last faults, oldest first ([] under "raise")."""
+    return [] if book is None else list(book.faults)
+
+
 def _rows(rows: Sequence[int]) -> str:
     if len(rows) > 1 and list(rows) == list(range(rows[0], rows[-1] + 1)):
         return f"{rows[0]}-{rows[-1]}"

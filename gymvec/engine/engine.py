@@ -14,6 +14,18 @@ this process; ``backends/processes/executor.py``: in worker processes). It speak
   (``first_ready.py``): ``async_step_send(indices, autoreset)`` /
   ``async_reset_send(indices, seeds=..., into=...)`` / ``async_recv(kind, min_get, ...)``.
 
+Faults that heal (API section 13): ``BatchEngine(..., on_fault=Restart(...))`` (None, the
+default: ``"raise"``, today's behaviour) rebuilds a sub-env that raised in a whole-batch step
+or reset where it lives, and a worker process that died or outlasted ``timeout=`` in a new
+process of the same start method; ``recv()``'s :class:`Received` then names the faulted rows
+and their messages in ``faults`` (row -> the string ``infos["fault"]`` shows), those rows read
+as truncated (reward 0, flags in the buffers), and their observation is for the front end to
+give back (the row's last one, which it returned before). ``fault_book`` (a
+``common.faults.FaultBook``, None under "raise") holds ``restarts`` (per sub-env) and
+``faults`` (``gymvec.Fault`` records, oldest first); past the policy's limit a fault raises
+``WorkerError`` as "raise" would. The rebuilt sub-env's first reset is seeded with
+``restart_seed(the row's last reset seed, its restart count)``: see ``healing.py``.
+
 The whole-batch verbs live here; the call in flight in ``life.CallLife``, what the engine
 knows of its sub-envs between calls in ``books.Books``, the executor in ``slot.ExecutorSlot``,
 the modes of each autoreset policy in ``commands.step_modes``, learnt info fields in
@@ -53,6 +65,7 @@ from gymnasium.vector import AutoresetMode
 
 from gymvec.backends.backend import Backend, process_backend, serial_backend
 from gymvec.backends.executor import Executor, SharedMemory
+from gymvec.common.faults import FaultBook, Restart
 from gymvec.common.infos import InfoField
 from gymvec.engine.books import Books
 from gymvec.engine.first_ready import FirstReady
@@ -108,7 +121,9 @@ class BatchEngine:
         timeout: seconds a command or request may take when the caller gives no timeout of
             its own (None: as long as it takes). Past it the wait raises
             ``SubEnvTimeoutError`` and the engine refuses further calls: only ``close()``
-            is left, and it ends the busy workers at once.
+            is left, and it ends the busy workers at once (with ``on_fault``, the worker is
+            killed and rebuilt instead: a fault of kind "timeout").
+        on_fault: None ("raise") or a ``gymvec.Restart`` policy (see the module docstring).
 
     Construction resets and steps nothing. Where one factory builds every sub-env (or one
     per task), it builds the first (one per task) in this process to learn the layout from
@@ -145,8 +160,10 @@ class BatchEngine:
         *,
         obs_lanes: int = OBS_LANES,
         timeout: float | None = None,
+        on_fault: Restart | None = None,
     ) -> None:
         self.factories = factories
+        self.on_fault = on_fault
         self.backend = backend
         self.num_workers = factories.num_workers
         self.life = life = CallLife(timeout)
@@ -201,6 +218,8 @@ class BatchEngine:
         )
         self.request, self.request_send = requests.request, requests.send
         self.request_recv = requests.recv
+        # faults that heal (see the module docstring): None under "raise"
+        self.fault_book = None if on_fault is None else FaultBook(on_fault, self.num_envs)
 
     # ---- parts and state ------------------------------------------------------------------
     @property

@@ -17,6 +17,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
+from gymvec.common.faults import FaultBook
 from gymvec.wire.buffers import BufferLayout, Buffers
 from gymvec.wire.calls import Into, Ready, Received
 
@@ -46,6 +47,7 @@ class Engine(Protocol):
     heterogeneous: bool
     finished: np.ndarray
     has_observation_lanes: bool
+    fault_book: FaultBook | None  # faults that heal (``on_fault``); None: "raise"
 
     def sub_env_spaces(self) -> tuple[list[spaces.Space], list[spaces.Space]]:
         """The gymnasium observation and action space of each sub-env."""

@@ -24,6 +24,7 @@ from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from gymvec.common.arrays import any_set
 from gymvec.common.fastpath import get_str, tensordict_maker, tensordict_unchecked
+from gymvec.common.faults import Fault, Restart, faults_of, restarts_of
 from gymvec.common.reprs import never_raises
 from gymvec.engine.engine import Backend, BatchEngine, expand_seeds
 from gymvec.envs.base import EnvBase, make_done_spec, make_reward_spec, set_next
@@ -98,6 +99,8 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         backend: where the sub-envs run (see ``engine.Backend``).
         device: where outputs live (sub-envs run on CPU).
         timeout: seconds a reset, step or call may take (see ``BatchEngine``).
+        on_fault: None ("raise") or a ``gymvec.Restart`` policy (faults that heal, API
+            section 13; see ``BatchEngine``): ``restarts`` and ``faults`` report them.
     """
 
     def __init__(
@@ -107,8 +110,9 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         *,
         device: DeviceLike = None,
         timeout: float | None = None,
+        on_fault: Restart | None = None,
     ) -> None:
-        engine = BatchEngine(factories, backend, timeout=timeout)
+        engine = BatchEngine(factories, backend, timeout=timeout, on_fault=on_fault)
         self.num_workers = factories.num_workers
         counts = factories.layout.sub_envs_per_worker
         # one count where every worker holds as many, as it is usually given
@@ -179,6 +183,16 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         self._flat = flat
         self._flat_plan_made: FlatPlan | None = None  # see _flat_plan
         self._prepared: FlatOutputs | None = None  # see _prepare_outputs
+
+    @property
+    def restarts(self) -> np.ndarray:
+        """Restarts per sub-env (``on_fault="restart"``, API section 13; zeros otherwise)."""
+        return restarts_of(self.engine.fault_book, self.num_envs)
+
+    @property
+    def faults(self) -> list[Fault]:
+        """The most recent faults (at most 100, oldest first), as ``gymvec.Fault`` records."""
+        return faults_of(self.engine.fault_book)
 
     @property
     def buffers(self) -> Buffers:

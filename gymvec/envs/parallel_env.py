@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from gymvec.common.faults import Restart, parse_on_fault
 from gymvec.engine.engine import process_backend
 from gymvec.envs.batched import BatchedEnvBase
 from gymvec.options import TENSORDICT_API, process_options, suggest_keywords
@@ -48,6 +49,10 @@ class ParallelEnv(BatchedEnvBase):
             refuses further calls, and ``close()`` ends the busy workers at once. Rules out
             ``local_worker``: no sub-env runs in this process.
         device: where outputs live.
+        on_fault: "raise" (default), "restart" or a ``gymvec.Restart(limit, window)``: a
+            sub-env that raises, or whose worker dies or outlasts ``timeout``, is rebuilt
+            and its rows read as truncated (API section 13, ``docs/faults.md``); the calling
+            process's own share heals what raises, not its own death or a hang.
 
     A worker that raises or dies surfaces as :class:`gymvec.WorkerError` (with the worker's
     traceback when it raised); ``close()`` always stops every process.
@@ -80,8 +85,10 @@ class ParallelEnv(BatchedEnvBase):
         spin: bool | None = None,
         timeout: float | None = None,
         device: DeviceLike = None,
+        on_fault: str | Restart = "raise",
     ) -> None:
         check_count("num_workers", num_workers)  # before it is used below
+        policy = parse_on_fault(on_fault)
         if not shared_memory:
             raise ValueError("shared_memory=False is not supported: buffers are always shared")
         options, self.timeout = process_options(
@@ -105,4 +112,4 @@ class ParallelEnv(BatchedEnvBase):
             torch.set_num_threads(num_threads)
         factories = SubEnvFactories(num_workers, create_env_fn, create_env_kwargs, envs_per_worker)
         backend = process_backend(options, memmap=memmap)
-        super().__init__(factories, backend, device=device, timeout=self.timeout)
+        super().__init__(factories, backend, device=device, timeout=self.timeout, on_fault=policy)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from gymvec.common.faults import Restart, parse_on_fault
 from gymvec.envs.batched import BatchedEnvBase
 from gymvec.options import TENSORDICT_API, check_start_method, check_timeout, suggest_keywords
 from gymvec.specs import DeviceLike
@@ -49,6 +50,9 @@ class RayEnv(BatchedEnvBase):
             it, ``SubEnvTimeoutError`` naming the busy workers and sub-envs, and the env
             refuses further calls; ``close()`` then kills the actors within seconds.
         device: where outputs live.
+        on_fault: "raise" (default), "restart" or a ``gymvec.Restart``; accepted and
+            checked, but an actor's death still raises ``WorkerError`` (Ray's actors are not
+            rebuilt yet; see ``docs/faults.md``).
 
     A step is one remote call per actor carrying that actor's actions, and the results
     come back as arrays; trajectories are those of ``SerialEnv`` for the same seeds and
@@ -85,10 +89,12 @@ class RayEnv(BatchedEnvBase):
         mp_start_method: str | None = None,
         timeout: float | None = None,
         device: DeviceLike = None,
+        on_fault: str | Restart = "raise",
     ) -> None:
         from gymvec.backends.ray.executor import RayOptions, import_ray, ray_backend
 
         import_ray()  # before anything is built: without Ray, say how to install it
+        policy = parse_on_fault(on_fault)
         check_count("num_workers", num_workers)
         options = RayOptions(
             address=address,
@@ -101,7 +107,9 @@ class RayEnv(BatchedEnvBase):
         self.ray_options = options
         factories = SubEnvFactories(num_workers, create_env_fn, create_env_kwargs, envs_per_worker)
         timeout = check_timeout(timeout, False)
-        super().__init__(factories, ray_backend(options), device=device, timeout=timeout)
+        super().__init__(
+            factories, ray_backend(options), device=device, timeout=timeout, on_fault=policy
+        )
         try:
             _ = self.engine.executor  # the actors start now: worker_nodes is known from here on
         except BaseException:

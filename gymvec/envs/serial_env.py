@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gymvec.common.faults import Restart, parse_on_fault
 from gymvec.engine.engine import serial_backend
 from gymvec.envs.batched import BatchedEnvBase
 from gymvec.options import suggest_keywords
@@ -15,7 +16,8 @@ from gymvec.subenvs.factories import SubEnvFactories
 class SerialEnv(BatchedEnvBase):
     """Sub-envs in this process, stepped in order, with the same batching as ParallelEnv.
 
-    Same arguments as :class:`ParallelEnv` (without the process options). Useful for
+    Same arguments as :class:`ParallelEnv` (without the process options; ``on_fault`` heals
+    sub-envs that raise, rebuilt in this process). Useful for
     debugging, for cheap envs, and as the reference that ParallelEnv must match exactly.
 
     Example:
@@ -36,6 +38,8 @@ class SerialEnv(BatchedEnvBase):
         create_env_kwargs: dict | Sequence[dict] | None = None,
         envs_per_worker: int | Sequence[int] = 1,
         device: DeviceLike = None,
+        on_fault: str | Restart = "raise",
     ) -> None:
+        policy = parse_on_fault(on_fault)
         factories = SubEnvFactories(num_workers, create_env_fn, create_env_kwargs, envs_per_worker)
-        super().__init__(factories, serial_backend(), device=device)
+        super().__init__(factories, serial_backend(), device=device, on_fault=policy)

@@ -27,6 +27,7 @@ from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces
 
+from gymvec.common.faults import Restart, parse_on_fault
 from gymvec.common.structure import observation_leaves, refuse_object_leaves, space_leaves
 from gymvec.engine.engine import BatchEngine, Received, process_backend, serial_backend
 from gymvec.errors import SpaceMismatchError, SubEnvTimeoutError
@@ -137,6 +138,9 @@ class SerialVectorEnv(GymnasiumVectorEnv):
         output: "numpy" or "torch" (gymvec's extension).
         batch_size: first-ready batches of this many sub-envs (gymvec's extension, see
             ``GymnasiumVectorEnv``).
+        on_fault: "raise" (default), "restart" or a ``gymvec.Restart(limit, window)``: a
+            sub-env that raises is rebuilt here and its row reads as truncated, with
+            ``infos["fault"]`` (API section 13); ``restarts`` and ``faults`` report them.
     """
 
     engine: BatchEngine  # (the sub-envs live in this process: ``envs`` reads them)
@@ -151,12 +155,16 @@ class SerialVectorEnv(GymnasiumVectorEnv):
         *,
         output: str = "numpy",
         batch_size: int | None = None,
+        on_fault: str | Restart = "raise",
     ):
         self.env_fns = _check_env_fns(env_fns)
         self.observation_mode = observation_mode
+        self.on_fault = policy = parse_on_fault(on_fault)
         factories = SubEnvFactories(1, self.env_fns, None, len(self.env_fns))
         engine = _engine(
-            "SerialVectorEnv", observation_mode, lambda: BatchEngine(factories, serial_backend())
+            "SerialVectorEnv",
+            observation_mode,
+            lambda: BatchEngine(factories, serial_backend(), on_fault=policy),
         )
         try:
             super().__init__(
@@ -217,7 +225,10 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         ends the busy workers at once. No sub-env then runs in this process), batch_size
         (first-ready batches, see ``GymnasiumVectorEnv``: each worker hands back each of its
         sub-envs as soon as it is done; sub-envs that wait on something outside the CPU all
-        wait at once with one worker each, ``num_workers=len(env_fns)``).
+        wait at once with one worker each, ``num_workers=len(env_fns)``), on_fault ("raise",
+        "restart" or a ``gymvec.Restart``: a sub-env that raises, or whose worker dies or
+        outlasts ``timeout``, is rebuilt and its row reads as truncated with
+        ``infos["fault"]``; API section 13).
 
     ``reset_wait``, ``step_wait`` and ``call_wait`` take gymnasium's ``timeout``
     (``multiprocessing.TimeoutError`` past it): a reset or step stays pending, and a later
@@ -245,7 +256,9 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         output: str = "numpy",
         batch_size: int | None = None,
         timeout: float | None = None,
+        on_fault: str | Restart = "raise",
     ):
+        self.on_fault = policy = parse_on_fault(on_fault)
         if worker is not None:
             raise ValueError("ParallelVectorEnv does not support a custom `worker` function")
         if max_concurrency is not None and (
@@ -284,7 +297,9 @@ class ParallelVectorEnv(GymnasiumVectorEnv):
         engine = _engine(
             "ParallelVectorEnv",
             observation_mode,
-            lambda: BatchEngine(factories, process_backend(options), timeout=self.timeout),
+            lambda: BatchEngine(
+                factories, process_backend(options), timeout=self.timeout, on_fault=policy
+            ),
         )
         try:
             if shared_memory:

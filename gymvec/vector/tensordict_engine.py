@@ -58,6 +58,7 @@ class TensorDictEngine:
         self.metadata = dict(getattr(env, "metadata", {}) or {})
         self.render_mode = getattr(env, "render_mode", None)
         self.heterogeneous = False
+        self.fault_book = None  # (a tensordict env reports its faults in ("next", "fault"))
         fields = info_fields_of(env.info_spec.unbatch(1))
         self.layout = BufferLayout(
             self.num_envs,

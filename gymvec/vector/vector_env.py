@@ -44,6 +44,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from gymvec.common.arrays import any_set
+from gymvec.common.faults import Fault, faults_of, restarts_of
 from gymvec.common.reprs import never_raises
 from gymvec.common.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.common.vector_reset import check_reset_mask
@@ -419,6 +420,16 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     # One per sub-env, as gymnasium's SyncVectorEnv and AsyncVectorEnv return them (VectorEnv's
     # own annotations say one for the vector env).
+    @property
+    def restarts(self) -> np.ndarray:
+        """Restarts per sub-env (``on_fault="restart"``, API section 13; zeros otherwise)."""
+        return restarts_of(self.engine.fault_book, self.num_envs)
+
+    @property
+    def faults(self) -> list[Fault]:
+        """The most recent faults (at most 100, oldest first), as ``gymvec.Fault`` records."""
+        return faults_of(self.engine.fault_book)
+
     @property
     def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
         return self.get_attr("np_random_seed")

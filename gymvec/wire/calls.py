@@ -30,13 +30,18 @@ class Received(NamedTuple):
     (None: all). ``extras``: by sub-env index, what each reported that has no place in the
     buffers. ``observations``: the handed-out observation lane that holds "next"'s
     observations (an array nobody else refers to, see ``Buffers.handed_out_lanes``), or None
-    when they are in ``buffers.next`` itself.
+    when they are in ``buffers.next`` itself. ``faults`` (only with ``on_fault`` restarting,
+    else None): by row, the message of a fault healed in this call (API section 13), the
+    string ``infos["fault"]`` shows; those rows read as truncated (reward 0, terminated
+    False, truncated True) and their observation is the row's last one, which the front end
+    keeps (the buffers' row is not to be read).
     """
 
     kind: str
     mask: np.ndarray | None
     extras: dict[int, Extras]
     observations: np.ndarray | None
+    faults: dict[int, str] | None = None
 
 
 class Ready(NamedTuple):

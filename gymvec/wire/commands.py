@@ -162,12 +162,15 @@ class Extras:
     ("next"'s own, or the observation lane's) holds it exactly, where it is left. ``objects``: the
     values of object observation leaves (see ``BufferLayout``) that a worker process sends
     back, ``(root values, next values)``; the engine stores them and clears the field.
+    ``fault``: with ``on_fault`` restarting, the sub-env raised in this command and was
+    rebuilt where it lives: ``(kind, message, traceback)`` (see ``common.faults.Fault``).
     """
 
     root: dict | None = None
     next: dict | None = None
     final_obs: Any = NOTHING
     objects: tuple | None = None
+    fault: tuple | None = None
 
     def is_empty(self) -> bool:
         return (
@@ -175,4 +178,5 @@ class Extras:
             and self.next is None
             and self.final_obs is NOTHING
             and self.objects is None
+            and self.fault is None
         )
