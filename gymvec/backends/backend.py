@@ -29,7 +29,7 @@ class ExecutorStart:
     worker_env_fns: list[list[EnvFn]]
     bounds: list[tuple[int, int]]  # per worker, its rows (unplanned: its sub-envs)
     shared: SharedMemory | None  # None: unplanned (see below)
-    worker_rows: list[tuple[int, ...]] | None  # per worker, the rows of each of its sub-envs
+    sub_env_sizes: list[tuple[int, ...]] | None  # per worker, the rows each of its sub-envs fills
 
     @classmethod
     def unplanned(cls, factories: SubEnvFactories) -> ExecutorStart:
@@ -53,7 +53,7 @@ class ExecutorStart:
         fns = [factories.worker_env_fns(w) for w in range(factories.num_workers)]
         if kept.env is not None:
             fns[0] = [kept.first_of(fns[0][0]), *fns[0][1:]]
-        rows = [layout.rows_of_worker(w) for w in range(layout.num_workers)]
+        rows = [layout.sub_env_sizes_of(w) for w in range(layout.num_workers)]
         return cls(fns, list(layout.worker_rows), shared, rows)
 
 
@@ -85,9 +85,9 @@ def serial_backend() -> Backend:
     def start(plan: ExecutorStart) -> Executor:
         # One group for all sub-envs: in one process, workers would only add loop overhead.
         fns = [fn for fns in plan.worker_env_fns for fn in fns]
-        if plan.worker_rows is None:
+        if plan.sub_env_sizes is None:
             return LocalExecutor.build([fns], [0], plan.shared)
-        rows = [size for sizes in plan.worker_rows for size in sizes]
+        rows = [size for sizes in plan.sub_env_sizes for size in sizes]
         return LocalExecutor.build([fns], [0], plan.shared, rows=[rows])
 
     return Backend("serial", private_memory, start, first_here=True)
@@ -122,7 +122,7 @@ def process_backend(options: Any, memmap: bool = False) -> Backend:
 
     def start(plan: ExecutorStart) -> Executor:
         return ProcessExecutor(
-            plan.worker_env_fns, plan.bounds, plan.shared, options, plan.worker_rows
+            plan.worker_env_fns, plan.bounds, plan.shared, options, plan.sub_env_sizes
         )
 
     def release() -> None:

@@ -141,7 +141,7 @@ class WorkerLayout:
         rows = self.sub_env_rows
         return tuple((rows[a][0], rows[b - 1][1]) for a, b in self.worker_sub_envs)
 
-    def rows_of_worker(self, worker: int) -> tuple[int, ...]:
+    def sub_env_sizes_of(self, worker: int) -> tuple[int, ...]:
         """The rows of each sub-env of ``worker``."""
         a, b = self.worker_sub_envs[worker]
         return self.rows_per_sub_env[a:b]

@@ -93,9 +93,9 @@ class ProcessOptions:
         return (WORKER_SPIN_S, PARENT_SPIN_S) if spin else (0.0, 0.0)
 
 
-def _units(worker_rows: Sequence[Sequence[int]]) -> list[range] | None:
+def _units(sub_env_sizes: Sequence[Sequence[int]]) -> list[range] | None:
     """Per row, the rows of its sub-env (see ``ProcessRows``); None where each has one."""
-    sizes = [size for sizes in worker_rows for size in sizes]
+    sizes = [size for sizes in sub_env_sizes for size in sizes]
     if all(size == 1 for size in sizes):
         return None
     units: list[range] = []
@@ -131,7 +131,7 @@ class ProcessExecutor(Executor):
             the workers build their sub-envs and report them (:meth:`sub_env_summaries`),
             and wait for their rows (:meth:`attach`).
         options: how the processes run.
-        worker_rows: per worker, the rows of each of its sub-envs (default one each).
+        sub_env_sizes: per worker, the rows of each of its sub-envs (default one each).
     """
 
     def __init__(
@@ -140,7 +140,7 @@ class ProcessExecutor(Executor):
         worker_bounds: list[tuple[int, int]],
         shared: SharedMemory | None,
         options: ProcessOptions,
-        worker_rows: Sequence[Sequence[int]] | None = None,
+        sub_env_sizes: Sequence[Sequence[int]] | None = None,
     ):
         self.handles: list[WorkerHandle] = []
         self.local: LocalExecutor | None = None
@@ -159,14 +159,16 @@ class ProcessExecutor(Executor):
         self.ready: Semaphore | None = None
         deadline = time.monotonic() + options.startup_timeout  # this process's share included
         try:
-            self._start(worker_env_fns, worker_bounds, shared, options, worker_spin_s, worker_rows)
+            self._start(
+                worker_env_fns, worker_bounds, shared, options, worker_spin_s, sub_env_sizes
+            )
             if options.local_worker:  # built while the workers build theirs
                 self.local = LocalExecutor.build(
                     [worker_env_fns[0]],
                     [worker_bounds[0][0]],
                     shared,
                     workers=[0],
-                    rows=None if worker_rows is None else [worker_rows[0]],
+                    rows=None if sub_env_sizes is None else [sub_env_sizes[0]],
                 )
                 # this process's share is that one group: its run, looked up once (per step)
                 self.run_local_group = self.local.groups[0].run
@@ -175,7 +177,7 @@ class ProcessExecutor(Executor):
             self.close()
             raise
         if shared is not None:
-            self._serve(shared, worker_rows or [[1] * len(fns) for fns in worker_env_fns])
+            self._serve(shared, sub_env_sizes or [[1] * len(fns) for fns in worker_env_fns])
 
     def _serve(self, shared: SharedMemory, rows: Sequence[Sequence[int]]) -> None:
         """Every group is ready to run commands on ``shared`` (``rows``: per worker, the
@@ -185,7 +187,7 @@ class ProcessExecutor(Executor):
         # Object observations come back with each row's message; object actions would need
         # one each way, which first-ready commands do not send.
         objects = bool(shared.layout.object_action_keys)
-        self.rows: ProcessRows = ProcessRows(
+        self.first_ready: ProcessRows = ProcessRows(
             self.handles,
             self.local,
             as_buffer(self.rows_memory),
@@ -216,7 +218,7 @@ class ProcessExecutor(Executor):
         except BaseException:
             self.close()
             raise
-        self._serve(shared, [layout.rows_of_worker(w) for w in range(layout.num_workers)])
+        self._serve(shared, [layout.sub_env_sizes_of(w) for w in range(layout.num_workers)])
 
     def _start(
         self,
@@ -287,8 +289,8 @@ class ProcessExecutor(Executor):
         for handle in self.handles:
             if handle.failure is not None:  # (the test inline: this runs every step)
                 handle.check()
-        if self.rows.unsettled:
-            self.rows.settle()
+        if self.first_ready.unsettled:
+            self.first_ready.settle()
         pending = self.pending  # (reset in place: this runs every step)
         pending.local_due, pending.extras, pending.local_error = True, {}, None
         options, action_objects = call.options, call.action_objects
@@ -403,8 +405,8 @@ class ProcessExecutor(Executor):
     def request_send(self, call: Request) -> None:
         """Post the request to the workers that hold some of ``call.indices``. Every worker's
         request is pickled before any is posted: a failure leaves no worker a step ahead."""
-        if self.rows.unsettled:
-            self.rows.settle()
+        if self.first_ready.unsettled:
+            self.first_ready.settle()
         offset = 0 if self.local is None else 1
         local, asked = None, []
         for group, positions in group_indices(call.indices, self.bounds):
@@ -463,10 +465,10 @@ class ProcessExecutor(Executor):
 
     # ---- first-ready commands (see rows.py) ---------------------------------------------
     def send_some(self, rows: Sequence[int]) -> None:
-        self.rows.send_some(rows)
+        self.first_ready.send_some(rows)
 
     def resend_some(self, rows: Sequence[int]) -> None:
-        self.rows.resend_some(rows)
+        self.first_ready.resend_some(rows)
 
     def wait_some(
         self,
@@ -476,16 +478,16 @@ class ProcessExecutor(Executor):
         timeout: float | None = None,
     ) -> dict[int, Any]:
         try:
-            return self.rows.wait_some(rows, min_get, max_get, timeout)
+            return self.first_ready.wait_some(rows, min_get, max_get, timeout)
         except Exception:
             raise_if_closing(self.closing)
             raise
 
     def take_lost(self) -> list[int]:
-        return self.rows.take_lost()
+        return self.first_ready.take_lost()
 
     def add_info_fields_in_flight(self, places: dict) -> bool:
-        return self.rows.add_info_fields_in_flight(places)
+        return self.first_ready.add_info_fields_in_flight(places)
 
     # ---- lifetime -----------------------------------------------------------------------------
     def close(self, timeout: float = CLOSE_GRACE_S) -> None:

@@ -129,7 +129,7 @@ class RayExecutor(Executor):
         worker_bounds: list[tuple[int, int]],
         shared: SharedMemory | None,
         options: RayOptions,
-        worker_rows: Sequence[Sequence[int]] | None = None,
+        sub_env_sizes: Sequence[Sequence[int]] | None = None,
     ):
         self.ray = ray = connect(options.address)
         self.options = options
@@ -149,9 +149,9 @@ class RayExecutor(Executor):
             for w, (start, stop) in enumerate(worker_bounds):
                 actor = actor_class.options(**actor_options, **strategies[w]).remote(w)
                 self.handles.append(RayHandle(w, start, stop, actor))
-            if shared is not None and worker_rows is None:
-                worker_rows = [[1] * len(fns) for fns in worker_env_fns]
-            self._start(worker_env_fns, worker_rows)
+            if shared is not None and sub_env_sizes is None:
+                sub_env_sizes = [[1] * len(fns) for fns in worker_env_fns]
+            self._start(worker_env_fns, sub_env_sizes)
             if shared is not None:
                 for handle in self.handles:
                     handle.lay_out(shared)
@@ -168,7 +168,7 @@ class RayExecutor(Executor):
             refs = []
             for handle in self.handles:
                 handle.start, handle.stop = layout.worker_rows[handle.index]
-                rows = layout.rows_of_worker(handle.index)
+                rows = layout.sub_env_sizes_of(handle.index)
                 refs.append(handle.actor.attach.remote(shared.layout, rows))
             self._started(refs, "take its rows")
             for handle in self.handles:
@@ -507,6 +507,8 @@ def ray_backend(options: RayOptions) -> Any:
     from gymvec.backends.backend import Backend, ExecutorStart
 
     def start(plan: ExecutorStart) -> Executor:
-        return RayExecutor(plan.worker_env_fns, plan.bounds, plan.shared, options, plan.worker_rows)
+        return RayExecutor(
+            plan.worker_env_fns, plan.bounds, plan.shared, options, plan.sub_env_sizes
+        )
 
     return Backend("ray", private_memory, start, collect_on_exit=True)
