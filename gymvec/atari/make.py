@@ -11,6 +11,7 @@ from gymnasium.vector import AutoresetMode
 from gymvec.atari.config import AtariConfig
 from gymvec.atari.preprocessing import Preprocessing
 from gymvec.atari.vector_env import AtariVectorEnv
+from gymvec.common.faults import Restart, parse_on_fault
 from gymvec.options import parse_autoreset_mode
 from gymvec.subenvs.factories import BlockFactory
 from gymvec.subenvs.layout import WorkerLayout, check_count
@@ -75,6 +76,7 @@ def make_vec(
     autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
     batch_size: int | None = None,
     output: str = "numpy",
+    on_fault: str | Restart = "raise",
     **options: Any,
 ) -> GymnasiumVectorEnv:
     """``num_envs`` Atari games as a gymvec gymnasium ``VectorEnv``: one ``AtariVectorEnv``
@@ -85,6 +87,9 @@ def make_vec(
     padding_type=padding_type)``. ``options`` are the preprocessing keywords (see
     :class:`~gymvec.atari.preprocessing.Preprocessing`: ``AtariPreprocessing``'s and
     ``FrameStackObservation``'s, with their defaults) and ``gym.make``'s for ALE ids.
+    ``on_fault``: "raise" (default), "restart" or a ``gymvec.Restart``; a block is one sub-env,
+    so a fault rebuilds the worker's whole block and truncates all of its rows (see
+    ``docs/faults.md``).
 
     Example:
         >>> from gymvec.atari import make_vec
@@ -96,16 +101,14 @@ def make_vec(
 
     workers = _workers(backend, num_envs, num_workers)
     mode = parse_autoreset_mode(autoreset_mode)
+    parse_on_fault(on_fault)  # a bad one is refused before the options are checked
     factories = block_factories(env_id, num_envs, workers, mode, options)
-    if backend == "serial":
-        return SerialVectorEnv(factories, autoreset_mode=mode, batch_size=batch_size, output=output)
-    return ParallelVectorEnv(
-        factories,
-        num_workers=workers,
-        autoreset_mode=mode,
-        batch_size=batch_size,
-        output=output,
+    common: dict[str, Any] = dict(
+        autoreset_mode=mode, batch_size=batch_size, output=output, on_fault=on_fault
     )
+    if backend == "serial":
+        return SerialVectorEnv(factories, **common)
+    return ParallelVectorEnv(factories, num_workers=workers, **common)
 
 
 @Preprocessing.in_signature
@@ -115,6 +118,7 @@ def make_env(
     *,
     backend: str = "parallel",
     num_workers: int | None = None,
+    on_fault: str | Restart = "raise",
     **options: Any,
 ) -> BatchedEnvBase:
     """``num_envs`` Atari games as a gymvec tensordict batched env (``ParallelEnv``, or
@@ -126,7 +130,8 @@ def make_env(
     from gymvec.envs.serial_env import SerialEnv
 
     workers = _workers(backend, num_envs, num_workers)
+    parse_on_fault(on_fault)
     factories = block_factories(env_id, num_envs, workers, AutoresetMode.DISABLED, options)
     if backend == "serial":
-        return SerialEnv(workers, factories)
-    return ParallelEnv(workers, factories)
+        return SerialEnv(workers, factories, on_fault=on_fault)
+    return ParallelEnv(workers, factories, on_fault=on_fault)

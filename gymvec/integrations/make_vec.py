@@ -25,6 +25,7 @@ from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 
 from gymvec.common.cores import usable_cores
+from gymvec.common.faults import Restart, parse_on_fault
 from gymvec.subenvs.factories import BlockFactory
 from gymvec.subenvs.layout import WorkerLayout
 
@@ -43,6 +44,7 @@ _GYMVEC_OPTIONS = (
     "batch_size",
     "timeout",
     "ray_options",
+    "on_fault",
 )
 # gymnasium.make_vec takes vectorization_mode itself: make_vec's is spelled so through it
 _ALIASES = {"gymvec_vectorization_mode": "vectorization_mode"}
@@ -62,6 +64,7 @@ def make_vec(
     timeout: float | None = None,
     ray_options: dict | None = None,
     vectorization_mode: str | None = None,
+    on_fault: str | Restart = "raise",
     **env_kwargs: Any,
 ) -> GymnasiumVectorEnv | AutoVectorEnv:
     """``num_envs`` copies of a registered gymnasium env as a gymvec vector env.
@@ -95,6 +98,10 @@ def make_vec(
             rows from the id's vector entry point (``gymnasium.make_vec(id, share,
             vectorization_mode="vector_entry_point")``; through ``gymnasium.make_vec`` this
             option is spelled ``gymvec_vectorization_mode``).
+        on_fault: "raise" (default: a ``WorkerError`` at a sub-env's first fault),
+            "restart" or a ``gymvec.Restart(limit, window)``: a sub-env that raises, or whose
+            worker dies or outlasts ``timeout``, is rebuilt and its step reads as a
+            truncation (``infos["fault"]``; see ``docs/faults.md``).
         **env_kwargs: passed to ``gymnasium.make`` (``max_episode_steps``, ``render_mode``...);
             a name close to one of gymvec's options that the env does not name raises a
             TypeError that says which option it may stand for.
@@ -118,6 +125,7 @@ def make_vec(
             f"it), got {num_workers!r}"
         )
     autoreset_mode = parse_autoreset_mode(autoreset_mode)
+    parse_on_fault(on_fault)  # a bad one is refused here, before any sub-env is built
     spec = gym.spec(env_id) if isinstance(env_id, str) else env_id
     check_env_kwargs(spec, env_kwargs)
     if vectorization_mode not in (None, "sync", "vector_entry_point"):
@@ -134,7 +142,9 @@ def make_vec(
         # the options ask for workers (then as backend="parallel")
         wants_workers = num_workers is not None or local_worker is not None
         backend = "parallel" if wants_workers else "serial"
-    common = dict(autoreset_mode=autoreset_mode, output=output, batch_size=batch_size)
+    common = dict(
+        autoreset_mode=autoreset_mode, output=output, batch_size=batch_size, on_fault=on_fault
+    )
 
     def build(backend: str, workers: int | None, local: bool | None) -> GymnasiumVectorEnv:
         if blocks:
@@ -250,6 +260,7 @@ def _ray_vec(
     output: str,
     batch_size: int | None,
     timeout: float | None,
+    on_fault: str | Restart,
 ) -> GymnasiumVectorEnv:
     """The gymnasium face over an engine whose sub-envs run on Ray actors (torch-free)."""
     from gymvec.backends.ray.executor import RayOptions, connect, import_ray, ray_backend
@@ -265,7 +276,12 @@ def _ray_vec(
         ray = connect(options.address)
         num_workers = min(n, max(sum(1 for node in ray.nodes() if node["Alive"]), 1))
     factories = SubEnvFactories.spread(env_fns, num_workers)
-    engine = BatchEngine(factories, ray_backend(options), timeout=check_timeout(timeout, False))
+    engine = BatchEngine(
+        factories,
+        ray_backend(options),
+        timeout=check_timeout(timeout, False),
+        on_fault=parse_on_fault(on_fault),
+    )
     try:
         _ = engine.executor  # the actors start now
         return GymnasiumVectorEnv(

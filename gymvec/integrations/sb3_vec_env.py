@@ -241,7 +241,9 @@ class SB3VecEnv(VecEnv):
     Behaves like SB3's ``DummyVecEnv``: ``reset()`` returns observations only and fills
     ``reset_infos``; ``step`` returns float32 rewards, ``dones = terminated | truncated`` and one
     info dict per env, where a finished env's info is its last step's info plus
-    ``terminal_observation`` and ``TimeLimit.truncated``. Seeds and options set with ``seed()``
+    ``terminal_observation`` and ``TimeLimit.truncated`` (and ``fault``, the message, where
+    the vector env rebuilt a faulted sub-env: a truncation; ``restarts`` and ``faults`` are the
+    vector env's). Seeds and options set with ``seed()``
     and ``set_options()`` are used at the next ``reset()``; different options per env take one
     masked reset each (gymnasium's ``reset_mask``), since a vector env resets with one dict.
     """
@@ -306,6 +308,17 @@ class SB3VecEnv(VecEnv):
             )
         return list(envs)
 
+    @property
+    def restarts(self) -> np.ndarray:
+        """Restarts per sub-env of the vector env (``on_fault="restart"``; see
+        ``docs/faults.md``)."""
+        return cast(Any, self.vector_env.unwrapped).restarts
+
+    @property
+    def faults(self) -> list:
+        """The vector env's most recent faults, oldest first (``gymvec.Fault`` records)."""
+        return cast(Any, self.vector_env.unwrapped).faults
+
     def step_async(self, actions: Any) -> None:
         self._actions = self._batch_actions(actions)
 
@@ -338,6 +351,10 @@ class SB3VecEnv(VecEnv):
             final_infos = self._final_infos(infos, finished)
             for i in finished:  # the step info is the episode's last; the other, its reset's
                 self.reset_infos[i], step_infos[i] = step_infos[i], final_infos[i]
+        if "fault" in infos:  # a faulted row (on_fault="restart"): its episode's last info
+            for i in np.flatnonzero(infos["_fault"]).tolist():
+                step_infos[i]["fault"] = infos["fault"][i]
+                self.reset_infos[i].pop("fault", None)
         time_limit = (truncations & ~terminations).tolist()
         for info, truncated in zip(step_infos, time_limit):
             info["TimeLimit.truncated"] = truncated

@@ -14,6 +14,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from gymvec.common.faults import Restart
 from gymvec.integrations.sb3_vec_env import SB3VecEnv
 
 __all__ = ["ParallelVecEnv", "SerialVecEnv"]
@@ -42,15 +43,23 @@ class SerialVecEnv(SB3VecEnv):
 
     Args:
         env_fns: functions that each build one ``gymnasium.Env``.
+        on_fault: "raise" (default), "restart" or a ``gymvec.Restart``: a sub-env that raises
+            is rebuilt, its step done with ``TimeLimit.truncated`` and ``infos[i]["fault"]``
+            (see ``docs/faults.md``).
 
     With the same seed it gives ``DummyVecEnv``'s observations, rewards, dones and infos; the
     sub-envs live in this process (``envs``, as ``DummyVecEnv.envs``).
     """
 
-    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]]) -> None:
+    def __init__(
+        self, env_fns: Sequence[Callable[[], gym.Env]], *, on_fault: str | Restart = "raise"
+    ) -> None:
         from gymvec.vector.dropin import SerialVectorEnv
 
-        _init_over(self, SerialVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP))
+        vector_env = SerialVectorEnv(
+            env_fns, autoreset_mode=AutoresetMode.SAME_STEP, on_fault=on_fault
+        )
+        _init_over(self, vector_env)
 
 
 class ParallelVecEnv(SB3VecEnv):
@@ -62,7 +71,7 @@ class ParallelVecEnv(SB3VecEnv):
         start_method: the workers' start method ("fork", "spawn", "forkserver"), as
             ``SubprocVecEnv``'s; ``None``: gymvec's default.
         **options: ``ParallelVectorEnv``'s options (``num_workers``, ``local_worker``,
-            ``timeout``, ``shared_memory``, ``copy``, ``daemon``...), except
+            ``timeout``, ``on_fault``, ``shared_memory``, ``copy``, ``daemon``...), except
             ``autoreset_mode``, which is always same-step here. ``num_workers`` is at most
             one per sub-env (the trainers' eval envs, built with the same kwargs, are small).
 

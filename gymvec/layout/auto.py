@@ -15,6 +15,7 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
+from gymvec.common.faults import Fault
 from gymvec.errors import ClosedEnvError
 from gymvec.layout.model import Candidate, Constraints, Layout, LayoutReport, choose
 from gymvec.layout.timing import choose_layout, measure
@@ -103,6 +104,16 @@ class AutoVectorEnv(gym.vector.VectorEnv):
     def engine(self) -> Any:
         """The chosen vector env's engine (gymvec's integrations read it)."""
         return self._ensure().engine
+
+    @property
+    def restarts(self) -> np.ndarray:
+        """Restarts per sub-env (``on_fault="restart"``; see ``docs/faults.md``)."""
+        return self._ensure().restarts
+
+    @property
+    def faults(self) -> list[Fault]:
+        """The most recent faults, oldest first (``gymvec.Fault`` records)."""
+        return self._ensure().faults
 
     @property
     def envs(self) -> list[gym.Env]:

@@ -11,6 +11,7 @@ from gymnasium.vector import AutoresetMode
 from pettingzoo import ParallelEnv
 
 from gymvec.common.cores import usable_cores
+from gymvec.common.faults import Restart, parse_on_fault
 from gymvec.options import parse_autoreset_mode
 from gymvec.pettingzoo.agent_rows import AgentRowsBlock
 from gymvec.pettingzoo.agents import check_parallel_env, close_env, common_spaces
@@ -30,6 +31,7 @@ def make_vec(
     num_workers: int | None = None,
     autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
     output: str = "numpy",
+    on_fault: str | Restart = "raise",
     **options: Any,
 ) -> GymnasiumVectorEnv:
     """``num_envs`` PettingZoo parallel envs as one gymnasium vector env of ``num_envs * A``
@@ -50,6 +52,9 @@ def make_vec(
             most one per env; 1 for "serial").
         autoreset_mode: "next_step", "same_step" or "disabled".
         output: "numpy" or "torch".
+        on_fault: "raise" (default), "restart" or a ``gymvec.Restart``: a faulted block is
+            rebuilt and all of its rows (each agent of each of its envs) read as truncated
+            (see ``docs/faults.md``).
         **options: ``ParallelVectorEnv``'s or ``SerialVectorEnv``'s own (``timeout``,
             ``context``, ``local_worker``...).
 
@@ -63,6 +68,7 @@ def make_vec(
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
     num_envs = check_count("num_envs", num_envs)
     mode = parse_autoreset_mode(autoreset_mode)
+    parse_on_fault(on_fault)  # a bad one is refused before an env is built
     if num_workers is None:
         num_workers = min(usable_cores(), num_envs) if backend == "parallel" else 1
     num_workers = check_count("num_workers", num_workers)
@@ -81,12 +87,11 @@ def make_vec(
         factories.append(BlockFactory(block, share * len(agents)))
         first_env += share
     envs: GymnasiumVectorEnv
+    common = dict(autoreset_mode=mode, output=output, on_fault=on_fault, **options)
     if backend == "serial":
-        envs = SerialVectorEnv(factories, autoreset_mode=mode, output=output, **options)
+        envs = SerialVectorEnv(factories, **common)
     else:
-        envs = ParallelVectorEnv(
-            factories, num_workers=num_workers, autoreset_mode=mode, output=output, **options
-        )
+        envs = ParallelVectorEnv(factories, num_workers=num_workers, **common)
     # (set on this instance: the classes are gymvec's own, rows are what this function adds)
     rows = [(e, agent) for e in range(num_envs) for agent in agents]
     setattr(envs, "rows", rows)  # noqa: B010

@@ -13,6 +13,7 @@ from pettingzoo import ParallelEnv
 from tensordict import TensorDict, TensorDictBase
 
 from gymvec.common.cores import usable_cores
+from gymvec.common.faults import Restart, parse_on_fault
 from gymvec.common.reprs import never_raises
 from gymvec.envs.base import DONE_KEYS, EnvBase
 from gymvec.envs.batched import BatchedEnvBase
@@ -210,6 +211,7 @@ def make_env(
     group_map: dict[str, list[str]] | None = None,
     backend: str = "parallel",
     num_workers: int | None = None,
+    on_fault: str | Restart = "raise",
     **options: Any,
 ) -> PettingZooEnv:
     """``num_envs`` PettingZoo parallel envs as a tensordict batched env (batch
@@ -228,6 +230,8 @@ def make_env(
         backend: "parallel" (``ParallelEnv``, worker processes) or "serial" (``SerialEnv``).
         num_workers: blocks (worker processes for "parallel"; default: one per usable core,
             at most one per env; 1 for "serial").
+        on_fault: "raise" (default), "restart" or a ``gymvec.Restart``: a faulted block is
+            rebuilt and its envs read as truncated (see ``docs/faults.md``).
         **options: ``ParallelEnv``'s or ``SerialEnv``'s own (``device``, ``timeout``,
             ``local_worker``...).
 
@@ -241,6 +245,7 @@ def make_env(
 
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+    parse_on_fault(on_fault)  # a bad one is refused before an env is built
     if num_workers is None and backend == "serial":
         num_workers = 1
     elif num_workers is None:
@@ -255,7 +260,7 @@ def make_env(
         for share in layout.sub_envs_per_worker
     ]
     cls = SerialEnv if backend == "serial" else BatchedParallelEnv
-    batched = cls(layout.num_workers, factories, **options)
+    batched = cls(layout.num_workers, factories, on_fault=on_fault, **options)
     return PettingZooEnv(batched, groups)
 
 

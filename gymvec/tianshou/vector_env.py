@@ -23,6 +23,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array
 from tianshou.env import BaseVectorEnv
 
+from gymvec.common.faults import Fault, Restart
 from gymvec.common.reprs import never_raises
 from gymvec.engine.engine import BatchEngine, Received
 from gymvec.errors import ClosedEnvError
@@ -69,6 +70,16 @@ class TianshouVectorEnv(BaseVectorEnv):
         self.waiting_id: list[int] = []
         self.ready_id = list(range(self.env_num))
         self.is_closed: bool = False
+
+    @property
+    def restarts(self) -> np.ndarray:
+        """Restarts per sub-env (``on_fault="restart"``; see ``docs/faults.md``)."""
+        return self.vector_env.restarts
+
+    @property
+    def faults(self) -> list[Fault]:
+        """The most recent faults, oldest first (``gymvec.Fault`` records)."""
+        return self.vector_env.faults
 
     def _assert_is_not_closed(self) -> None:
         if self.is_closed:
@@ -306,10 +317,16 @@ class SerialVectorEnv(TianshouVectorEnv):
 
     Args:
         env_fns: callables that each build one gymnasium env.
+        on_fault: "raise" (default), "restart" or a ``gymvec.Restart``: a sub-env that raises
+            is rebuilt, its step truncated with ``info["fault"]`` (see ``docs/faults.md``).
     """
 
-    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]]) -> None:
-        super().__init__(dropin.SerialVectorEnv(env_fns, autoreset_mode="disabled"))
+    def __init__(
+        self, env_fns: Sequence[Callable[[], gym.Env]], *, on_fault: str | Restart = "raise"
+    ) -> None:
+        super().__init__(
+            dropin.SerialVectorEnv(env_fns, autoreset_mode="disabled", on_fault=on_fault)
+        )
 
 
 class ParallelVectorEnv(TianshouVectorEnv):
@@ -319,7 +336,9 @@ class ParallelVectorEnv(TianshouVectorEnv):
     Args:
         env_fns: callables that each build one gymnasium env.
         **options: ``gymvec.ParallelVectorEnv``'s (``num_workers``, ``context``,
-            ``timeout``: seconds a command may take, past which ``SubEnvTimeoutError``...),
+            ``timeout``: seconds a command may take, past which ``SubEnvTimeoutError``...;
+            ``on_fault="restart"``: a faulted sub-env is rebuilt, its step truncated with
+            ``info["fault"]``, see ``docs/faults.md``),
             but ``autoreset_mode``, ``output`` and ``batch_size``, which this class fixes.
     """
 

@@ -1,0 +1,60 @@
+"""Sub-envs that fault on a schedule, for the tests of ``on_fault`` in the outer layers (make_vec,
+the trainers' drop-ins, the tensordict side) and for examples/faults.py's kin.
+
+``FlakyCartPole(every=k, how=...)`` is CartPole that faults at each ``k``-th step of its own
+life (a rebuilt one counts from zero again), and at its next step once ``armed`` is set
+(``envs.set_attr("armed", [...])``, which faults chosen rows on demand): ``"raise"`` raises a
+``RuntimeError``; ``"exit"`` and ``"segv"`` end its process (``os._exit(3)``, SIGSEGV), in a
+worker process only (in the calling process they raise, as a fault there cannot be survived).
+``every=0`` faults only when armed.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import os
+import signal
+
+import gymnasium as gym
+
+FLAKY_ID = "GymvecTest/FlakyCartPole-v0"
+
+
+class FlakyCartPole(gym.Wrapper):
+    def __init__(self, every: int = 0, how: str = "raise", max_episode_steps: int = 500):
+        super().__init__(gym.make("CartPole-v1", max_episode_steps=max_episode_steps))
+        self.every, self.how, self.steps = every, how, 0
+        self.armed = False
+
+    def step(self, action):
+        self.steps += 1
+        if self.armed or (self.every and self.steps % self.every == 0):
+            fault(self.how)
+        return self.env.step(action)
+
+
+def fault(how: str) -> None:
+    """Fault as ``how`` says (see the module's docstring)."""
+    in_worker = multiprocessing.parent_process() is not None
+    if how == "exit" and in_worker:
+        os._exit(3)
+    if how == "segv" and in_worker:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    raise RuntimeError(f"flaky sub-env: {how} fault on purpose")
+
+
+def flaky_fns(n: int, row: int, every: int, how: str = "raise", **kwargs) -> list:
+    """``n`` factories of CartPole, the one at ``row`` faulting every ``every`` steps."""
+    return [
+        functools.partial(FlakyCartPole, every if i == row else 0, how, **kwargs) for i in range(n)
+    ]
+
+
+def healthy_fns(n: int, **kwargs) -> list:
+    """The same ``n`` sub-envs, none faulting (the reference's)."""
+    return [functools.partial(FlakyCartPole, 0, **kwargs) for _ in range(n)]
+
+
+if FLAKY_ID not in gym.registry:
+    gym.register(FLAKY_ID, entry_point=FlakyCartPole)
