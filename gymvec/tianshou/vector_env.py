@@ -161,12 +161,18 @@ class TianshouVectorEnv(BaseVectorEnv):
             self.vector_env.step_send(self._batched(action))
             received = self.vector_env.receive()
             extras = {row: extras.next for row, extras in received.extras.items()}
+            faults = received.faults
         else:
             write = functools.partial(self.vector_env._write_action_rows, self._batched(action))
             self.engine.async_step_send(rows, AutoresetMode.DISABLED, write_actions=write)
             extras, received = self._take_back("step", len(rows)), None
+            faults = None
         slot = self.engine.buffers.next
         infos = self._row_infos(rows, extras)
+        if faults:  # faults that heal: the row is truncated, and its info says why
+            for row, info in zip(rows.tolist(), infos):
+                if row in faults:
+                    info["fault"] = faults[row]
         # each info's "env_id" is the element of ``id`` that named it, as tianshou's
         for env_id, info in zip(self._wrap_id(id), infos):
             info["env_id"] = env_id
