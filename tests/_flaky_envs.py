@@ -58,3 +58,20 @@ def healthy_fns(n: int, **kwargs) -> list:
 
 if FLAKY_ID not in gym.registry:
     gym.register(FLAKY_ID, entry_point=FlakyCartPole)
+
+
+def flaky_spread(every: int):
+    """PettingZoo's simple_spread (mpe2) whose ``every``-th step raises (a parallel env)."""
+    from mpe2 import simple_spread_v3
+    from pettingzoo.utils.wrappers import BaseParallelWrapper
+
+    class FlakySpread(BaseParallelWrapper):
+        steps = 0
+
+        def step(self, actions):
+            self.steps += 1
+            if self.steps % every == 0:
+                raise RuntimeError("flaky PettingZoo env: a fault on purpose")
+            return super().step(actions)
+
+    return FlakySpread(simple_spread_v3.parallel_env(max_cycles=100))

@@ -61,7 +61,9 @@ class PettingZooEnv(EnvBase):
         self.observation_spec = Composite(shape=N)
         self.full_action_spec = Composite(shape=N)
         self.reward_spec = Composite(shape=N)
-        self.done_spec = Composite({key: flag.expand(*N) for key in DONE_KEYS}, shape=N)
+        # (with on_fault restarting, the batched env's "fault" flag too: see envs/faulted_rows)
+        self._flags = tuple(batched.done_spec.keys(include_nested=False, leaves_only=True))
+        self.done_spec = Composite({key: flag.expand(*N) for key in self._flags}, shape=N)
         for name, agents in self.group_map.items():
             shape = (*N, len(agents))
             group = Composite(shape=shape)
@@ -169,7 +171,7 @@ class PettingZooEnv(EnvBase):
 
     def _outer(self, inner: TensorDictBase, with_reward: bool) -> TensorDict:
         """The multi-agent layout of the batched env's root or ``"next"``."""
-        out = TensorDict({key: inner.get(key) for key in DONE_KEYS}, batch_size=self.batch_size)
+        out = TensorDict({key: inner.get(key) for key in self._flags}, batch_size=self.batch_size)
         for name, agents in self.group_map.items():
             entry = inner.get(name)
             group = TensorDict(batch_size=(*self.batch_size, len(agents)))
