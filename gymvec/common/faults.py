@@ -24,7 +24,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -161,6 +161,24 @@ def restarts_of(book: FaultBook | None, num_sub_envs: int) -> np.ndarray:
 def faults_of(book: FaultBook | None) -> list[Fault]:
     """``faults`` as the classes expose it: the last faults, oldest first ([] under "raise")."""
     return [] if book is None else list(book.faults)
+
+
+class FaultRecords:
+    """``restarts`` and ``faults`` of a class over an engine (``self.engine.fault_book``,
+    ``self.num_envs``): the gymnasium face and the batched envs."""
+
+    engine: Any
+    num_envs: int
+
+    @property
+    def restarts(self) -> np.ndarray:
+        """Restarts per sub-env (``on_fault="restart"``, API section 13; zeros otherwise)."""
+        return restarts_of(self.engine.fault_book, self.num_envs)
+
+    @property
+    def faults(self) -> list[Fault]:
+        """The most recent faults (at most 100, oldest first), as ``gymvec.Fault`` records."""
+        return faults_of(self.engine.fault_book)
 
 
 def _rows(rows: Sequence[int]) -> str:

@@ -69,6 +69,7 @@ from gymvec.common.faults import FaultBook, Restart
 from gymvec.common.infos import InfoField
 from gymvec.engine.books import Books
 from gymvec.engine.first_ready import FirstReady
+from gymvec.engine.healing import Healing
 from gymvec.engine.info_learning import InfoLearner
 from gymvec.engine.life import CallLife
 from gymvec.engine.planning import plan_from_probe, plan_from_workers
@@ -220,6 +221,11 @@ class BatchEngine:
         self.request_recv = requests.recv
         # faults that heal (see the module docstring): None under "raise"
         self.fault_book = None if on_fault is None else FaultBook(on_fault, self.num_envs)
+        self.healing = None if self.fault_book is None else Healing(self, self.fault_book)
+        if self.healing is not None:
+            slot.on_start = self.healing.start  # (each executor started from now on)
+            if slot.current is not None:  # (started already, in two phases)
+                self.healing.start(slot.current)
 
     # ---- parts and state ------------------------------------------------------------------
     @property
@@ -315,7 +321,10 @@ class BatchEngine:
             modes = step_modes(autoreset, books.finished, True)
         else:  # (the planner's answer for each mode, asked once: see __init__)
             modes = self._modes_none_finished[autoreset]
-        self._send(self._step_commands[autoreset], modes, None, handout)
+        seeds = None
+        if self.healing is not None and self.healing.reseeds:  # rebuilt sub-envs to reset
+            modes, seeds = self.healing.seeded_step(modes)
+        self._send(self._step_commands[autoreset], modes, seeds, handout)
 
     def reset_send(
         self,
@@ -337,6 +346,13 @@ class BatchEngine:
         if into not in ("root", "next"):
             raise ValueError(f"into: expected 'root' or 'next', got {into!r}")
         reset_mode = RESET if into == "root" else RESET_NEXT
+        healing = self.healing
+        if healing is not None:
+            if mask is not None:
+                mask = np.asarray(mask, dtype=bool).reshape(self.num_envs)
+            healing.note_seeds(seeds, mask)
+            if healing.reseeds:
+                seeds = healing.seeded_reset(mask, seeds)
         if mask is None:
             modes: Modes = reset_mode
         else:
@@ -365,14 +381,19 @@ class BatchEngine:
         extras = life.wait(call, executor.wait, timeout, None if lane else meanwhile)
         if self.object_obs:
             self.buffers.store_objects(extras)
+        faults = None
+        if extras and self.healing is not None:
+            faults = self.healing.faults_of(call, extras)
         self.books.update(call)
+        if faults:
+            extras.update(self.healing.follow_up(call, faults))  # type: ignore[union-attr]
         learner = self.learner
         if learner.active:
             places = learner.learn(extras, slice(None) if call.kind == "step" else [])
             if places:
                 self._adopt_info_fields(places)
         observations = self.lanes.handed_out(lane) if lane else None
-        return Received(call.kind, call.mask, extras, observations)
+        return Received(call.kind, call.mask, extras, observations, faults)
 
     def step(self, autoreset: AutoresetMode = AutoresetMode.DISABLED, **kwargs: Any) -> Received:
         """``step_send`` then ``recv``."""

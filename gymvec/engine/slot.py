@@ -21,6 +21,7 @@ class ExecutorSlot:
         self.backend = backend
         self.start: Callable[[], Executor] | None = None
         self.current: Executor | None = None
+        self.on_start: Callable[[Executor], None] | None = None  # (healing: see engine.py)
         self.closed = False
         self._finalizer: Any = None
 
@@ -32,7 +33,10 @@ class ExecutorSlot:
         if self.current is None:
             if self.start is None:
                 raise RuntimeError("the engine's start is not planned yet")
-            return self.started(self.start())
+            executor = self.started(self.start())
+            if self.on_start is not None:
+                self.on_start(executor)
+            return executor
         return self.current
 
     def started(self, executor: Executor) -> Executor:

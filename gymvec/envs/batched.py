@@ -24,7 +24,7 @@ from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from gymvec.common.arrays import any_set
 from gymvec.common.fastpath import get_str, tensordict_maker, tensordict_unchecked
-from gymvec.common.faults import Fault, Restart, faults_of, restarts_of
+from gymvec.common.faults import FaultRecords, Restart
 from gymvec.common.reprs import never_raises
 from gymvec.engine.engine import Backend, BatchEngine, expand_seeds
 from gymvec.envs.base import EnvBase, make_done_spec, make_reward_spec, set_next
@@ -89,7 +89,7 @@ class FlatOutputs(NamedTuple):
     plan: FlatPlan
 
 
-class BatchedEnvBase(FirstReadyBatches, EnvBase):
+class BatchedEnvBase(FaultRecords, FirstReadyBatches, EnvBase):
     """Common base of :class:`SerialEnv` and :class:`ParallelEnv`: a batch of sub-envs with
     the tensordict API, over a :class:`~gymvec.engine.BatchEngine`.
 
@@ -192,16 +192,6 @@ class BatchedEnvBase(FirstReadyBatches, EnvBase):
         self._flat = flat
         self._flat_plan_made: FlatPlan | None = None  # see _flat_plan
         self._prepared: FlatOutputs | None = None  # see _prepare_outputs
-
-    @property
-    def restarts(self) -> np.ndarray:
-        """Restarts per sub-env (``on_fault="restart"``, API section 13; zeros otherwise)."""
-        return restarts_of(self.engine.fault_book, self.num_envs)
-
-    @property
-    def faults(self) -> list[Fault]:
-        """The most recent faults (at most 100, oldest first), as ``gymvec.Fault`` records."""
-        return faults_of(self.engine.fault_book)
 
     @property
     def buffers(self) -> Buffers:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from gymvec.subenvs.drivers import CommandRunner, GymDriver, take_extras, transition_error
+from gymvec.subenvs.healing import continue_past_faults as past_faults
 from gymvec.wire.buffers import Buffers
 from gymvec.wire.commands import RESET_NEXT, SAME_STEP_MODES, STEP, Extras
 
@@ -96,13 +97,24 @@ class BatchStep(CommandRunner):
         wide = self.wide_actions
         actions = wide[0] if wide is not None and wide[1][0] else self.narrow_actions
         if modes == self.all_step:  # the hottest case: nothing but steps
-            results = list(map(call, self.steps, actions))
+            results: list = []  # (extended: a sub-env that raises leaves the others' results)
+            try:
+                results.extend(map(call, self.steps, actions))
+            except Exception as exc:
+                past_faults(self.on_fault, results, self.steps, actions, exc, self.faulted_next)
             self._write(results, range(len(modes)))
             return take_extras(self.drivers) if self.wrote_extras else {}
         if modes == self.all_same_step:  # the root follows "next"; the finished reset into it
             drivers, root = self.drivers, self.root
-            results = list(map(call, self.steps, actions))
+            results = []
+            try:
+                results.extend(map(call, self.steps, actions))
+            except Exception as exc:
+                past_faults(self.on_fault, results, self.steps, actions, exc, self.faulted_root)
             done_rows = self._write(results, range(len(modes)))
+            if self.faulted:  # the engine resets them, seeded (engine/healing.py)
+                done_rows = [k for k in done_rows if k not in self.faulted]
+                self.faulted.clear()
             self.sync_root(self.rows)  # then the resets overwrite their rows
             for k in done_rows:
                 self.keep_final_obs(k)
@@ -116,7 +128,11 @@ class BatchStep(CommandRunner):
             while k >= 0:
                 calls[k] = functools.partial(self._reset_as_step, k, options)
                 k = modes.find(RESET_NEXT, k + 1)
-            results = list(map(call, calls, actions))
+            results = []
+            try:
+                results.extend(map(call, calls, actions))
+            except Exception as exc:
+                past_faults(self.on_fault, results, calls, actions, exc, self.faulted_next)
             self._write(results, range(len(modes)))
             return take_extras(self.drivers) if self.wrote_extras else {}
         return self.run_phases(modes, seeds, options)  # (its drivers write the lane itself)
@@ -125,13 +141,39 @@ class BatchStep(CommandRunner):
         steps = self.steps
         in_use, twins = self.wide_in_use, self.wide_actions
         if in_use is None or twins is None:
-            narrow_actions = self.narrow_actions
-            return self._write([steps[k](narrow_actions[k]) for k in stepping], stepping)
-        # Row by row: first-ready commands write the actions of some rows only, each row
-        # into the buffer its caller's dtype asks for.
-        narrow, wide = self.narrow_actions, twins[0]
-        actions = [wide[k] if in_use[k] else narrow[k] for k in stepping]
-        return self._write([steps[k](action) for k, action in zip(stepping, actions)], stepping)
+            narrow = self.narrow_actions
+            actions = [narrow[k] for k in stepping]
+        else:
+            # Row by row: first-ready commands write the actions of some rows only, each row
+            # into the buffer its caller's dtype asks for.
+            narrow, wide = self.narrow_actions, twins[0]
+            actions = [wide[k] if in_use[k] else narrow[k] for k in stepping]
+        calls = [steps[k] for k in stepping]
+        results: list = []
+        try:
+            results.extend(map(call, calls, actions))
+        except Exception as exc:
+            past_faults(self.on_fault, results, calls, actions, exc, self.faulted_next, stepping)
+        return self._write(results, stepping)
+
+    def replace(self, k: int, driver: GymDriver) -> None:
+        super().replace(k, driver)
+        self.steps[k], self.resets[k] = driver.gym.step, driver.gym.reset
+        if self.lane:
+            driver.write_obs_into(self.obs_lanes[self.lane])
+
+    def faulted_next(self, k: int) -> tuple:
+        """The step result of row ``k``, whose sub-env faulted: its last observation (what
+        its last step or reset into "next" returned), reward 0, truncated."""
+        obs = self.last_obs[k]
+        return (self.obs[k].copy() if obs is None else obs), 0.0, False, True, {}
+
+    def faulted_root(self, k: int) -> tuple:
+        """As :meth:`faulted_next`, under SAME_STEP: the row's last observation is its root's
+        (its previous step's, or the reset that followed it); the row is not reset here."""
+        self.faulted.add(k)
+        obs = self.root.obs[self.drivers[k].obs_keys[0]][self.start + k].copy()
+        return obs, 0.0, False, True, {}
 
     def last_observation(self, k: int) -> Any:
         return self.last_obs[k]  # (its drivers' step_value is not set: _write keeps them here)

@@ -14,7 +14,7 @@ is the same runner for gymnasium sub-envs with one array observation and action.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -254,9 +254,13 @@ class CommandRunner:
     resets, copies of "next" into the root.
     """
 
+    # (set by the group's healer, see subenvs/healing.py: None under on_fault "raise")
+    on_fault: Callable[[int, Exception], None] | None = None
+
     def __init__(self, drivers: list[Any], buffers: Buffers, start: int):
         self.drivers = drivers
         self.start = start
+        self.faulted: set[int] = set()  # rows that faulted in this command (healing)
         self.root, self.next = buffers.root, buffers.next
         # The observation lane (see BufferLayout) "next"'s observations go to, as the control
         # block's lane word says: the drivers write lane 0, and run() hands the rows over.
@@ -267,6 +271,10 @@ class CommandRunner:
     def use_lane(self, lane: int) -> None:
         """Write "next"'s observations into observation lane ``lane`` from now on."""
         self.lane = lane
+
+    def replace(self, k: int, driver: Any) -> None:
+        """Row ``k``'s sub-env was rebuilt (healing): drive the new one."""
+        self.drivers[k] = driver
 
     def fields_changed(self) -> None:
         """Info fields were learnt (see ``Buffers.add_info_fields``)."""
@@ -329,7 +337,13 @@ class CommandRunner:
                 if mode & RESET:
                     into_next = mode & RESET_INTO_NEXT
                     seed = int(seeds[k]) if mode & SEED else None
-                    drivers[k].reset(next_ if into_next else root, seed, options)
+                    try:
+                        drivers[k].reset(next_ if into_next else root, seed, options)
+                    except Exception as exc:
+                        if self.on_fault is None:
+                            raise
+                        self.on_fault(k, exc)  # the engine resets it again, rebuilt
+                        continue
                     root_written[k] = not into_next
                     if into_next:
                         self.reset_into_next(k)

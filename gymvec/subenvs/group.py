@@ -9,7 +9,7 @@ access, method calls, state dicts) by name with keyword arguments.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -17,7 +17,8 @@ from gymvec.common.arrays import settle_allocator
 from gymvec.errors import SpaceMismatchError, WorkerError, local_sub_env_error
 from gymvec.subenvs.batch_step import command_runner
 from gymvec.subenvs.block import BlockRunner
-from gymvec.subenvs.drivers import make_driver
+from gymvec.subenvs.drivers import CommandRunner, GymDriver, make_driver
+from gymvec.subenvs.healing import GroupHealer
 from gymvec.subenvs.kinds import (  # noqa: F401 (re-exported)
     SubEnvSummary,
     check_sub_env,
@@ -72,6 +73,8 @@ class SubEnvGroup:
         steps nothing until :meth:`attach` gives it its rows of the buffers."""
         settle_allocator()  # before the sub-envs: each step's temporaries cost no page faults
         self.start = first
+        self.env_fns = env_fns  # (kept to rebuild a sub-env that faults: see heal)
+        self.healer: GroupHealer | None = None
         self.worker_index, self.where = worker_index, where
         self.cursor: int | None = None  # the row a request is at (see targets)
         self.stop = first  # (see attach)
@@ -227,6 +230,8 @@ class SubEnvGroup:
             extras = runner.run(modes, self.seeds, options)
         except Exception as exc:
             raise self.error(exc, only if only is not None else self.sub_env_of(exc)) from None
+        if self.healer is not None and self.healer.faulted:
+            extras = self.healer.take(extras)
         if self.shipped_objects is not None:
             root, next_ = self.shipped_objects
             for k, mode in enumerate(modes):
@@ -235,6 +240,15 @@ class SubEnvGroup:
                     row = ([objects[i] for objects in root], [objects[i] for objects in next_])
                     extras.setdefault(i, Extras()).objects = row
         return extras
+
+    def heal(self) -> None:
+        """Rebuild a sub-env that raises in a whole-batch command, from its factory, and go
+        on (``on_fault="restart"``: see ``subenvs/healing.py``); groups with blocks, or with
+        sub-envs other than gymnasium envs, raise as before."""
+        if all(isinstance(d, GymDriver) for d in self.drivers):
+            self.healer = healer = GroupHealer(self, self.env_fns)
+            runner = cast("CommandRunner", self.runner)  # (single envs alone: no blocks)
+            runner.on_fault = healer.on_fault
 
     def add_info_fields(self, places: dict) -> None:
         """Adopt info fields the engine learnt (see ``Buffers.add_info_fields``)."""
@@ -388,6 +402,11 @@ def apply(
     )
 
 
+def heal_faults(group: SubEnvGroup, indices: Sequence[int]) -> list:
+    group.heal()
+    return [None] * len(indices)
+
+
 def add_info_fields(group: SubEnvGroup, indices: Sequence[int], *, places: dict) -> list:
     group.add_info_fields(places)
     return [None] * len(indices)
@@ -431,6 +450,7 @@ REQUESTS: dict[str, Callable[..., list]] = {
     "state_dict": state_dict,
     "load_state_dict": load_state_dict,
     "add_info_fields": add_info_fields,
+    "heal_faults": heal_faults,
 }
 
 

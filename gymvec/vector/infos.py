@@ -164,3 +164,18 @@ def field_value(field: Any, stored: np.ndarray) -> Any:
     if field.kind is np.ndarray:
         return np.array(stored)
     return field.kind(stored)
+
+
+def add_faults(infos: dict, faults: dict[int, str], num_envs: int, same_step: bool) -> None:
+    """``infos["fault"]`` (the message per faulted row, None elsewhere) and its ``_fault``
+    mask (API section 13); under SAME_STEP also in ``infos["final_info"]``, where the
+    faulted episode's end is reported."""
+    messages = np.full(num_envs, None, dtype=object)
+    mask = np.zeros(num_envs, dtype=bool)
+    for row, message in faults.items():
+        messages[row], mask[row] = message, True
+    targets = [infos]
+    if same_step and isinstance(infos.get("final_info"), dict):
+        targets.append(infos["final_info"])
+    for target in targets:
+        target["fault"], target["_fault"] = messages.copy(), mask.copy()

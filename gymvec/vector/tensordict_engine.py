@@ -23,6 +23,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 from tensordict import TensorDict, TensorDictBase
 
+from gymvec.common.faults import FaultBook
 from gymvec.envs.base import EnvBase, copy_shared_rows
 from gymvec.envs.sub_env_kind import buffer_tensordict
 from gymvec.spaces import spaces_of_specs
@@ -58,7 +59,9 @@ class TensorDictEngine:
         self.metadata = dict(getattr(env, "metadata", {}) or {})
         self.render_mode = getattr(env, "render_mode", None)
         self.heterogeneous = False
-        self.fault_book = None  # (a tensordict env reports its faults in ("next", "fault"))
+        self.fault_book: FaultBook | None = (
+            None  # (a tensordict env reports its faults in ("next", "fault"))
+        )
         fields = info_fields_of(env.info_spec.unbatch(1))
         self.layout = BufferLayout(
             self.num_envs,

@@ -44,7 +44,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from gymvec.common.arrays import any_set
-from gymvec.common.faults import Fault, faults_of, restarts_of
+from gymvec.common.faults import FaultRecords
 from gymvec.common.reprs import never_raises
 from gymvec.common.structure import Leaf, build_value, get_leaf, observation_leaves, space_leaves
 from gymvec.common.vector_reset import check_reset_mask
@@ -52,12 +52,12 @@ from gymvec.engine.protocol import Engine, FirstReadyEngine
 from gymvec.errors import ClosedEnvError
 from gymvec.subenvs.probe import expand_seeds
 from gymvec.vector.actions import ActionWriter
-from gymvec.vector.infos import FaceInfos
+from gymvec.vector.infos import FaceInfos, add_faults
 from gymvec.vector.plan import FacePlan
 from gymvec.wire.calls import Received
 
 
-class GymnasiumVectorEnv(gym.vector.VectorEnv):
+class GymnasiumVectorEnv(FaultRecords, gym.vector.VectorEnv):
     """A batched gymvec env (``SerialEnv``, ``ParallelEnv``, or any batched ``EnvBase``) or a
     batch engine (anything that satisfies ``gymvec.engine.protocol.Engine``) as a gymnasium
     ``VectorEnv``.
@@ -177,6 +177,8 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         plan = self.plan
         extras = {i: getattr(e, plan.reset_into) for i, e in received.extras.items()}
         infos = self._face_infos.infos(plan.slot, rows, extras)
+        if received.faults is not None:  # (retried on the rebuilt sub-envs)
+            add_faults(infos, received.faults, self.num_envs, False)
         return self._observations(received), infos
 
     # ---- step ---------------------------------------------------------------------------------
@@ -220,6 +222,8 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         # (the usual case's copy, bound once: no call of _observations)
         copy_plain = plan.copy_plain
         obs = copy_plain() if copy_plain is not None else self._observations(received)
+        if received.faults is not None:  # (faults that heal: API section 13)
+            add_faults(infos, received.faults, self.num_envs, plan.same_step)
         if plan.output == "torch":
             return self._handed_out(obs, rewards, terminations, truncations, infos)
         return obs, rewards, terminations, truncations, infos
@@ -420,16 +424,6 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
     # One per sub-env, as gymnasium's SyncVectorEnv and AsyncVectorEnv return them (VectorEnv's
     # own annotations say one for the vector env).
-    @property
-    def restarts(self) -> np.ndarray:
-        """Restarts per sub-env (``on_fault="restart"``, API section 13; zeros otherwise)."""
-        return restarts_of(self.engine.fault_book, self.num_envs)
-
-    @property
-    def faults(self) -> list[Fault]:
-        """The most recent faults (at most 100, oldest first), as ``gymvec.Fault`` records."""
-        return faults_of(self.engine.fault_book)
-
     @property
     def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
         return self.get_attr("np_random_seed")

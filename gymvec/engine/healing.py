@@ -1,0 +1,114 @@
+"""Faults that heal, the engine's part (API section 13): what a command's faults become.
+
+Where the sub-envs live, a sub-env that raised was rebuilt already and its row reads as
+truncated (``subenvs/healing.py``); a worker that died or outlasted ``timeout=`` was started
+again by its executor, which reports its rows the same way (``Extras.fault``). Here each
+fault is booked (``FaultBook``: one WARNING per restart; past the policy's limit a
+``WorkerError`` as "raise" would), and the rebuilt sub-env's first reset is seeded with
+``restart_seed(the row's last reset seed, its restarts)``:
+
+* a fault in a reset: the reset is run again at once on the rebuilt sub-envs;
+* a fault in a SAME_STEP step: the rebuilt sub-envs are reset into the root at once;
+* NEXT_STEP: the row is finished, so the next step resets it (seeded here);
+* DISABLED: the row waits for the caller's reset (seeded here, unless the caller seeds it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from gymvec.backends.executor import Executor, group_of
+from gymvec.common.faults import Fault, FaultBook, restart_seed
+from gymvec.errors import WorkerError
+from gymvec.wire.calls import Command, Request
+from gymvec.wire.commands import RESET, Extras
+
+
+class Healing:
+    """The engine's books of faults that heal (``engine`` typed Any: it holds this part)."""
+
+    def __init__(self, engine: Any, book: FaultBook):
+        self.engine = engine
+        self.book = book
+        self.last_seeds: list[int | None] = [None] * engine.num_envs  # the caller's, per row
+        self.reseeds: dict[int, int | None] = {}  # row -> its rebuilt sub-env's first seed
+
+    def start(self, executor: Executor) -> None:
+        """Ask a new executor's groups to heal (the ``heal_faults`` request)."""
+        call = Request("heal_faults", list(range(self.engine.num_envs)), {})
+        executor.request_send(call)
+        executor.request_wait(call)
+
+    def note_seeds(self, seeds: Sequence[int | None] | None, mask: np.ndarray | None) -> None:
+        """A reset the caller seeds: its seeds are the rows' last."""
+        if seeds is None:
+            return
+        for row, seed in enumerate(seeds):
+            if seed is not None and (mask is None or mask[row]):
+                self.last_seeds[row] = seed
+
+    def faults_of(self, call: Command, extras: dict[int, Extras]) -> dict[int, str] | None:
+        """The faults ``extras`` report, booked (a ``WorkerError`` past the limit); their
+        rows read as truncated. None where there is none."""
+        faulted = {row: e.fault for row, e in extras.items() if e.fault is not None}
+        if not faulted:
+            return None
+        engine, book = self.engine, self.book
+        messages = {}
+        for row, (kind, message, traceback) in faulted.items():
+            extras[row].fault = None
+            worker = group_of(row, engine.worker_bounds)
+            fault = Fault(row, (row,), worker, kind, message, traceback)
+            if not book.allows(row):
+                raise WorkerError(book.past_limit(fault), worker_index=worker, sub_env_index=row)
+            book.record(fault)
+            self.reseeds[row] = restart_seed(self.last_seeds[row], int(book.restarts[row]))
+            messages[row] = message
+        rows = list(faulted)
+        slot = engine.buffers.next
+        if call.kind == "step":
+            engine.buffers.reward[rows] = 0.0
+            slot.terminated[rows] = False
+            slot.truncated[rows] = slot.done[rows] = True
+        return messages
+
+    def follow_up(self, call: Command, faults: dict[int, str]) -> dict[int, Extras]:
+        """What the faults of ``call`` (booked) ask for now: a reset run again, or under
+        SAME_STEP the rebuilt sub-envs reset into the root; returns its extras."""
+        engine = self.engine
+        if call.kind == "step" and call.autoreset is not AutoresetMode.SAME_STEP:
+            return {}  # NEXT_STEP resets them at the next step, DISABLED at the caller's
+        mask = np.zeros(engine.num_envs, dtype=bool)
+        mask[list(faults)] = True
+        into = "root" if call.kind == "step" else call.into
+        options = call.options if call.kind == "reset" else None
+        return engine.reset(mask, into=into, options=options).extras
+
+    def seeded_step(self, modes: Any) -> tuple[Any, list | None]:
+        """The modes of a step, and the seeds of the rebuilt sub-envs it resets (their
+        first reset; ``modes`` as the planner gave them)."""
+        n = self.engine.num_envs
+        bytes_ = np.frombuffer(bytes(modes), np.uint8) if not isinstance(modes, int) else None
+        if bytes_ is None:
+            bytes_ = np.full(n, modes, dtype=np.uint8)
+        seeds: list[int | None] = [None] * n
+        for row in [r for r in self.reseeds if bytes_[r] & RESET]:
+            seeds[row] = self.reseeds.pop(row)
+        return bytes_.copy(), seeds
+
+    def seeded_reset(
+        self, mask: np.ndarray | None, seeds: Sequence[int | None] | None
+    ) -> list[int | None] | None:
+        """The seeds of a reset: the caller's, and for the rebuilt sub-envs it resets that
+        the caller does not seed, their first seeds."""
+        n = self.engine.num_envs
+        out: list[int | None] = [None] * n if seeds is None else list(seeds)
+        for row in [r for r in self.reseeds if mask is None or mask[r]]:
+            seed = self.reseeds.pop(row)
+            if out[row] is None:
+                out[row] = seed
+        return out
