@@ -11,7 +11,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import gymvec
 from gymvec.errors import WorkerError
-from tests._flaky_envs import flaky_fns, healthy_fns
+from tests._flaky_envs import FlakyCartPole, flaky_fns, healthy_fns
 
 N, ROW, EVERY, STEPS = 4, 1, 9, 40
 MODES = ["next_step", "same_step", "disabled"]
@@ -148,3 +148,56 @@ def test_raise_stays_the_default() -> None:
         assert envs.restarts.tolist() == [0] * N and envs.faults == []
     finally:
         envs.close()
+
+
+class ResetFlaky(FlakyCartPole):
+    """Raises in its second reset of its life (a rebuilt one counts from zero again)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resets = 0
+
+    def reset(self, **kwargs):
+        self.resets += 1
+        if self.resets == 2:
+            raise RuntimeError("flaky sub-env: reset fault on purpose")
+        return self.env.reset(**kwargs)
+
+
+@pytest.mark.parametrize("backend", ["serial", "processes"])
+def test_a_fault_in_a_reset_is_retried_on_a_rebuilt_sub_env(backend) -> None:
+    fns = healthy_fns(N)
+    fns[ROW] = ResetFlaky
+    envs = healing(backend, fns, "next_step", on_fault="restart")
+    reference = SyncVectorEnv(healthy_fns(N))
+    try:
+        envs.reset(seed=5)
+        reference.reset(seed=5)
+        obs, infos = envs.reset(seed=6)  # the flaky one's second reset raises: retried
+        want, _ = reference.reset(seed=6)
+        assert infos["_fault"].tolist() == [False, True, False, False]
+        assert envs.restarts.tolist() == [0, 1, 0, 0]
+        others = [i for i in range(N) if i != ROW]
+        np.testing.assert_array_equal(obs[others], want[others])
+        assert envs.observation_space.contains(obs)
+    finally:
+        envs.close()
+        reference.close()
+
+
+@pytest.mark.parametrize("backend", ["serial", "processes"])
+def test_the_rebuilt_sub_env_first_reset_is_seeded_by_restart_seed(backend) -> None:
+    import gymnasium as gym
+
+    from gymvec.common.faults import restart_seed
+
+    envs = healing(backend, flaky_fns(N, ROW, 3), "next_step", on_fault="restart")
+    try:
+        envs.reset(seed=11)
+        for t in range(3):  # the 3rd faults
+            envs.step(actions(t))
+        obs = envs.step(actions(3))[0]  # the rebuilt sub-env's first reset
+    finally:
+        envs.close()
+    want, _ = gym.make("CartPole-v1").reset(seed=restart_seed(11 + ROW, 1))
+    np.testing.assert_array_equal(obs[ROW], want)
