@@ -1,18 +1,22 @@
 """``python -m gymvec``: the versions and the machine, then a few-second self-check.
 
 The block to paste into a bug report. The self-check steps a ``SerialVectorEnv`` and a
-``ParallelVectorEnv`` beside gymnasium's ``SyncVectorEnv`` (same seeds, same actions) and
-prints PASS or FAIL; the exit code is 1 on FAIL.
+``ParallelVectorEnv`` beside gymnasium's ``SyncVectorEnv`` (same seeds, same actions), and a
+``ParallelVectorEnv`` with ``on_fault="restart"`` whose one sub-env raises once (the other rows
+against ``SyncVectorEnv``), and prints PASS or FAIL; the exit code is 1 on FAIL.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
+import logging
 import multiprocessing
 import platform
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -83,16 +87,79 @@ def check_against_sync(name: str, make: Callable[[list], gym.vector.VectorEnv]) 
         reference.close()
 
 
+class RaisesOnce(gym.Wrapper):
+    """CartPole that raises in the 5th step after a reset seeded with ``seed``: once in a
+    run, since its rebuilt self is seeded otherwise (``gymvec.common.faults.restart_seed``)."""
+
+    def __init__(self, seed: int):
+        super().__init__(gym.make(CHECK_ENV_ID))
+        self.seed, self.countdown = seed, 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+        self.countdown = 5 if seed == self.seed else 0
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action: Any) -> tuple:
+        self.countdown -= 1
+        if self.countdown == 0:
+            raise RuntimeError("the self-check's sub-env raises once")
+        return self.env.step(action)
+
+
+def check_restart(seed: int = 7, row: int = 1) -> str | None:
+    """Sub-env ``row`` raises once in its 5th step, in a ``ParallelVectorEnv`` with
+    ``on_fault="restart"``: that step truncates it with ``infos["fault"]``, it is restarted
+    once, and every other row matches ``SyncVectorEnv`` step for step."""
+    fns: list[Callable[[], gym.Env]] = [lambda: gym.make(CHECK_ENV_ID)] * CHECK_NUM_ENVS
+    reference = gym.vector.SyncVectorEnv(fns)
+    fns[row] = functools.partial(RaisesOnce, seed + row)
+    envs = gymvec.ParallelVectorEnv(fns, num_workers=2, on_fault="restart")
+    others = np.arange(CHECK_NUM_ENVS) != row
+    logger = logging.getLogger("gymvec")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # (the restart's WARNING is expected here)
+    try:
+        actions = np.random.default_rng(0).integers(0, 2, size=(CHECK_STEPS, CHECK_NUM_ENVS))
+        obs, _ = envs.reset(seed=seed)
+        expected_obs, _ = reference.reset(seed=seed)
+        problem = _mismatch("restart reset", (obs, [], [], []), (expected_obs, [], [], []))
+        for t, action in enumerate(actions):
+            if problem:
+                return problem
+            *got, infos = envs.step(action)
+            expected = reference.step(action)[:4]
+            problem = _mismatch(
+                f"restart step {t}", [a[others] for a in got], [a[others] for a in expected]
+            )
+            if t == 4 and not ("fault" in infos and infos["_fault"][row] and got[3][row]):
+                problem = f"restart step {t}: sub-env {row}'s fault is not a truncation"
+        once = [int(i == row) for i in range(CHECK_NUM_ENVS)]
+        if problem is None and envs.restarts.tolist() != once:
+            problem = f"restarts: expected one of sub-env {row}, got {envs.restarts.tolist()}"
+        return problem
+    finally:
+        logger.setLevel(level)
+        envs.close()
+        reference.close()
+
+
 def self_check() -> list[tuple[str, str | None]]:
     """(what, None or what went wrong) of each check."""
-    checks = {
-        "SerialVectorEnv": lambda fns: gymvec.SerialVectorEnv(fns),
-        "ParallelVectorEnv (2 workers)": lambda fns: gymvec.ParallelVectorEnv(fns, num_workers=2),
+    checks: dict[str, Callable[[], str | None]] = {
+        "SerialVectorEnv": functools.partial(
+            check_against_sync, "SerialVectorEnv", gymvec.SerialVectorEnv
+        ),
+        "ParallelVectorEnv (2 workers)": functools.partial(
+            check_against_sync,
+            "ParallelVectorEnv",
+            lambda fns: gymvec.ParallelVectorEnv(fns, num_workers=2),
+        ),
+        "a sub-env restarted": check_restart,
     }
     results = []
-    for name, make in checks.items():
+    for name, check in checks.items():
         try:
-            results.append((name, check_against_sync(name, make)))
+            results.append((name, check()))
         except Exception as exc:  # a broken install shows as a FAIL with its reason
             results.append((name, f"{name} raised {type(exc).__name__}: {exc}"))
     return results

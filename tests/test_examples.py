@@ -93,3 +93,14 @@ def test_first_ready_quick():
     lengths = re.search(r"transitions per sub-env: min (\d+), max (\d+)", out)
     assert lengths and int(lengths.group(1)) >= 10, out
     assert "every sub-env replayed alone: identical" in out
+
+
+@pytest.mark.timeout(150)
+def test_faults_quick():
+    out = run_example("faults.py")
+    restarts = re.search(r"restarts per sub-env: \[[\d, ]+\] \((\d+) in all\)", out)
+    kinds = re.search(r"faults by kind: error (\d+), death (\d+), timeout 0", out)
+    assert restarts and kinds, out
+    # the quick run's seeded faults: sub-envs raise and workers die, and the run goes on
+    assert int(restarts.group(1)) > 0 and int(kinds.group(1)) > 0 and int(kinds.group(2)) > 0
+    assert "a rerun with the same seeds: identical" in out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ def test_python_m_gymvec_prints_versions_and_passes():
     for name in ("gymvec", "python", "gymnasium", "numpy", "torch", "tensordict", "cores", "start"):
         assert any(line.startswith(name) for line in out.splitlines()), name
     assert "SerialVectorEnv" in out and "ParallelVectorEnv" in out
+    assert re.search(r"a sub-env restarted\s+PASS", out), out
     assert out.strip().splitlines()[-1].startswith("PASS")
 
 
@@ -40,3 +42,13 @@ def test_a_failed_check_exits_non_zero(monkeypatch, capsys):
     monkeypatch.setattr(gymvec_main, "self_check", lambda: [("broken", "broken: it raised")])
     assert gymvec_main.main() == 1
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("FAIL")
+
+
+def test_a_restart_that_does_not_heal_fails_the_check(monkeypatch):
+    # without on_fault the sub-env's error ends the run: the check says so
+    monkeypatch.setattr(
+        gymvec_main.gymvec, "ParallelVectorEnv", lambda fns, **_: gym.vector.SyncVectorEnv(fns)
+    )
+    results = dict(gymvec_main.self_check())
+    assert "RuntimeError" in results["a sub-env restarted"]
+    assert "the self-check's sub-env raises once" in results["a sub-env restarted"]

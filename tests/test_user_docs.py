@@ -30,7 +30,7 @@ def test_examples_readme_lists_every_example():
 
 
 # doc -> the modules its snippets need
-DOCS = {"atari.md": ("ale_py", "cv2"), "multi_agent.md": ("pettingzoo", "mpe2")}
+DOCS = {"atari.md": ("ale_py", "cv2"), "multi_agent.md": ("pettingzoo", "mpe2"), "faults.md": ()}
 
 
 def _blocks(doc: str) -> list[str]:

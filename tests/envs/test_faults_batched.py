@@ -1,0 +1,104 @@
+"""Faults that heal on the tensordict side (API section 13): SerialEnv/ParallelEnv with
+``on_fault="restart"``, each against the same batch without the fault (same seeds, same
+actions): every other row equal step for step; the faulted row truncated and done, not
+terminated, reward 0, its last observation, ``("next", "fault")`` set; then reset like any
+done row."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _flaky_envs import flaky_fns, healthy_fns
+
+import gymvec
+
+FAULTED, OTHERS = 1, [0, 2]
+
+
+def _pair(cls, how: str, **options):
+    """(the batch whose row 1 faults every 5th step, the same batch without faults)."""
+    faulty = cls(3, flaky_fns(3, FAULTED, 5, how), on_fault="restart", **options)
+    return faulty, cls(3, healthy_fns(3), **options)
+
+
+def _check_faulted_step(next_td, last_obs) -> None:
+    assert next_td["fault"].reshape(-1).tolist() == [False, True, False]
+    assert next_td["truncated"][FAULTED].item() and next_td["done"][FAULTED].item()
+    assert not next_td["terminated"][FAULTED].item()
+    assert next_td["reward"][FAULTED].item() == 0.0
+    torch.testing.assert_close(next_td["observation"][FAULTED], last_obs)
+
+
+@pytest.mark.parametrize(
+    ("cls", "how", "options"),
+    [
+        (gymvec.SerialEnv, "raise", {}),
+        (gymvec.ParallelEnv, "raise", {"mp_start_method": "fork"}),
+        (gymvec.ParallelEnv, "segv", {"mp_start_method": "fork"}),
+    ],
+)
+def test_step_and_maybe_reset_heals_a_row_and_leaves_the_others(cls, how, options, no_leaks):
+    env, reference = _pair(cls, how, **options)
+    try:
+        assert "fault" in env.done_spec.keys() and "fault" not in reference.done_spec.keys()
+        env.set_seed(3)
+        reference.set_seed(3)
+        td, expected = env.reset(), reference.reset()
+        assert not td["fault"].any()
+        faulted_steps = []
+        for t in range(12):
+            action = torch.tensor([t % 2, 1, (t + 1) % 2])
+            td.set("action", action)
+            expected.set("action", action)
+            last_obs = td["observation"][FAULTED].clone()
+            td, root = env.step_and_maybe_reset(td)
+            expected, expected_root = reference.step_and_maybe_reset(expected)
+            for key in ("observation", "reward", "done", "terminated", "truncated"):
+                torch.testing.assert_close(td["next", key][OTHERS], expected["next", key][OTHERS])
+            if td["next", "fault"].any():
+                _check_faulted_step(td["next"], last_obs)
+                assert FAULTED in env.last_faults
+                faulted_steps.append(t)
+            else:
+                assert env.last_faults is None
+            assert not root["fault"].any()  # the faulted row was reset there
+            td, expected = root, expected_root
+        # (a worker death faults every sub-env of its worker: in ParallelEnv(3), row 1 alone)
+        assert faulted_steps == [4, 9]
+        assert env.restarts.tolist() == [0, 2, 0]
+        assert {fault.kind for fault in env.faults} == {"error" if how == "raise" else "death"}
+    finally:
+        env.close()
+        reference.close()
+
+
+def test_step_leaves_a_faulted_row_done_until_it_is_reset():
+    env = gymvec.SerialEnv(3, flaky_fns(3, FAULTED, 3), on_fault="restart")
+    try:
+        env.set_seed(0)
+        td = env.reset()
+        for _ in range(2):
+            td = env.step(td.set("action", torch.ones(3, dtype=torch.int64)))
+            td = td["next"].exclude("reward")
+        last_obs = td["observation"][FAULTED].clone()
+        td = env.step(td.set("action", torch.ones(3, dtype=torch.int64)))
+        _check_faulted_step(td["next"], last_obs)
+        reset = env.reset(td["next"].select().set("_reset", td["next", "done"].clone()))
+        assert not reset["fault"].any()
+        # the other rows were not reset; the rebuilt row steps on from its reset
+        td = env.step(reset.set("action", torch.ones(3, dtype=torch.int64)))
+        assert not td["next", "fault"].any()
+        assert env.restarts.tolist() == [0, 1, 0]
+    finally:
+        env.close()
+
+
+def test_without_restart_the_specs_and_outputs_carry_no_fault_entry():
+    env = gymvec.SerialEnv(2, healthy_fns(2))
+    try:
+        td = env.reset()
+        td = env.step(td.set("action", torch.zeros(2, dtype=torch.int64)))
+        assert "fault" not in td.keys() and "fault" not in td["next"].keys()
+        assert env.restarts.tolist() == [0, 0] and env.faults == []
+    finally:
+        env.close()
