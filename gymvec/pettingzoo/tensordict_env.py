@@ -62,7 +62,9 @@ class PettingZooEnv(EnvBase):
         self.full_action_spec = Composite(shape=N)
         self.reward_spec = Composite(shape=N)
         # (with on_fault restarting, the batched env's "fault" flag too: see envs/faulted_rows)
-        self._flags = tuple(batched.done_spec.keys(include_nested=False, leaves_only=True))
+        self._flags = tuple(
+            str(key) for key in batched.done_spec.keys(include_nested=False, leaves_only=True)
+        )
         self.done_spec = Composite({key: flag.expand(*N) for key in self._flags}, shape=N)
         for name, agents in self.group_map.items():
             shape = (*N, len(agents))
