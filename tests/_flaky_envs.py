@@ -6,6 +6,7 @@ life (a rebuilt one counts from zero again), and at its next step once ``armed``
 (``envs.set_attr("armed", [...])``, which faults chosen rows on demand): ``"raise"`` raises a
 ``RuntimeError``; ``"exit"`` and ``"segv"`` end its process (``os._exit(3)``, SIGSEGV), in a
 worker process only (in the calling process they raise, as a fault there cannot be survived).
+``"hang"`` sleeps far past any test's ``timeout=`` (in a worker; it raises elsewhere).
 ``every=0`` faults only when armed.
 """
 
@@ -15,6 +16,7 @@ import functools
 import multiprocessing
 import os
 import signal
+import time
 
 import gymnasium as gym
 
@@ -34,6 +36,20 @@ class FlakyCartPole(gym.Wrapper):
         return self.env.step(action)
 
 
+class FlakyResetCartPole(gym.Wrapper):
+    """CartPole that faults (as ``fault(how)``) in each ``every``-th reset of its own life."""
+
+    def __init__(self, every: int = 0, how: str = "exit"):
+        super().__init__(gym.make("CartPole-v1"))
+        self.every, self.how, self.resets = every, how, 0
+
+    def reset(self, **kwargs):
+        self.resets += 1
+        if self.every and self.resets % self.every == 0:
+            fault(self.how)
+        return self.env.reset(**kwargs)
+
+
 def fault(how: str) -> None:
     """Fault as ``how`` says (see the module's docstring)."""
     in_worker = multiprocessing.parent_process() is not None
@@ -41,6 +57,8 @@ def fault(how: str) -> None:
         os._exit(3)
     if how == "segv" and in_worker:
         os.kill(os.getpid(), signal.SIGSEGV)
+    if how == "hang" and in_worker:
+        time.sleep(3600)
     raise RuntimeError(f"flaky sub-env: {how} fault on purpose")
 
 

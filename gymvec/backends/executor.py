@@ -150,6 +150,19 @@ class Executor(ABC):
         executor cannot (the default): the entries then stay extras."""
         return False
 
+    def heal_deaths(self, env_fns_of: Callable[[int], list]) -> bool:
+        """Faults that heal (API section 13): from now on, start a worker that dies in a
+        whole-batch command, or outlasts the engine's timeout (:meth:`end_busy`), again,
+        with ``env_fns_of(worker)``'s factories; its rows come back as faults
+        (``Extras.fault``). Returns False where the executor cannot (the default: its
+        sub-envs run in this process, or its backend does not yet)."""
+        return False
+
+    def end_busy(self, timeout: float) -> None:
+        """The command in flight outlasted ``timeout``: end the workers still busy with it
+        and start them again (only after :meth:`heal_deaths` returned True)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot end busy workers")
+
     @abstractmethod
     def request_send(self, call: Request) -> None:
         """Start request ``call.name`` on the sub-envs at ``call.indices``."""

@@ -378,7 +378,10 @@ class BatchEngine:
         if not isinstance(call, Command) or life.interrupted or life.stuck or executor is None:
             life.refuse_recv(executor, "command", timeout)
         lane = call.lane
-        extras = life.wait(call, executor.wait, timeout, None if lane else meanwhile)
+        wait = executor.wait
+        if self.healing is not None and timeout is None:  # past the engine's timeout: heal
+            wait = self.healing.wait_of(executor)
+        extras = life.wait(call, wait, timeout, None if lane else meanwhile)
         if self.object_obs:
             self.buffers.store_objects(extras)
         faults = None

@@ -15,7 +15,7 @@ fault is booked (``FaultBook``: one WARNING per restart; past the policy's limit
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,12 +36,31 @@ class Healing:
         self.book = book
         self.last_seeds: list[int | None] = [None] * engine.num_envs  # the caller's, per row
         self.reseeds: dict[int, int | None] = {}  # row -> its rebuilt sub-env's first seed
+        self.heals_hangs = False  # the executor ends workers past the engine's timeout
 
     def start(self, executor: Executor) -> None:
-        """Ask a new executor's groups to heal (the ``heal_faults`` request)."""
+        """Ask a new executor's groups to heal (the ``heal_faults`` request), and the
+        executor to start its dead or hung workers again (``heal_deaths``)."""
         call = Request("heal_faults", list(range(self.engine.num_envs)), {})
         executor.request_send(call)
         executor.request_wait(call)
+        self.heals_hangs = executor.heal_deaths(self.engine.factories.worker_env_fns)
+
+    def wait_of(self, executor: Executor) -> Callable[..., dict[int, Extras]]:
+        """The wait of a command that the caller gives no timeout: past the engine's own,
+        the busy workers are ended and started again (faults of kind "timeout") instead of
+        the engine being stuck."""
+        if not self.heals_hangs or self.engine.life.timeout is None:
+            return executor.wait
+
+        def wait(call: Command, timeout: float, *args: Any) -> dict[int, Extras]:
+            try:
+                return executor.wait(call, timeout, *args)
+            except TimeoutError:
+                executor.end_busy(timeout)
+                return executor.wait(call, timeout, *args)  # (resumed: the others' answers)
+
+        return wait
 
     def note_seeds(self, seeds: Sequence[int | None] | None, mask: np.ndarray | None) -> None:
         """A reset the caller seeds: its seeds are the rows' last."""
@@ -70,11 +89,31 @@ class Healing:
             messages[row] = message
         rows = list(faulted)
         slot = engine.buffers.next
+        lost = [row for row in rows if faulted[row][0] != "error"]  # a worker died or hung
+        if lost and call.kind == "step":
+            self.restore_last_obs(call, lost)
         if call.kind == "step":
             engine.buffers.reward[rows] = 0.0
             slot.terminated[rows] = False
             slot.truncated[rows] = slot.done[rows] = True
         return messages
+
+    def restore_last_obs(self, call: Command, rows: list[int]) -> None:
+        """Give ``rows`` of a step whose worker died their last observation in the step's
+        lane: the dead worker wrote nothing there (it died in a sub-env's step; one killed
+        mid-write leaves what it wrote), so it is where the previous call left it, the
+        root where that is current, else the previous call's lane (that array is the
+        caller's, who may have written in it)."""
+        engine = self.engine
+        buffers, stale = engine.buffers, engine.books.root_stale
+        lanes = buffers.obs_lanes
+        source_lane = engine.lanes.previous if call.lane else 0
+        for key, target in buffers.next.obs.items():
+            if lanes and call.lane:
+                target = lanes[call.lane]
+            previous = lanes[source_lane] if lanes and source_lane else buffers.next.obs[key]
+            for row in rows:
+                target[row] = buffers.root.obs[key][row] if not stale[row] else previous[row]
 
     def follow_up(self, call: Command, faults: dict[int, str]) -> dict[int, Extras]:
         """What the faults of ``call`` (booked) ask for now: a reset run again, or under

@@ -464,10 +464,12 @@ class LaneChoice:
         self.buffers = buffers
         self.lane_word = lane_word
         self.current = 0  # lane 0: "next"'s own observations
+        self.previous = 0  # the lane before, where a command goes to a lane (faults that heal)
 
     def choose(self, into_lane: bool) -> int:
         """The lane of the next command: a free one where ``into_lane``, else lane 0."""
         lane = self.buffers.free_lane() if into_lane else 0
+        self.previous = self.current
         if lane or self.current:
             # Back to lane 0, the sub-envs first give it the observations they returned last
             # (not a copy of the lane: its array is the caller's, who may have written in it).

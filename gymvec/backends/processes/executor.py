@@ -41,19 +41,9 @@ from gymvec.backends.processes.handles import (  # noqa: F401  (WorkerHandle: pr
     unlink_semaphore,
     wait_ready,
 )
+from gymvec.backends.processes.respawn import EnvFnsOf, Respawner, WorkerStart
 from gymvec.backends.processes.rows import ProcessRows
-from gymvec.backends.processes.signals import (
-    PARENT_ENDS,
-    ROW_WORDS,
-    SYNC_WORDS,
-    Opcode,
-    Spin,
-    WorkerArgs,
-    attach_message,
-    env_specs_payload,
-    sync_words,
-)
-from gymvec.backends.processes.worker import worker_main
+from gymvec.backends.processes.signals import ROW_WORDS, SYNC_WORDS, Opcode, Spin, attach_message
 from gymvec.common.cores import usable_cores
 from gymvec.errors import SubEnvTimeoutError, WorkerError, expect_set
 from gymvec.subenvs.group import SubEnvSummary
@@ -157,6 +147,8 @@ class ProcessExecutor(Executor):
         # finished row posts
         self.rows_memory: Any = None
         self.ready: Semaphore | None = None
+        self.shared, self.sub_env_sizes = shared, sub_env_sizes  # (a worker started again)
+        self.respawner: Respawner | None = None  # deaths and hangs heal (see heal_deaths)
         deadline = time.monotonic() + options.startup_timeout  # this process's share included
         try:
             self._start(
@@ -218,7 +210,9 @@ class ProcessExecutor(Executor):
         except BaseException:
             self.close()
             raise
-        self._serve(shared, [layout.sub_env_sizes_of(w) for w in range(layout.num_workers)])
+        self.shared = shared
+        self.sub_env_sizes = [layout.sub_env_sizes_of(w) for w in range(layout.num_workers)]
+        self._serve(shared, self.sub_env_sizes)
 
     def _start(
         self,
@@ -238,42 +232,28 @@ class ProcessExecutor(Executor):
         self.ready = ctx.Semaphore(0)
         if options.max_concurrency is not None and options.max_concurrency < len(worker_bounds):
             self.concurrency = ctx.BoundedSemaphore(options.max_concurrency)
-        # a forked worker inherits the registry; others get ids registered at run time here
-        env_specs = None if ctx.get_start_method() == "fork" else env_specs_payload()
+        self.worker_start = WorkerStart(
+            ctx,
+            options.daemon,
+            spin_s,
+            options.num_sub_threads,
+            self.sync_memory,
+            self.ready,
+            self.concurrency,
+            _WORKERS.add,
+        )
         for k, w in enumerate(range(first_process, len(worker_bounds))):
-            start, stop = worker_bounds[w]
-            parent_conn, child_conn = ctx.Pipe()
-            PARENT_ENDS.add(parent_conn)
-            wake, done = ctx.Semaphore(0), ctx.Semaphore(0)
-            args = WorkerArgs(
-                index=k,
-                env_fns_payload=pickling.dumps(worker_env_fns[w]),
-                start=start,
-                layout=None if shared is None else shared.layout,
-                memory=None if shared is None else shared.memory,
-                control_memory=None if shared is None else shared.control_memory,
-                sync_memory=self.sync_memory,
-                spin_s=spin_s,
-                num_threads=options.num_sub_threads,
-                env_specs_payload=env_specs,
-                concurrency=self.concurrency,
-                rows_memory=self.rows_memory,
-                ready=self.ready,
-                rows=None if rows is None else tuple(rows[w]),
+            self.handles.append(
+                self.worker_start.start(
+                    k,
+                    w,
+                    worker_env_fns[w],
+                    worker_bounds[w],
+                    shared,
+                    self.rows_memory,
+                    None if rows is None else rows[w],
+                )
             )
-            # (typeshed's BaseContext lacks Process, which every context of get_context has)
-            process = ctx.Process(  # type: ignore[attr-defined]
-                target=worker_main,
-                name=f"gymvec-worker-{w}",
-                args=(args, child_conn, wake, done),
-                daemon=options.daemon,
-            )
-            words = sync_words(self.sync_memory, k)
-            handle = WorkerHandle(w, start, stop, process, parent_conn, wake, done, words)
-            self.handles.append(handle)
-            process.start()
-            _WORKERS.add(process)
-            child_conn.close()
 
     def summaries(self) -> list[SubEnvSummary]:
         local = [] if self.local is None else self.local.summaries()
@@ -300,14 +280,21 @@ class ProcessExecutor(Executor):
         elif not action_objects:  # one payload for all
             payload = cloudpickle.dumps((options, None))
             for handle in self.handles:
-                handle.post(Opcode.RUN_WITH_PAYLOAD, payload)
+                self._post_payload(handle, payload)
         else:  # all pickled before any is posted: a value that cannot be starts nothing
             payloads = []
             for handle in self.handles:
                 rows = {key: v[handle.start : handle.stop] for key, v in action_objects.items()}
                 payloads.append(cloudpickle.dumps((options, rows)))
             for handle, payload in zip(self.handles, payloads):
-                handle.post(Opcode.RUN_WITH_PAYLOAD, payload)
+                self._post_payload(handle, payload)
+
+    def _post_payload(self, handle: WorkerHandle, payload: bytes) -> None:
+        try:
+            handle.post(Opcode.RUN_WITH_PAYLOAD, payload)
+        except WorkerError:
+            if self.respawner is None or handle.death is None:
+                raise  # (else the wait finds it dead and starts it again)
 
     def wait(
         self, call: calls.Command, timeout: float | None = None, meanwhile: Meanwhile | None = None
@@ -343,6 +330,8 @@ class ProcessExecutor(Executor):
                 error = self._collect(deadline, into=extras)
             except TimeoutError:
                 raise busy_error(self.handles, call, timeout) from None
+            if self.respawner is not None:  # workers found dead start again
+                error = self.respawner.after_command(error, extras)
             if pending.local_error is not None:  # the sub-env's own exception, as SerialEnv's
                 raise pending.local_error
             if error is not None:
@@ -399,6 +388,17 @@ class ProcessExecutor(Executor):
                 else:
                     on_reply(handle, reply)
         return error
+
+    def heal_deaths(self, env_fns_of: EnvFnsOf) -> bool:
+        """From now on a worker that dies in a whole-batch command, or outlasts the engine's
+        timeout (:meth:`end_busy`), starts again (see ``respawn.py``)."""
+        self.respawner = Respawner(self, env_fns_of)
+        return True
+
+    def end_busy(self, timeout: float) -> None:
+        """Kill the workers still busy with the command in flight and start them again (a
+        later wait resumes and returns their rows as faults)."""
+        expect_set(self.respawner, "a respawner (heal_deaths)").end_busy(timeout)
 
     # ---- requests -----------------------------------------------------------------------------
 

@@ -88,6 +88,7 @@ class WorkerHandle:
         self.built = False  # it built its sub-envs and waits for its rows (two phases)
         self.ready = False  # it built its sub-envs and reads commands
         self.failure: str | None = None  # why it is known gone (every later command raises)
+        self.death: str | None = None  # how it died, once seen dead ("signal 11", "exit code 3")
 
     def post(self, command: Opcode, payload: Any = None) -> None:
         self.seq += 1
@@ -170,8 +171,10 @@ class WorkerHandle:
         self.process.join(0.1)
         code = self.process.exitcode
         how = f"exit code {code}"
+        self.death = how
         if code is not None and code < 0:
             how = f"signal {signal.Signals(-code).name}"
+            self.death = f"signal {-code}"
         message = f"worker {self.index} (pid {self.process.pid}) died ({how})"
         self.failure = self.failure or message
         return WorkerError(message, worker_index=self.index)
