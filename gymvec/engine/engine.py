@@ -379,8 +379,8 @@ class BatchEngine:
             life.refuse_recv(executor, "command", timeout)
         lane = call.lane
         wait = executor.wait
-        if self.healing is not None and timeout is None:  # past the engine's timeout: heal
-            wait = self.healing.wait_of(executor)
+        if life.timeout is not None and timeout is None and self.healing is not None:
+            wait = self.healing.wait_of(executor)  # past the engine's timeout: heal
         extras = life.wait(call, wait, timeout, None if lane else meanwhile)
         if self.object_obs:
             self.buffers.store_objects(extras)

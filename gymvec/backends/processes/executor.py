@@ -330,7 +330,7 @@ class ProcessExecutor(Executor):
                 error = self._collect(deadline, into=extras)
             except TimeoutError:
                 raise busy_error(self.handles, call, timeout) from None
-            if self.respawner is not None:  # workers found dead start again
+            if error is not None and self.respawner is not None:  # dead ones start again
                 error = self.respawner.after_command(error, extras)
             if pending.local_error is not None:  # the sub-env's own exception, as SerialEnv's
                 raise pending.local_error

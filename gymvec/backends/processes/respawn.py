@@ -116,16 +116,14 @@ class Respawner:
         self.executor = executor
         self.env_fns_of = env_fns_of
 
-    def after_command(self, error: WorkerError | None, extras: dict) -> WorkerError | None:
-        """A whole-batch command's answers are in: start the workers found dead again, their
-        rows' faults into ``extras``. Returns ``error`` where a sub-env raised it (a group
-        that cannot heal), None where it was a death."""
+    def after_command(self, error: WorkerError, extras: dict) -> WorkerError | None:
+        """A whole-batch command's answers are in, with ``error`` (the first): start the
+        workers found dead again, their rows' faults into ``extras``. Returns ``error`` where
+        a sub-env raised it (a group that cannot heal), None where it was a death."""
         executor = self.executor
         for handle in [h for h in executor.handles if h.death is not None]:
             extras.update(self.respawn(handle, "death", f"worker died: {handle.death}"))
-        if error is not None and error.worker_traceback is None:
-            return None
-        return error
+        return None if error.worker_traceback is None else error
 
     def end_busy(self, timeout: float) -> None:
         """The command in flight outlasted the engine's ``timeout``: kill the workers still
