@@ -29,7 +29,7 @@ from gymvec.common.reprs import never_raises
 from gymvec.engine.engine import Backend, BatchEngine, expand_seeds
 from gymvec.envs.base import EnvBase, make_done_spec, make_reward_spec, set_next
 from gymvec.envs.batch_specs import BatchSpecs
-from gymvec.envs.faulted_rows import LastRoot, with_fault_spec
+from gymvec.envs.faulted_rows import FaultedRows
 from gymvec.envs.first_ready_batches import ENV_INDEX, FirstReadyBatches  # noqa: F401
 from gymvec.envs.sub_env_kind import buffer_tensordict
 from gymvec.specs import (
@@ -89,7 +89,7 @@ class FlatOutputs(NamedTuple):
     plan: FlatPlan
 
 
-class BatchedEnvBase(FaultRecords, FirstReadyBatches, EnvBase):
+class BatchedEnvBase(FaultRecords, FaultedRows, FirstReadyBatches, EnvBase):
     """Common base of :class:`SerialEnv` and :class:`ParallelEnv`: a batch of sub-envs with
     the tensordict API, over a :class:`~gymvec.engine.BatchEngine`.
 
@@ -103,9 +103,6 @@ class BatchedEnvBase(FaultRecords, FirstReadyBatches, EnvBase):
         on_fault: None ("raise") or a ``gymvec.Restart`` policy (faults that heal, API
             section 13; see ``BatchEngine``): ``restarts`` and ``faults`` report them.
     """
-
-    # by row, the message of each fault healed in the last step (on_fault; None: none)
-    last_faults: dict[int, str] | None = None
 
     def __init__(
         self,
@@ -147,11 +144,7 @@ class BatchedEnvBase(FaultRecords, FirstReadyBatches, EnvBase):
         self._sub_env_keys, self._task_action_specs = specs.sub_env_keys, specs.task_actions
         self.reward_spec = make_reward_spec(self.batch_size, specs.reward_dtype)
         self.done_spec = make_done_spec(self.batch_size)
-        self._last_root: LastRoot | None = None
-        if self.engine.fault_book is not None:  # faults that heal: see faulted_rows.py
-            self.done_spec = with_fault_spec(self.done_spec, self.batch_size)
-            layout = self.engine.layout
-            self._last_root = LastRoot(list(layout.obs_keys), list(layout.object_obs_keys))
+        self._fault_specs()  # (with on_fault restarting: see faulted_rows.py)
         self.info_fields = self.engine.info_fields
         self.info_spec = info_spec_of(self.info_fields).expand(n)
         self.metadata = self.engine.metadata
@@ -209,9 +202,7 @@ class BatchedEnvBase(FaultRecords, FirstReadyBatches, EnvBase):
         seeds, self._pending_seeds = self._pending_seeds, None
         received = self.engine.reset(mask, seeds=seeds, into="root")
         self.last_extras = received.extras
-        if self._last_root is not None:
-            return self._last_root.after_reset(self._root_output(), mask)
-        return self._root_output()
+        return self._reset_root(self._root_output(), mask)
 
     def _check_action(self, td: TensorDictBase) -> None:
         """Check ``td``'s actions and write them into the shared action buffer, in one pass.
@@ -285,22 +276,12 @@ class BatchedEnvBase(FaultRecords, FirstReadyBatches, EnvBase):
     def _step(self, td: TensorDictBase) -> TensorDictBase:
         # EnvBase.step called _check_action, which wrote the actions.
         received = self.engine.step(AutoresetMode.DISABLED, handout=self._handout())
-        self.last_extras, self.last_faults = received.extras, received.faults
-        if self._last_root is not None:
-            out = self._next_output(received.observations)
-            self._last_root.after_step(out, received.faults)
-            return out
-        return self._next_output(received.observations)
-
-    def step_and_maybe_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
-        """Step, and reset the finished sub-envs in the same round trip."""
-        if self._last_root is None:
-            return self._step_and_reset(td)
-        td, root = self._step_and_reset(td)
-        self._last_root.after_step(td.get("next"), self.last_faults, root)
-        return td, root
+        self.last_extras = received.extras
+        return self._step_next(self._next_output(received.observations), received)
 
     def _step_and_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        """``step_and_maybe_reset`` (see ``FaultedRows``): step, and reset the finished
+        sub-envs in the same round trip."""
         if self._closed:
             self._check_open()  # raises
         self._check_action(td)  # and writes the actions

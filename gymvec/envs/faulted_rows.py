@@ -6,10 +6,13 @@ With ``on_fault`` restarting, a batched env's done spec carries a bool ``"fault"
 sub-env faulted in that step and False elsewhere, and False at the root after a reset. The
 engine reads a faulted row as truncated with reward 0, but leaves its observation to the front
 end: :class:`LastRoot` keeps the root each call returned (a reference, no copy) and gives the
-faulted rows of ``"next"`` their last observation from it.
+faulted rows of ``"next"`` their last observation from it. :class:`FaultedRows` is
+``BatchedEnvBase``'s part of it.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -17,6 +20,10 @@ from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from gymvec.envs.base import _merge_reset, copy_object_rows, copy_rows
 from gymvec.specs import Categorical, Composite
+
+if TYPE_CHECKING:
+    from gymvec.engine.engine import BatchEngine
+    from gymvec.wire.calls import Received
 
 FAULT_KEY = "fault"
 
@@ -86,3 +93,45 @@ class LastRoot:
 def _with_flags(out: TensorDictBase, faults: dict[int, str] | None) -> TensorDictBase:
     out.set(FAULT_KEY, torch.from_numpy(fault_flags(out.batch_size[0], faults)))
     return out
+
+
+class FaultedRows:
+    """``BatchedEnvBase``'s part of faults that heal: the ``"fault"`` flag in its done spec and
+    outputs, the faulted rows' last observation, ``last_faults``; and ``step_and_maybe_reset``
+    over its ``_step_and_reset``. Nothing of it runs without ``on_fault``."""
+
+    # by row, the message of each fault healed in the last step (None: none)
+    last_faults: dict[int, str] | None = None
+    _last_root: LastRoot | None = None
+
+    if TYPE_CHECKING:
+        engine: BatchEngine
+        done_spec: Composite
+        batch_size: torch.Size
+
+        def _step_and_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]: ...
+
+    def _fault_specs(self) -> None:
+        """With ``on_fault`` restarting: the ``"fault"`` flag, and the last roots kept."""
+        if self.engine.fault_book is not None:
+            self.done_spec = with_fault_spec(self.done_spec, self.batch_size)
+            layout = self.engine.layout
+            self._last_root = LastRoot(list(layout.obs_keys), list(layout.object_obs_keys))
+
+    def _reset_root(self, out: TensorDictBase, mask: np.ndarray | None) -> TensorDictBase:
+        """A reset's output ``out`` (of the rows ``mask`` names, None: all), flagged."""
+        return out if self._last_root is None else self._last_root.after_reset(out, mask)
+
+    def _step_next(self, next_out: TensorDictBase, received: Received) -> TensorDictBase:
+        """A step's ``"next"`` output, its faulted rows given their last observation."""
+        self.last_faults = received.faults
+        if self._last_root is not None:
+            self._last_root.after_step(next_out, received.faults)
+        return next_out
+
+    def step_and_maybe_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        """Step, and reset the finished sub-envs in the same round trip."""
+        td, root = self._step_and_reset(td)
+        if self._last_root is not None:
+            self._last_root.after_step(td.get("next"), self.last_faults, root)
+        return td, root
