@@ -158,9 +158,10 @@ class Executor(ABC):
         sub-envs run in this process, or its backend does not yet)."""
         return False
 
-    def end_busy(self, timeout: float) -> None:
+    def end_busy(self, timeout: float) -> bool:
         """The command in flight outlasted ``timeout``: end the workers still busy with it
-        and start them again (only after :meth:`heal_deaths` returned True)."""
+        and start them again (only after :meth:`heal_deaths` returned True); False where
+        it cannot (the timeout then stands)."""
         raise NotImplementedError(f"{type(self).__name__} cannot end busy workers")
 
     @abstractmethod

@@ -57,7 +57,8 @@ class Healing:
             try:
                 return executor.wait(call, timeout, *args)
             except TimeoutError:
-                executor.end_busy(timeout)
+                if not executor.end_busy(timeout):
+                    raise
                 return executor.wait(call, timeout, *args)  # (resumed: the others' answers)
 
         return wait

@@ -225,3 +225,18 @@ def test_sixty_restarts_leak_no_process_memory_or_descriptor(no_leaks) -> None:
     assert children == workers
     assert fds[1] == fds[0]
     assert closing < CLOSE_GRACE_S + TERM_GRACE_S + KILL_WAIT_S
+
+
+@pytest.mark.timeout(120)
+def test_a_dead_worker_that_holds_blocks_still_raises(no_leaks) -> None:
+    """Not healed yet: a rebuilt block's first reset is not planned (docs/faults.md)."""
+    from tests._block_envs import sync_block_fn
+
+    envs = parallel([gymvec.BlockFactory(sync_block_fn(2), 2)] * 2)
+    try:
+        envs.reset(seed=0)
+        os.kill(envs.engine.executor.handles[0].process.pid, signal.SIGKILL)
+        with pytest.raises(WorkerError, match="died"):
+            envs.step(actions(0))
+    finally:
+        envs.close()

@@ -395,10 +395,10 @@ class ProcessExecutor(Executor):
         self.respawner = Respawner(self, env_fns_of)
         return True
 
-    def end_busy(self, timeout: float) -> None:
+    def end_busy(self, timeout: float) -> bool:
         """Kill the workers still busy with the command in flight and start them again (a
-        later wait resumes and returns their rows as faults)."""
-        expect_set(self.respawner, "a respawner (heal_deaths)").end_busy(timeout)
+        later wait resumes and returns their rows as faults); False where they hold blocks."""
+        return expect_set(self.respawner, "a respawner (heal_deaths)").end_busy(timeout)
 
     # ---- requests -----------------------------------------------------------------------------
 

@@ -120,16 +120,21 @@ class Respawner:
         """A whole-batch command's answers are in, with ``error`` (the first): start the
         workers found dead again, their rows' faults into ``extras``. Returns ``error`` where
         a sub-env raised it (a group that cannot heal), None where it was a death."""
-        executor = self.executor
-        for handle in [h for h in executor.handles if h.death is not None]:
+        dead = [h for h in self.executor.handles if h.death is not None]
+        if not all(map(heals, dead)):
+            return error
+        for handle in dead:
             extras.update(self.respawn(handle, "death", f"worker died: {handle.death}"))
         return None if error.worker_traceback is None else error
 
-    def end_busy(self, timeout: float) -> None:
+    def end_busy(self, timeout: float) -> bool:
         """The command in flight outlasted the engine's ``timeout``: kill the workers still
-        busy with it and start them again; their rows' faults join the command's answers."""
+        busy with it and start them again; their rows' faults join the command's answers.
+        False (nothing done) where one of them holds blocks."""
         executor = self.executor
         busy = [handle for handle in executor.handles if handle.busy()]
+        if not all(map(heals, busy)):
+            return False
         for handle in busy:
             if handle.process.exitcode is None:
                 handle.process.kill()
@@ -137,6 +142,7 @@ class Respawner:
         extras = executor.pending.extras
         for handle in busy:
             extras.update(self.respawn(handle, "timeout", f"timed out after {timeout} s"))
+        return True
 
     def respawn(self, handle: WorkerHandle, kind: str, message: str) -> dict[int, Extras]:
         """Reap ``handle``'s process, start a new one in its slot, ready and healing; returns
@@ -168,3 +174,9 @@ class Respawner:
         new.post(Opcode.REQUEST, pickling.dumps(("heal_faults", rows, {})))
         new.wait(Spin(0.0), max(deadline - time.monotonic(), 0.0))
         return {row: Extras(fault=(kind, message, None)) for row in rows}
+
+
+def heals(handle: WorkerHandle) -> bool:
+    """Whether ``handle``'s worker may start again: not one that holds blocks (not yet: a
+    rebuilt block's first reset is not planned for them), whose death stays a WorkerError."""
+    return not any(summary.block for summary in handle.summaries)
