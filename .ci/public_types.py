@@ -7,11 +7,13 @@ import gymnasium as gym
 from typing_extensions import assert_type
 
 import gymvec
+from gymvec.layout.auto import AutoVectorEnv
 from gymvec.vector.vector_env import GymnasiumVectorEnv
 
 
 def public_types() -> None:
-    assert_type(gymvec.make_vec("CartPole-v1", 2), GymnasiumVectorEnv)
+    # backend="auto" (the default) chooses the layout at the first reset
+    assert_type(gymvec.make_vec("CartPole-v1", 2), GymnasiumVectorEnv | AutoVectorEnv)
     assert_type(
         gymvec.ParallelVectorEnv([lambda: gym.make("CartPole-v1")]), gymvec.ParallelVectorEnv
     )
