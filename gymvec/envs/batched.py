@@ -279,9 +279,9 @@ class BatchedEnvBase(FaultRecords, FaultedRows, FirstReadyBatches, EnvBase):
         self.last_extras = received.extras
         return self._step_next(self._next_output(received.observations), received)
 
-    def _step_and_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
-        """``step_and_maybe_reset`` (see ``FaultedRows``): step, and reset the finished
-        sub-envs in the same round trip."""
+    def step_and_maybe_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        """Step, and reset the finished sub-envs in the same round trip (with ``on_fault``
+        restarting, ``FaultedRows`` also gives faulted rows their last observation)."""
         if self._closed:
             self._check_open()  # raises
         self._check_action(td)  # and writes the actions

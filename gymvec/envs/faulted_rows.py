@@ -97,8 +97,8 @@ def _with_flags(out: TensorDictBase, faults: dict[int, str] | None) -> TensorDic
 
 class FaultedRows:
     """``BatchedEnvBase``'s part of faults that heal: the ``"fault"`` flag in its done spec and
-    outputs, the faulted rows' last observation, ``last_faults``; and ``step_and_maybe_reset``
-    over its ``_step_and_reset``. Nothing of it runs without ``on_fault``."""
+    outputs, the faulted rows' last observation, ``last_faults``; and, in its place, a ``step_and_maybe_reset``
+    that restores faulted rows. Nothing of it runs without ``on_fault``."""
 
     # by row, the message of each fault healed in the last step (None: none)
     last_faults: dict[int, str] | None = None
@@ -109,7 +109,9 @@ class FaultedRows:
         done_spec: Composite
         batch_size: torch.Size
 
-        def _step_and_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]: ...
+        def step_and_maybe_reset(
+            self, td: TensorDictBase
+        ) -> tuple[TensorDictBase, TensorDictBase]: ...
 
     def _fault_specs(self) -> None:
         """With ``on_fault`` restarting: the ``"fault"`` flag, and the last roots kept."""
@@ -117,6 +119,9 @@ class FaultedRows:
             self.done_spec = with_fault_spec(self.done_spec, self.batch_size)
             layout = self.engine.layout
             self._last_root = LastRoot(list(layout.obs_keys), list(layout.object_obs_keys))
+            # this env's step_and_maybe_reset restores faulted rows; without on_fault the
+            # class's runs alone (no call in between: the tensordict step path counts them)
+            self.step_and_maybe_reset = self._step_and_maybe_reset_healing  # type: ignore[method-assign]
 
     def _reset_root(self, out: TensorDictBase, mask: np.ndarray | None) -> TensorDictBase:
         """A reset's output ``out`` (of the rows ``mask`` names, None: all), flagged."""
@@ -129,9 +134,11 @@ class FaultedRows:
             self._last_root.after_step(next_out, received.faults)
         return next_out
 
-    def step_and_maybe_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
-        """Step, and reset the finished sub-envs in the same round trip."""
-        td, root = self._step_and_reset(td)
+    def _step_and_maybe_reset_healing(
+        self, td: TensorDictBase
+    ) -> tuple[TensorDictBase, TensorDictBase]:
+        """The class's ``step_and_maybe_reset``, then the faulted rows' last observations."""
+        td, root = type(self).step_and_maybe_reset(self, td)
         if self._last_root is not None:
             self._last_root.after_step(td.get("next"), self.last_faults, root)
         return td, root
