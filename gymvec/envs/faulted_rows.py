@@ -97,8 +97,8 @@ def _with_flags(out: TensorDictBase, faults: dict[int, str] | None) -> TensorDic
 
 class FaultedRows:
     """``BatchedEnvBase``'s part of faults that heal: the ``"fault"`` flag in its done spec and
-    outputs, the faulted rows' last observation, ``last_faults``; and, in its place, a ``step_and_maybe_reset``
-    that restores faulted rows. Nothing of it runs without ``on_fault``."""
+    outputs, the faulted rows' last observation, ``last_faults``, and a ``step_and_maybe_reset``
+    that restores faulted rows, in the class's place. Nothing of it runs without ``on_fault``."""
 
     # by row, the message of each fault healed in the last step (None: none)
     last_faults: dict[int, str] | None = None
