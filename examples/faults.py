@@ -3,6 +3,7 @@
     python examples/faults.py
     python examples/faults.py --quick
     python examples/faults.py --costs    # what one restart costs, by kind and start method
+    python examples/faults.py --paired 12  # no fault: on_fault="restart" against "raise"
 
 The sub-env is CartPole that, in each step, faults with probability ``--fault-rate``, drawing
 from its own seeded generator: it raises a ``RuntimeError``, exits its worker process
@@ -158,6 +159,49 @@ def _two_steps(envs: gymvec.ParallelVectorEnv, actions: np.ndarray, how: str | N
     return time.perf_counter() - start
 
 
+def paired(rounds: int) -> None:
+    """Without a fault, ``on_fault="restart"`` against ``"raise"``: both envs alive at once
+    (the bench's cartpole-32 and busy-8, 2 workers), chunks of steps alternating between
+    them, the order flipped each round; per round the ratio of their steps/s."""
+    import gymvec.bench  # noqa: F401  (registers GymvecBench/BusyStep-v0)
+
+    for case, env_id, n, steps in (
+        ("cartpole-32", "CartPole-v1", 32, 1000),
+        ("busy-8", "GymvecBench/BusyStep-v0", 8, 150),
+    ):
+        make = functools.partial(gym.make, env_id)
+        kinds = ("raise", "restart")
+        envs = {k: gymvec.ParallelVectorEnv([make] * n, num_workers=2, on_fault=k) for k in kinds}
+        actions = np.random.default_rng(0).integers(0, 2, size=(64, n))
+        try:
+            for env in envs.values():
+                env.reset(seed=0)
+                _steps_per_s(env, actions, 50)
+            ratios = []
+            for r in range(rounds):
+                order = kinds if r % 2 == 0 else kinds[::-1]
+                got = {k: _steps_per_s(envs[k], actions, steps) for k in order}
+                ratios.append(got["restart"] / got["raise"])
+                print(
+                    f"{case} round {r}: raise {n * got['raise']:,.0f}, restart "
+                    f"{n * got['restart']:,.0f} env-steps/s, ratio {ratios[-1]:.3f}"
+                )
+        finally:
+            for env in envs.values():
+                env.close()
+        print(
+            f"{case}: restart/raise median {np.median(ratios):.3f} over {rounds} rounds "
+            f"(min {min(ratios):.3f}, max {max(ratios):.3f})"
+        )
+
+
+def _steps_per_s(envs: gymvec.ParallelVectorEnv, actions: np.ndarray, steps: int) -> float:
+    start = time.perf_counter()
+    for t in range(steps):
+        envs.step(actions[t % len(actions)])
+    return steps / (time.perf_counter() - start)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--num-envs", type=int, default=8)
@@ -170,6 +214,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--costs", action="store_true", help="time one restart of each kind")
     parser.add_argument("--rounds", type=int, default=5, help="--costs: rounds per kind")
+    parser.add_argument("--paired", type=int, metavar="ROUNDS", help="no-fault cost, paired")
     parser.add_argument("--quick", action="store_true", help="a short run (the tests' form)")
     args = parser.parse_args()
     if args.quick:
@@ -178,6 +223,9 @@ def main() -> None:
         args.rounds = 2
     if args.costs:
         costs(args)
+        return
+    if args.paired:
+        paired(args.paired)
         return
     kinds = (*KINDS, "hang") if args.hangs else KINDS
     start = time.perf_counter()
