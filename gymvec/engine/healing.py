@@ -25,7 +25,7 @@ from gymvec.backends.executor import Executor, group_of
 from gymvec.common.faults import Fault, FaultBook, restart_seed
 from gymvec.errors import WorkerError
 from gymvec.wire.calls import Command, Request
-from gymvec.wire.commands import RESET, Extras
+from gymvec.wire.commands import RESET, RESET_NEXT, Extras
 
 
 class Healing:
@@ -37,6 +37,9 @@ class Healing:
         self.last_seeds: list[int | None] = [None] * engine.num_envs  # the caller's, per row
         self.reseeds: dict[int, int | None] = {}  # row -> its rebuilt sub-env's first seed
         self.heals_hangs = False  # the executor ends workers past the engine's timeout
+        layout = engine.worker_layout  # (a block is one sub-env of several rows)
+        self.sub_env_of = np.repeat(np.arange(layout.num_sub_envs), layout.rows_per_sub_env)
+        self.block_rows = frozenset(r for r, s in enumerate(engine.summaries) if s.block)
 
     def start(self, executor: Executor) -> None:
         """Ask a new executor's groups to heal (the ``heal_faults`` request), and the
@@ -79,18 +82,26 @@ class Healing:
             return None
         engine, book = self.engine, self.book
         messages = {}
-        for row, (kind, message, traceback) in faulted.items():
-            extras[row].fault = None
-            worker = group_of(row, engine.worker_bounds)
-            fault = Fault(row, (row,), worker, kind, message, traceback)
-            if not book.allows(row):
-                raise WorkerError(book.past_limit(fault), worker_index=worker, sub_env_index=row)
+        by_sub_env: dict[int, list[int]] = {}  # (a block's fault is on each of its rows)
+        for row in faulted:
+            by_sub_env.setdefault(int(self.sub_env_of[row]), []).append(row)
+        for sub_env, its_rows in by_sub_env.items():
+            kind, message, traceback = faulted[its_rows[0]]
+            worker = group_of(its_rows[0], engine.worker_bounds)
+            fault = Fault(sub_env, tuple(its_rows), worker, kind, message, traceback)
+            if not book.allows(sub_env):
+                raise WorkerError(
+                    book.past_limit(fault), worker_index=worker, sub_env_index=its_rows[0]
+                )
             book.record(fault)
-            self.reseeds[row] = restart_seed(self.last_seeds[row], int(book.restarts[row]))
-            messages[row] = message
+            for row in its_rows:
+                extras[row].fault = None
+                self.reseeds[row] = restart_seed(self.last_seeds[row], int(book.restarts[sub_env]))
+                messages[row] = message
         rows = list(faulted)
         slot = engine.buffers.next
-        lost = [row for row in rows if faulted[row][0] != "error"]  # a worker died or hung
+        # rows left unwritten: a worker died or hung, or a block raised
+        lost = [row for row in rows if faulted[row][0] != "error" or row in self.block_rows]
         if lost and call.kind == "step":
             self.restore_last_obs(call, lost)
         if call.kind == "step":
@@ -136,7 +147,9 @@ class Healing:
         if bytes_ is None:
             bytes_ = np.full(n, modes, dtype=np.uint8)
         seeds: list[int | None] = [None] * n
-        for row in [r for r in self.reseeds if bytes_[r] & RESET]:
+        for row in [r for r in self.reseeds if bytes_[r] & RESET or r in self.block_rows]:
+            if not bytes_[row] & RESET:  # a block that resets its own rows: reset it, seeded
+                bytes_[row] = RESET_NEXT
             seeds[row] = self.reseeds.pop(row)
         return bytes_.copy(), seeds
 

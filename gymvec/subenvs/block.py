@@ -14,7 +14,7 @@ block's ``reset(options={"reset_mask": done})``), explicit resets through ``rese
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -129,7 +129,14 @@ def check_blocks(
 
 class BlockRunner:
     """Carries commands out on one block, rows ``[start, start + block.num_envs)`` (a
-    ``group.Runner``, as the runners of single envs are)."""
+    ``group.Runner``, as the runners of single envs are).
+
+    With ``on_fault`` (set by the group's healer, ``subenvs/healing.py``), a block that
+    raises is rebuilt (:meth:`replace_block`) and the command ends for its rows, which it
+    leaves unwritten (the engine gives them their last observation); until the rebuilt block
+    is reset, a step of it is that reset (NEXT_STEP's first step after a fault)."""
+
+    on_fault: Callable[[BlockRunner, Exception], None] | None = None
 
     def __init__(self, block: gym.vector.VectorEnv, start: int, buffers: Buffers):
         self.block = block
@@ -164,6 +171,7 @@ class BlockRunner:
         self.root_obs_rows = [buffers.root.obs[leaf.key][rows] for leaf in self.obs_leaves]
         self.obs_labels = [f"observation {leaf.key}" for leaf in self.obs_leaves]
         self.extras: dict[int, Extras] = {}
+        self.unreset = False  # a rebuilt block, not reset yet
         self.all_rows = np.ones(n, dtype=bool)
         self.all_step = bytes([STEP]) * n  # the mode bytes of the usual command
         # A block's optional step_into(actions, out): a step that writes its observations
@@ -183,6 +191,14 @@ class BlockRunner:
     def fields_changed(self) -> None:
         self.field_index = {name: k for k, name in enumerate(self.fields)}
 
+    def replace_block(self, block: gym.vector.VectorEnv) -> None:
+        """The block was rebuilt from its factory (healing): run the new one, which is reset
+        before it steps."""
+        self.block = block
+        if self.step_into is not None:  # (the same factory's block: it has one too)
+            self.step_into = getattr(block, "step_into")  # noqa: B009 (not a VectorEnv's)
+        self.unreset = True
+
     def sync_root(self, rows: Any) -> None:
         """SYNC_ROOT at ``rows`` (buffer rows): see ``drivers.sync_root``."""
         sync_root(self.root, self.next, rows, self.lane)
@@ -200,10 +216,19 @@ class BlockRunner:
         if not whole_step and not modes.strip(b"\0"):
             return {}
         self.extras = {}
-        if whole_step:
-            self._step(modes, same_step, options)
-        else:  # (resets, all of them into "next" too: RESET_NEXT alone steps nothing)
-            self._resets(np.frombuffer(modes, dtype=np.uint8), seeds, options)
+        try:
+            if whole_step and not self.unreset:
+                self._step(modes, same_step, options)
+            elif whole_step:  # the rebuilt block's first step resets it (see the class)
+                self._reset(self.next, self.all_rows, np.frombuffer(modes, np.uint8), seeds, None)
+            else:  # (resets, all of them into "next" too: RESET_NEXT alone steps nothing)
+                self._resets(np.frombuffer(modes, dtype=np.uint8), seeds, options)
+        except Exception as exc:
+            if self.on_fault is None:
+                raise
+            self.on_fault(self, exc)  # rebuilt; the engine books it, restores the rows
+            self.extras = {}
+            self.next.info_present[self.rows] = False
         if self.lane:
             hand_over_lane(self.obs_lanes, self.lane, self.rows)
         extras, self.extras = self.extras, {}
@@ -290,6 +315,7 @@ class BlockRunner:
         if not rows.all():
             options = {**(options or {}), "reset_mask": rows.copy()}
         obs, infos = self.block.reset(seed=seed, options=options)
+        self.unreset = False
         self._write_obs(slot, obs, rows)
         if slot.reward is not None:
             slot.reward[self.rows][rows] = 0.0

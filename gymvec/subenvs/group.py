@@ -242,13 +242,19 @@ class SubEnvGroup:
         return extras
 
     def heal(self) -> None:
-        """Rebuild a sub-env that raises in a whole-batch command, from its factory, and go
-        on (``on_fault="restart"``: see ``subenvs/healing.py``); groups with blocks, or with
-        sub-envs other than gymnasium envs, raise as before."""
-        if all(isinstance(d, GymDriver) for d in self.drivers):
-            self.healer = healer = GroupHealer(self, self.env_fns)
-            runner = cast("CommandRunner", self.runner)  # (single envs alone: no blocks)
-            runner.on_fault = healer.on_fault
+        """Rebuild a sub-env (a single env or a block) that raises in a whole-batch command,
+        from its factory, and go on (``on_fault="restart"``: see ``subenvs/healing.py``);
+        groups with sub-envs other than gymnasium envs and blocks raise as before."""
+        if not all(isinstance(d, GymDriver) for d in self.drivers if d is not None):
+            return
+        self.healer = healer = GroupHealer(self, self.env_fns)
+        runner = self.runner
+        for part in runner.parts if isinstance(runner, PartsRunner) else [runner]:
+            if isinstance(part, BlockRunner):
+                part.on_fault = healer.on_block_fault
+            else:  # (single envs: the group's sub-envs from the one at its first row on)
+                first = self.env_of_row[part.rows.start - self.start]
+                cast("CommandRunner", part).on_fault = healer.for_singles(part, first)
 
     def add_info_fields(self, places: dict) -> None:
         """Adopt info fields the engine learnt (see ``Buffers.add_info_fields``)."""

@@ -1,6 +1,6 @@
-"""Faults that heal, where the sub-envs live (API section 13): a sub-env that raises in a
-whole-batch step or reset is rebuilt from its factory in its group's process, and the rest of
-the command goes on, so no other row is disturbed.
+"""Faults that heal, where the sub-envs live (API section 13): a sub-env (a single env, or a
+block) that raises in a whole-batch step or reset is rebuilt from its factory in its group's
+process, and the rest of the command goes on, so no other row is disturbed.
 
 A group heals once the engine asks it to (the ``heal_faults`` request, sent when an executor
 starts under ``on_fault="restart"``): its runner's ``on_fault`` is then set. Until then it is
@@ -10,7 +10,8 @@ over the steps keeps the items appended before one raised, which CPython does), 
 pass that raised goes on here.
 
 What the faulted sub-env's row reads: its last observation, reward 0, terminated False,
-truncated True; its command's ``Extras.fault`` says what happened (``(kind, message,
+truncated True (a block writes nothing: the engine restores its rows' last observation and
+sets their flags); its command's ``Extras.fault`` says what happened (``(kind, message,
 traceback)``), and the engine books the restart and reseeds the row's next reset
 (``engine/healing.py``).
 """
@@ -22,7 +23,7 @@ from operator import call
 from typing import Any
 
 from gymvec.errors import error_detail
-from gymvec.subenvs.kinds import check_sub_env
+from gymvec.subenvs.kinds import check_sub_env, is_block
 from gymvec.wire.commands import Extras
 
 OnFault = Callable[[int, Exception], None]  # (group row of the sub-env that raised, what)
@@ -63,35 +64,65 @@ def fault_record(exc: Exception) -> tuple[str, str, str]:
 
 
 class GroupHealer:
-    """Heals the sub-envs of one group (a ``SubEnvGroup``) whose runner is a ``BatchStep`` or
-    ``CommandRunner`` over single envs: rebuilds the one that raised from its factory, hands
-    its new driver to the runner, and keeps the faults of the command for its extras."""
+    """Heals the sub-envs of one group (a ``SubEnvGroup``) of gymnasium envs and blocks:
+    rebuilds the one that raised from its factory, hands it to its runner (a single env's
+    new driver to its ``BatchStep`` or ``CommandRunner``, a block to its ``BlockRunner``),
+    and keeps the faults of the command for its extras (a block's: on each of its rows)."""
 
     def __init__(self, group: Any, env_fns: Sequence[Callable[[], Any]]):
         self.group = group
         self.env_fns = list(env_fns)
         self.faulted: dict[int, tuple] = {}  # buffer row -> Extras.fault, of this command
 
-    def on_fault(self, k: int, exc: Exception) -> None:
-        """Sub-env ``k`` (group row) raised ``exc``: rebuild it where it lives."""
-        from gymvec.subenvs.drivers import make_driver
+    def for_singles(self, runner: Any, first: int) -> OnFault:
+        """The ``on_fault`` of ``runner``, a runner of single envs whose row ``k`` is the
+        group's sub-env ``first + k``."""
 
+        def on_fault(k: int, exc: Exception) -> None:
+            from gymvec.subenvs.drivers import make_driver
+
+            group = self.group
+            j = first + k
+            row = group.firsts[j]
+            self.faulted[row] = fault_record(exc)
+            env = self._rebuild(j, row)
+            driver = make_driver(env, row, group.buffers)
+            group.drivers[j] = driver
+            runner.replace(k, driver)
+
+        return on_fault
+
+    def on_block_fault(self, runner: Any, exc: Exception) -> None:
+        """The block ``runner`` (a ``BlockRunner``) runs raised ``exc``: rebuild it where it
+        lives; all of its rows are faulted."""
         group = self.group
-        row = group.start + k
-        self.faulted[row] = fault_record(exc)
-        old = group.envs[k]
+        j = group.env_of_row[runner.start - group.start]
+        fault = fault_record(exc)
+        for row in range(runner.start, runner.start + runner.n):
+            self.faulted[row] = fault
+        block = self._rebuild(j, runner.start)
+        if not is_block(block) or int(block.num_envs) != runner.n:
+            raise group.error(
+                ValueError(f"the rebuilt block is not a vector env of {runner.n} rows"),
+                runner.start,
+                what="create_env_fn (rebuilding it)",
+            )
+        runner.replace_block(block)
+
+    def _rebuild(self, j: int, row: int) -> Any:
+        """Sub-env ``j`` of the group (first row ``row``), built again from its factory in
+        place of the one that faulted (closed, as far as it closes)."""
+        group = self.group
         try:
-            env = check_sub_env(self.env_fns[k]())
+            env = check_sub_env(self.env_fns[j]())
         except Exception as failed:  # its factory fails too: nothing is left to heal it
             raise group.error(failed, row, what="create_env_fn (rebuilding it)") from None
         try:
-            old.close()
+            group.envs[j].close()
         except Exception:  # (a faulted env's close may fail too: it is dropped all the same)
             pass
-        group.envs[k] = env
-        driver = make_driver(env, row, group.buffers)
-        group.drivers[k] = driver
-        group.runner.replace(k, driver)
+        group.envs[j] = env
+        return env
 
     def take(self, extras: dict[int, Extras]) -> dict[int, Extras]:
         """Add the command's faults to ``extras`` (by row)."""
