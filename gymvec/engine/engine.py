@@ -224,6 +224,7 @@ class BatchEngine:
             None if on_fault is None else FaultBook(on_fault, self.worker_layout.num_sub_envs)
         )
         self.healing = None if self.fault_book is None else Healing(self, self.fault_book)
+        first_ready.healing = self.healing
         if self.healing is not None:
             slot.on_start = self.healing.start  # (each executor started from now on)
             if slot.current is not None:  # (started already, in two phases)

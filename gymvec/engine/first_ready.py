@@ -77,6 +77,7 @@ class FirstReady:
         self.needs_reset = np.zeros(n, dtype=bool)  # states an error or interrupt left unknown
         self.dirty = False  # some sub-env is in flight or needs a reset
         self.unit_size = unit_size
+        self.healing: Any = None  # the engine's Healing under on_fault restarting (set by it)
 
     def clear(self) -> None:
         """Nothing is in flight any more (the sub-envs were closed)."""
@@ -124,7 +125,11 @@ class FirstReady:
         modes = step_modes(autoreset, books.finished[rows], books.any_finished)
         if type(modes) is bytes:
             modes = np.frombuffer(modes, dtype=np.uint8)
-        self._send(rows, modes, None, STEP)
+        seeds = None
+        if self.healing is not None and self.healing.reseeds:  # rebuilt sub-envs to reset
+            resetting = (np.broadcast_to(modes, rows.shape) & RESET).astype(bool).tolist()
+            seeds = self.healing.first_ready_seeds(rows.tolist(), resetting, None)
+        self._send(rows, modes, seeds, STEP)
 
     def reset_send(
         self,
@@ -141,6 +146,8 @@ class FirstReady:
         rows = self.rows(indices)
         if seeds is not None and len(seeds) != len(rows):
             raise ValueError(f"seeds: expected {len(rows)} seeds (one per index), got {len(seeds)}")
+        if self.healing is not None:
+            seeds = self.healing.first_ready_seeds(rows.tolist(), [True] * len(rows), seeds)
         if into == "root":
             self._send(rows, RESET, seeds, RESET_ROOT)
         else:
@@ -189,6 +196,19 @@ class FirstReady:
         except BaseException:
             self._lose(executor.take_lost())
             raise
+        faults = None
+        if self.healing is not None:
+            finished, faults = self._heal(finished)
+            if len(finished) < min_get:  # resets sent again: wait for the rest
+                left = None if max_get is None else max_get - len(finished)
+                more = self.recv(kind, min_get - len(finished), left, timeout)
+                return _joined(self._received(executor, finished, faults), more)
+        return self._received(executor, finished, faults)
+
+    def _received(
+        self, executor: Any, finished: dict[int, Any], faults: dict[int, str] | None
+    ) -> Ready:
+        """Book the rows that came back (``finished``: by row, their extras or None)."""
         indices = np.fromiter(finished, dtype=np.int64, count=len(finished))
         learner = self.learner
         stepped = indices[self.flight[indices] == STEP] if learner.active else None
@@ -202,7 +222,29 @@ class FirstReady:
             places = None
         if places:
             self.buffers.add_info_fields(places)  # (done already where groups share them)
-        return Ready(indices, extras)
+        return Ready(indices, extras, faults)
+
+    def _heal(self, finished: dict[int, Any]) -> tuple[dict[int, Any], dict[int, str] | None]:
+        """The faults among ``finished`` (rebuilt where they live), booked: a step's row reads
+        as truncated (its messages returned); a reset is sent again on the rebuilt sub-env
+        and its row taken out of ``finished`` (it comes back later)."""
+        faulted = [r for r, e in finished.items() if e is not None and e.fault is not None]
+        if not faulted:
+            return finished, None
+        healing, flight = self.healing, self.flight
+        steps = {r: finished[r] for r in faulted if flight[r] == STEP}
+        faults = healing.faults_of(_BOOKED[STEP], steps) if steps else None
+        for code in (RESET_ROOT, RESET_INTO_NEXT):
+            rows = [r for r in faulted if flight[r] == code]
+            if not rows:
+                continue
+            healing.faults_of(_BOOKED[code], {r: finished.pop(r) for r in rows})
+            again = np.array(rows, dtype=np.int64)
+            self.flight[again] = IDLE
+            self.flying -= len(rows)
+            seeds = healing.first_ready_seeds(rows, [True] * len(rows), None)
+            self._send(again, RESET if code == RESET_ROOT else RESET_NEXT, seeds, code)
+        return finished, faults
 
     # ---- rows and books -----------------------------------------------------------------------
     def rows(self, indices: Any) -> np.ndarray:
@@ -311,6 +353,13 @@ class FirstReady:
                 f"first-ready commands are in flight for sub-envs "
                 f"{self.flying_rows.tolist()}: receive them first (async_recv())"
             )
+
+
+def _joined(first: Ready, then: Ready) -> Ready:
+    """Two receives' rows as one (``then`` after ``first``)."""
+    faults = {**(first.faults or {}), **(then.faults or {})} or None
+    indices = np.concatenate([first.indices, then.indices])
+    return Ready(indices, {**first.extras, **then.extras}, faults)
 
 
 def check_whole_units(rows: np.ndarray, size: int) -> None:

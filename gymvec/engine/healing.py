@@ -11,6 +11,10 @@ fault is booked (``FaultBook``: one WARNING per restart; past the policy's limit
 * a fault in a SAME_STEP step: the rebuilt sub-envs are reset into the root at once;
 * NEXT_STEP: the row is finished, so the next step resets it (seeded here);
 * DISABLED: the row waits for the caller's reset (seeded here, unless the caller seeds it).
+
+A block is one sub-env of several rows: one restart, its fault on all of its rows. In
+first-ready batches (``FirstReady._heal``) a step's faulted rows come back as truncated, and a
+reset that faulted is sent again on the rebuilt sub-env: nobody waits for it.
 """
 
 from __future__ import annotations
@@ -109,6 +113,21 @@ class Healing:
             slot.terminated[rows] = False
             slot.truncated[rows] = slot.done[rows] = True
         return messages
+
+    def first_ready_seeds(
+        self, rows: list[int], resetting: Sequence[bool], seeds: Sequence[int | None] | None
+    ) -> list[int | None]:
+        """The seeds of a first-ready command to ``rows`` (``resetting``: which of them
+        reset): the caller's (each the row's last), and for the rebuilt sub-envs it resets
+        that the caller does not seed, their first seeds."""
+        out: list[int | None] = [None] * len(rows) if seeds is None else list(seeds)
+        for k, row in enumerate(rows):
+            if out[k] is not None:
+                self.last_seeds[row] = out[k]
+            if resetting[k] and row in self.reseeds:
+                seed = self.reseeds.pop(row)
+                out[k] = seed if out[k] is None else out[k]
+        return out
 
     def restore_last_obs(self, call: Command, rows: list[int]) -> None:
         """Give ``rows`` of a step whose worker died their last observation in the step's

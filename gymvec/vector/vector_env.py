@@ -298,7 +298,10 @@ class GymnasiumVectorEnv(FaultRecords, gym.vector.VectorEnv):
         mask = np.zeros(self.num_envs, dtype=bool)
         mask[rows] = True
         extras = {i: e.next for i, e in ready.extras.items()}
-        infos = _take_rows(self._face_infos.infos(slot, mask, extras), rows)
+        infos = self._face_infos.infos(slot, mask, extras)
+        if ready.faults is not None:  # (faults that heal: API section 13)
+            add_faults(infos, ready.faults, self.num_envs, False)
+        infos = _take_rows(infos, rows)
         infos["env_id"] = rows.astype(np.int32)
         obs = self._row_observations(rows)
         return self._handed_out(obs, rewards, terminations, truncations, infos)

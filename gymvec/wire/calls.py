@@ -50,10 +50,13 @@ class Ready(NamedTuple):
     ``indices``: the sub-envs whose first-ready command finished (int64, first finished
     first); their results are in their rows of the buffers until they are sent another
     command. ``extras``: by sub-env index, what each reported that has no place in the buffers.
+    ``faults``: as ``Received.faults``, for the steps among them (a reset that faulted is
+    sent again on the rebuilt sub-env and comes back later).
     """
 
     indices: np.ndarray
     extras: dict[int, Extras]
+    faults: dict[int, str] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)  # (eq: by identity)
