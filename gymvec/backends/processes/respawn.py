@@ -152,7 +152,6 @@ class Respawner:
         k = executor.handles.index(handle)
         w = handle.index
         bounds = (handle.start, handle.stop)
-        handle.release()
         for word in range(SYNC_WORDS):  # the new process counts its commands from zero
             handle.words[word] = 0
         sizes = executor.sub_env_sizes
@@ -166,6 +165,7 @@ class Respawner:
             None if sizes is None else sizes[w],
         )
         executor.handles[k] = new
+        handle.release()  # (once replaced: a failed start leaves it for close() to stop)
         executor.first_ready.handle_of_row[bounds[0] : bounds[1]] = [new] * (bounds[1] - bounds[0])
         options = executor.options
         deadline = time.monotonic() + options.startup_timeout
