@@ -35,6 +35,8 @@ from gymvec.backends.local import LocalExecutor
 from gymvec.backends.processes.handles import (  # noqa: F401  (WorkerHandle: processes' own name)
     CLOSE_GRACE_S,
     WorkerHandle,
+    busy_error,
+    local_timeout,
     raise_if_closing,
     refuse_start_while_importing_main,
     stop_workers,
@@ -45,7 +47,7 @@ from gymvec.backends.processes.respawn import EnvFnsOf, Respawner, WorkerStart
 from gymvec.backends.processes.rows import ProcessRows
 from gymvec.backends.processes.signals import ROW_WORDS, SYNC_WORDS, Opcode, Spin, attach_message
 from gymvec.common.cores import usable_cores
-from gymvec.errors import SubEnvTimeoutError, WorkerError, expect_set
+from gymvec.errors import WorkerError, expect_set
 from gymvec.subenvs.group import SubEnvSummary
 from gymvec.subenvs.layout import WorkerLayout
 from gymvec.wire import calls
@@ -322,7 +324,7 @@ class ProcessExecutor(Executor):
                     except Exception as exc:  # a sub-env here raised: raised once every
                         pending.local_error = exc  # worker has answered
                     if deadline is not None and time.monotonic() > deadline and self.handles:
-                        raise _local_timeout(call, local, timeout)
+                        raise local_timeout(call, local, timeout)
                 if meanwhile is not None:
                     meanwhile(0 if local is None else local.bounds[-1][1])
             extras = pending.extras
@@ -528,38 +530,8 @@ def _forget_workers_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_workers_in_child)
 
 
-def _local_timeout(call: Call, local: LocalExecutor, timeout: float | None) -> SubEnvTimeoutError:
-    """The error for a share run in this process that outlasted ``timeout``."""
-    rows = list(range(*local.bounds[0]))
-    return SubEnvTimeoutError(
-        f"the {call.kind} did not finish within {timeout} s: sub-envs {_rows(rows)} stepped "
-        "in this process took longer (with a timeout= option, none is)",
-        [(0, os.getpid(), rows)],
-    )
-
-
 def _drop(handle: WorkerHandle, reply: Any) -> None:
     """What a drained call does with an answer (a command's extras or a request's results)."""
-
-
-def busy_error(
-    handles: list[WorkerHandle], call: Call, timeout: float | None
-) -> SubEnvTimeoutError:
-    """The error for a wait that outlasted ``timeout``: it names the workers that had not
-    answered, and their sub-envs."""
-    busy = [(h.index, h.process.pid, list(range(h.start, h.stop))) for h in handles if h.busy()]
-    what = f"{call.name} request" if isinstance(call, Request) else call.kind
-    where = "; ".join(f"sub-envs {_rows(r)} (worker {w}, pid {pid})" for w, pid, r in busy)
-    return SubEnvTimeoutError(
-        f"the {what} did not finish within {timeout} s; still busy: {where}", busy
-    )
-
-
-def _rows(rows: list[int]) -> str:
-    """Sub-env indices, a run of them as ``a-b``."""
-    if len(rows) > 2 and rows == list(range(rows[0], rows[-1] + 1)):
-        return f"{rows[0]}-{rows[-1]}"
-    return ", ".join(map(str, rows))
 
 
 def check_timeout(timeout: float | None, local_worker: bool | None) -> float | None:

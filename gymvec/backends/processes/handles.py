@@ -52,6 +52,7 @@ from gymvec.errors import (
     sub_env_error,
 )
 from gymvec.subenvs.group import SubEnvSummary
+from gymvec.wire.calls import Call, Request
 
 _ERROR = int(Status.ERROR)
 # close(): how long the workers have to close their sub-envs once asked, then how long they
@@ -383,3 +384,33 @@ def startup_timeout_error(pending: list[WorkerHandle], timeout: float) -> SubEnv
         f"start-up did not finish within {timeout} s: " + "; ".join(parts),
         [(h.index, h.process.pid, list(range(h.start, h.stop))) for h in pending],
     )
+
+
+def local_timeout(call: Call, local: Any, timeout: float | None) -> SubEnvTimeoutError:
+    """The error for a share run in this process that outlasted ``timeout``."""
+    rows = list(range(*local.bounds[0]))
+    return SubEnvTimeoutError(
+        f"the {call.kind} did not finish within {timeout} s: sub-envs {rows_text(rows)} stepped "
+        "in this process took longer (with a timeout= option, none is)",
+        [(0, os.getpid(), rows)],
+    )
+
+
+def busy_error(
+    handles: list[WorkerHandle], call: Call, timeout: float | None
+) -> SubEnvTimeoutError:
+    """The error for a wait that outlasted ``timeout``: it names the workers that had not
+    answered, and their sub-envs."""
+    busy = [(h.index, h.process.pid, list(range(h.start, h.stop))) for h in handles if h.busy()]
+    what = f"{call.name} request" if isinstance(call, Request) else call.kind
+    where = "; ".join(f"sub-envs {rows_text(r)} (worker {w}, pid {pid})" for w, pid, r in busy)
+    return SubEnvTimeoutError(
+        f"the {what} did not finish within {timeout} s; still busy: {where}", busy
+    )
+
+
+def rows_text(rows: list[int]) -> str:
+    """Sub-env indices, a run of them as ``a-b``."""
+    if len(rows) > 2 and rows == list(range(rows[0], rows[-1] + 1)):
+        return f"{rows[0]}-{rows[-1]}"
+    return ", ".join(map(str, rows))
