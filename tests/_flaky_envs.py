@@ -50,6 +50,12 @@ class FlakyResetCartPole(gym.Wrapper):
         return self.env.reset(**kwargs)
 
 
+def exit_now(env) -> None:
+    """End the process ``env`` lives in (``envs.apply(exit_now, indices=[i])``: a worker that
+    dies in a request)."""
+    os._exit(3)
+
+
 def fault(how: str) -> None:
     """Fault as ``how`` says (see the module's docstring)."""
     in_worker = multiprocessing.parent_process() is not None

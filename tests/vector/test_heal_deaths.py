@@ -20,7 +20,13 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 import gymvec
 from gymvec.backends.processes.handles import CLOSE_GRACE_S, KILL_WAIT_S, TERM_GRACE_S
 from gymvec.errors import WorkerError
-from tests._flaky_envs import FlakyCartPole, FlakyResetCartPole, flaky_fns, healthy_fns
+from tests._flaky_envs import (
+    FlakyCartPole,
+    FlakyResetCartPole,
+    exit_now,
+    flaky_fns,
+    healthy_fns,
+)
 
 N, ROW, EVERY, STEPS = 4, 1, 7, 24
 WORKER_ROWS, OTHERS = [0, 1], [2, 3]  # the rows of the faulting sub-env's worker; the others
@@ -145,6 +151,18 @@ def test_a_worker_killed_from_outside_starts_again(no_leaks) -> None:
             os.kill(envs.engine.executor.handles[0].process.pid, signal.SIGKILL)
 
     heal_and_compare(envs, "next_step", "worker died: signal 9", before_step=kill)
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_that_dies_in_a_request_starts_again_at_the_next_command(no_leaks) -> None:
+    envs = parallel(healthy_fns(N))
+
+    def die(t: int) -> None:
+        if t in (4, 12):  # the request raises; the next step heals (the worker sits it out)
+            with pytest.raises(WorkerError, match="died"):
+                envs.apply(exit_now, indices=[ROW])
+
+    heal_and_compare(envs, "next_step", "worker died: exit code 3", before_step=die)
 
 
 @pytest.mark.timeout(120)

@@ -43,7 +43,13 @@ from gymvec.backends.processes.handles import (  # noqa: F401  (WorkerHandle: pr
     unlink_semaphore,
     wait_ready,
 )
-from gymvec.backends.processes.respawn import EnvFnsOf, Respawner, WorkerStart
+from gymvec.backends.processes.respawn import (
+    EnvFnsOf,
+    Respawner,
+    WorkerStart,
+    post_payload,
+    starts_again,
+)
 from gymvec.backends.processes.rows import ProcessRows
 from gymvec.backends.processes.signals import ROW_WORDS, SYNC_WORDS, Opcode, Spin, attach_message
 from gymvec.common.cores import usable_cores
@@ -267,36 +273,35 @@ class ProcessExecutor(Executor):
     # ---- commands -----------------------------------------------------------------------------
     def send(self, call: calls.Command) -> None:
         """Start the command on every worker; reset options and the object actions (each
-        worker's rows) travel with it. A worker known gone fails it before any is posted."""
-        for handle in self.handles:
-            if handle.failure is not None:  # (the test inline: this runs every step)
+        worker's rows) travel with it. A worker known gone fails it before any is posted,
+        unless deaths heal: it then starts again, sits this command out, and its rows come
+        back as faults (see ``Respawner.before_send``)."""
+        handles = self.handles
+        for handle in handles:
+            # (the test inline: this runs every step)
+            if handle.failure is not None and not starts_again(self.respawner, handle):
                 handle.check()
+        if self.respawner is not None and self.respawner.owed:
+            handles = [h for h in handles if h.index not in self.respawner.sitting_out]
         if self.first_ready.unsettled:
             self.first_ready.settle()
         pending = self.pending  # (reset in place: this runs every step)
         pending.local_due, pending.extras, pending.local_error = True, {}, None
         options, action_objects = call.options, call.action_objects
         if options is None and not action_objects:
-            for handle in self.handles:
+            for handle in handles:
                 handle.post(Opcode.RUN)
         elif not action_objects:  # one payload for all
             payload = cloudpickle.dumps((options, None))
-            for handle in self.handles:
-                self._post_payload(handle, payload)
+            for handle in handles:
+                post_payload(handle, payload, self.respawner)
         else:  # all pickled before any is posted: a value that cannot be starts nothing
             payloads = []
-            for handle in self.handles:
+            for handle in handles:
                 rows = {key: v[handle.start : handle.stop] for key, v in action_objects.items()}
                 payloads.append(cloudpickle.dumps((options, rows)))
-            for handle, payload in zip(self.handles, payloads):
-                self._post_payload(handle, payload)
-
-    def _post_payload(self, handle: WorkerHandle, payload: bytes) -> None:
-        try:
-            handle.post(Opcode.RUN_WITH_PAYLOAD, payload)
-        except WorkerError:
-            if self.respawner is None or handle.death is None:
-                raise  # (else the wait finds it dead and starts it again)
+            for handle, payload in zip(handles, payloads):
+                post_payload(handle, payload, self.respawner)
 
     def wait(
         self, call: calls.Command, timeout: float | None = None, meanwhile: Meanwhile | None = None
@@ -332,8 +337,9 @@ class ProcessExecutor(Executor):
                 error = self._collect(deadline, into=extras)
             except TimeoutError:
                 raise busy_error(self.handles, call, timeout) from None
-            if error is not None and self.respawner is not None:  # dead ones start again
-                error = self.respawner.after_command(error, extras)
+            respawner = self.respawner
+            if respawner is not None and (error is not None or respawner.owed):
+                error = respawner.after_command(error, extras)  # dead ones start again
             if pending.local_error is not None:  # the sub-env's own exception, as SerialEnv's
                 raise pending.local_error
             if error is not None:
@@ -397,9 +403,7 @@ class ProcessExecutor(Executor):
         self.respawner = Respawner(self, env_fns_of)
         return True
 
-    def end_busy(self, timeout: float) -> bool:
-        """Kill the workers still busy with the command in flight and start them again (a
-        later wait resumes and returns their rows as faults); False where they hold blocks."""
+    def end_busy(self, timeout: float) -> bool:  # (see Respawner.end_busy)
         return expect_set(self.respawner, "a respawner (heal_deaths)").end_busy(timeout)
 
     # ---- requests -----------------------------------------------------------------------------

@@ -115,11 +115,29 @@ class Respawner:
     def __init__(self, executor: Any, env_fns_of: EnvFnsOf):
         self.executor = executor
         self.env_fns_of = env_fns_of
+        self.owed: dict[int, Extras] = {}  # faults of the workers started again at a send
+        self.sitting_out: set[int] = set()  # those workers, which the command skips
 
-    def after_command(self, error: WorkerError, extras: dict) -> WorkerError | None:
+    def before_send(self, handle: WorkerHandle) -> bool:
+        """A command is about to go out and ``handle``'s worker is known dead (it died in a
+        request, say): start it again now; it sits the command out, and its rows' faults
+        come back with the command's answers. False where it cannot heal."""
+        if handle.death is None or not heals(handle):
+            return False
+        self.owed.update(self.respawn(handle, "death", f"worker died: {handle.death}"))
+        self.sitting_out.add(handle.index)
+        return True
+
+    def after_command(self, error: WorkerError | None, extras: dict) -> WorkerError | None:
         """A whole-batch command's answers are in, with ``error`` (the first): start the
-        workers found dead again, their rows' faults into ``extras``. Returns ``error`` where
-        a sub-env raised it (a group that cannot heal), None where it was a death."""
+        workers found dead again, their rows' faults (and those owed since the send) into
+        ``extras``. Returns ``error`` where a sub-env raised it (a group that cannot heal),
+        None where it was a death."""
+        if self.owed:
+            extras.update(self.owed)
+            self.owed, self.sitting_out = {}, set()
+        if error is None:
+            return None
         dead = [h for h in self.executor.handles if h.death is not None]
         if not all(map(heals, dead)):
             return error
@@ -180,3 +198,19 @@ def heals(handle: WorkerHandle) -> bool:
     """Whether ``handle``'s worker may start again: not one that holds blocks (not yet: a
     rebuilt block's first reset is not planned for them), whose death stays a WorkerError."""
     return not any(summary.block for summary in handle.summaries)
+
+
+def starts_again(respawner: Respawner | None, handle: WorkerHandle) -> bool:
+    """Whether ``handle``'s worker, known gone, started again before a send (see
+    :meth:`Respawner.before_send`); False: the send raises its WorkerError."""
+    return respawner is not None and respawner.before_send(handle)
+
+
+def post_payload(handle: WorkerHandle, payload: bytes, respawner: Respawner | None) -> None:
+    """Post a command with its payload; a worker found dead by the write is left for the
+    wait to start again, where deaths heal."""
+    try:
+        handle.post(Opcode.RUN_WITH_PAYLOAD, payload)
+    except WorkerError:
+        if respawner is None or handle.death is None:
+            raise
