@@ -241,15 +241,22 @@ class SubEnvGroup:
                     extras.setdefault(i, Extras()).objects = row
         return extras
 
-    def heal(self) -> None:
+    def heal(self, rebuilt: bool = False) -> None:
         """Rebuild a sub-env (a single env or a block) that raises in a whole-batch command,
         from its factory, and go on (``on_fault="restart"``: see ``subenvs/healing.py``);
-        groups with sub-envs other than gymnasium envs and blocks raise as before."""
+        groups with sub-envs other than gymnasium envs and blocks raise as before.
+        ``rebuilt``: the group was built again (a worker process started again where one
+        died): its blocks are reset before they step, as a rebuilt block is."""
+        runner = self.runner
+        parts = runner.parts if isinstance(runner, PartsRunner) else [runner]
+        if rebuilt:
+            for part in parts:
+                if isinstance(part, BlockRunner):
+                    part.unreset = True
         if not all(isinstance(d, GymDriver) for d in self.drivers if d is not None):
             return
         self.healer = healer = GroupHealer(self, self.env_fns)
-        runner = self.runner
-        for part in runner.parts if isinstance(runner, PartsRunner) else [runner]:
+        for part in parts:
             if isinstance(part, BlockRunner):
                 part.on_fault = healer.on_block_fault
             else:  # (single envs: the group's sub-envs from the one at its first row on)
@@ -408,8 +415,8 @@ def apply(
     )
 
 
-def heal_faults(group: SubEnvGroup, indices: Sequence[int]) -> list:
-    group.heal()
+def heal_faults(group: SubEnvGroup, indices: Sequence[int], *, rebuilt: bool = False) -> list:
+    group.heal(rebuilt)
     return [None] * len(indices)
 
 

@@ -246,15 +246,29 @@ def test_sixty_restarts_leak_no_process_memory_or_descriptor(no_leaks) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_a_dead_worker_that_holds_blocks_still_raises(no_leaks) -> None:
-    """Not healed yet: a rebuilt block's first reset is not planned (docs/faults.md)."""
-    from tests._block_envs import sync_block_fn
+@pytest.mark.parametrize("mode", ["next_step", "same_step"])
+def test_a_dead_worker_that_holds_a_block_starts_again(mode, no_leaks) -> None:
+    """Blocks of two CartPoles, one per worker: the first worker is killed twice from
+    outside; its block is rebuilt in the new process and reset before it steps; the other
+    block's rows run as SyncVectorEnv's."""
+    from tests._block_envs import cartpole, sync_block_fn
 
-    envs = parallel([gymvec.BlockFactory(sync_block_fn(2), 2)] * 2)
+    autoreset = AutoresetMode[mode.upper()]
+    envs = parallel([gymvec.BlockFactory(sync_block_fn(2, autoreset), 2)] * 2, mode)
+
+    def kill(t: int) -> None:
+        if t in (3, 11):
+            os.kill(envs.engine.executor.handles[0].process.pid, signal.SIGKILL)
+
     try:
-        envs.reset(seed=0)
-        os.kill(envs.engine.executor.handles[0].process.pid, signal.SIGKILL)
-        with pytest.raises(WorkerError, match="died"):
-            envs.step(actions(0))
+        got = run(envs, mode, before_step=kill)
+        restarts, faults = envs.restarts, envs.faults
     finally:
         envs.close()
+    want = SyncVectorEnv([cartpole] * N, autoreset_mode=autoreset)
+    try:
+        faulted = check_against_reference(got, run(want, mode), mode, "worker died: signal 9")
+    finally:
+        want.close()
+    assert faulted == 2 and restarts.tolist() == [2, 0]
+    assert [(f.sub_env, f.rows, f.kind) for f in faults] == [(0, (0, 1), "death")] * 2

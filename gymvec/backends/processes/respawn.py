@@ -122,7 +122,7 @@ class Respawner:
         """A command is about to go out and ``handle``'s worker is known dead (it died in a
         request, say): start it again now; it sits the command out, and its rows' faults
         come back with the command's answers. False where it cannot heal."""
-        if handle.death is None or not heals(handle):
+        if handle.death is None:
             return False
         self.owed.update(self.respawn(handle, "death", f"worker died: {handle.death}"))
         self.sitting_out.add(handle.index)
@@ -139,8 +139,6 @@ class Respawner:
         if error is None:
             return None
         dead = [h for h in self.executor.handles if h.death is not None]
-        if not all(map(heals, dead)):
-            return error
         for handle in dead:
             extras.update(self.respawn(handle, "death", f"worker died: {handle.death}"))
         return None if error.worker_traceback is None else error
@@ -148,11 +146,9 @@ class Respawner:
     def end_busy(self, timeout: float) -> bool:
         """The command in flight outlasted the engine's ``timeout``: kill the workers still
         busy with it and start them again; their rows' faults join the command's answers.
-        False (nothing done) where one of them holds blocks."""
+        Returns True (the wait may resume)."""
         executor = self.executor
         busy = [handle for handle in executor.handles if handle.busy()]
-        if not all(map(heals, busy)):
-            return False
         for handle in busy:
             if handle.process.exitcode is None:
                 handle.process.kill()
@@ -189,15 +185,9 @@ class Respawner:
         deadline = time.monotonic() + options.startup_timeout
         wait_ready([new], deadline, options.startup_timeout, options.factory_timeout)
         rows = list(range(*bounds))
-        new.post(Opcode.REQUEST, pickling.dumps(("heal_faults", rows, {})))
+        new.post(Opcode.REQUEST, pickling.dumps(("heal_faults", rows, {"rebuilt": True})))
         new.wait(Spin(0.0), max(deadline - time.monotonic(), 0.0))
         return {row: Extras(fault=(kind, message, None)) for row in rows}
-
-
-def heals(handle: WorkerHandle) -> bool:
-    """Whether ``handle``'s worker may start again: not one that holds blocks (not yet: a
-    rebuilt block's first reset is not planned for them), whose death stays a WorkerError."""
-    return not any(summary.block for summary in handle.summaries)
 
 
 def starts_again(respawner: Respawner | None, handle: WorkerHandle) -> bool:
