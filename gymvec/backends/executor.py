@@ -18,7 +18,7 @@ from gymvec.errors import UnsupportedSpaceError
 from gymvec.subenvs.group import SubEnvSummary
 from gymvec.subenvs.layout import WorkerLayout
 from gymvec.wire.buffers import BufferLayout, Buffers
-from gymvec.wire.calls import Call, Command, Request
+from gymvec.wire.calls import Call, Command, Request, Take
 from gymvec.wire.commands import Control, Extras
 
 Meanwhile = Callable[[int], object]  # see Executor.wait
@@ -122,18 +122,12 @@ class Executor(ABC):
         did not go out and make sure the others run, so that every one of them is in flight."""
         raise NotImplementedError(f"{type(self).__name__} has no first-ready commands")
 
-    def wait_some(
-        self,
-        rows: Sequence[int],
-        min_get: int,
-        max_get: int | None = None,
-        timeout: float | None = None,
-    ) -> dict[int, Extras | None]:
-        """Wait until at least ``min_get`` of ``rows`` (each in flight) have finished; returns
-        the finished ones (at most ``max_get``, first finished first) with their extras (None:
-        none), and keeps the others for a later wait.
+    def wait_some(self, take: Take) -> dict[int, Extras | None]:
+        """Wait until at least ``take.min_get`` of ``take.rows`` (each in flight) have
+        finished; returns the finished ones (at most ``take.max_get``, first finished first)
+        with their extras (None: none), and keeps the others for a later wait.
 
-        Raises ``TimeoutError`` past ``timeout`` (nothing lost), a sub-env's error (as a
+        Raises ``TimeoutError`` past ``take.timeout`` (nothing lost), a sub-env's error (as a
         ``WorkerError`` from a worker process) or a ``WorkerError`` for a dead worker; see
         :meth:`take_lost`.
         """

@@ -19,7 +19,7 @@ from gymvec.backends.executor import (
 )
 from gymvec.subenvs.group import SubEnvGroup, SubEnvSummary, close_each, run_request
 from gymvec.subenvs.layout import WorkerLayout
-from gymvec.wire.calls import Call, Command, Request
+from gymvec.wire.calls import Call, Command, Request, Take
 from gymvec.wire.commands import Extras
 
 
@@ -130,13 +130,8 @@ class LocalExecutor(Executor):
             self.finished[r] = extras.get(r)
         return list(unit)
 
-    def wait_some(
-        self,
-        rows: Sequence[int],
-        min_get: int,
-        max_get: int | None = None,
-        timeout: float | None = None,
-    ) -> dict[int, Extras | None]:
+    def wait_some(self, take: Take) -> dict[int, Extras | None]:
+        rows, min_get, max_get, timeout = take
         # Nothing could cut a sub-env short: the timeout is checked between rows (at least
         # one runs per wait, so waits always make progress).
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -23,7 +23,7 @@ from gymvec.engine.info_learning import InfoLearner
 from gymvec.engine.life import CallLife
 from gymvec.engine.slot import ExecutorSlot
 from gymvec.wire.buffers import Buffers, LaneChoice
-from gymvec.wire.calls import Command, Into, Ready
+from gymvec.wire.calls import Command, Into, Ready, Take
 from gymvec.wire.commands import RESET, RESET_NEXT, SEED, Control, step_modes
 
 _INT64 = np.iinfo(np.int64)
@@ -189,7 +189,7 @@ class FirstReady:
         if max_get is not None and max_get < min_get:
             raise ValueError(f"max_get: expected at least min_get={min_get}, got {max_get}")
         try:
-            finished = executor.wait_some(rows, min_get, max_get, life.wait_timeout(timeout))
+            finished = executor.wait_some(Take(rows, min_get, max_get, life.wait_timeout(timeout)))
         except TimeoutError as exc:
             life.wait_failed(exc, timeout)
             raise  # still in flight: a later call takes them back

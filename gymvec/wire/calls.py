@@ -44,6 +44,17 @@ class Received(NamedTuple):
     faults: dict[int, str] | None = None
 
 
+class Take(NamedTuple):
+    """What a first-ready receive asks of its executor (``Executor.wait_some``): at least
+    ``min_get`` of ``rows`` (each in flight), at most ``max_get`` (None: all that finished),
+    within ``timeout`` seconds (None: as long as it takes)."""
+
+    rows: Sequence[int]
+    min_get: int
+    max_get: int | None = None
+    timeout: float | None = None
+
+
 class Ready(NamedTuple):
     """What ``BatchEngine.async_recv`` returns beside the buffers.
 

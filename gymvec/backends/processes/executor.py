@@ -476,15 +476,9 @@ class ProcessExecutor(Executor):
     def resend_some(self, rows: Sequence[int]) -> None:
         self.first_ready.resend_some(rows)
 
-    def wait_some(
-        self,
-        rows: Sequence[int],
-        min_get: int,
-        max_get: int | None = None,
-        timeout: float | None = None,
-    ) -> dict[int, Any]:
+    def wait_some(self, take: calls.Take) -> dict[int, Any]:
         try:
-            return self.first_ready.wait_some(rows, min_get, max_get, timeout)
+            return self.first_ready.wait_some(take)
         except Exception:
             raise_if_closing(self.closing)
             raise

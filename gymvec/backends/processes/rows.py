@@ -30,6 +30,7 @@ from gymvec.backends.processes.signals import (
     Status,
 )
 from gymvec.errors import SubEnvTimeoutError, WorkerError, expect_set
+from gymvec.wire.calls import Take
 
 _ERROR = int(Status.ERROR)
 
@@ -117,16 +118,11 @@ class ProcessRows:
             handle.post(Opcode.RUN_SOME)
             self.unsettled.add(handle)
 
-    def wait_some(
-        self,
-        rows: Sequence[int],
-        min_get: int,
-        max_get: int | None = None,
-        timeout: float | None = None,
-    ) -> dict[int, Any]:
+    def wait_some(self, take: Take) -> dict[int, Any]:
         """Gather the rows the workers finished; run this process's queued rows one at a
         time while too few are; otherwise block on the ``ready`` semaphore (checking that
         the workers holding rows in flight are alive)."""
+        rows, min_get, max_get, timeout = take
         deadline = None if timeout is None else time.monotonic() + timeout
         finished, local, gathered = self._finished, self.local, self._gathered
         wanted = set(rows)

@@ -48,6 +48,7 @@ from gymvec.errors import (
 from gymvec.subenvs.group import SubEnvSummary
 from gymvec.subenvs.layout import WorkerLayout
 from gymvec.wire.buffers import private_memory
+from gymvec.wire.calls import Take
 from gymvec.wire.commands import Extras
 
 INSTALL_HINT = (
@@ -372,15 +373,10 @@ class RayExecutor(Executor):
         if missing:
             self.send_some(missing)
 
-    def wait_some(
-        self,
-        rows: Sequence[int],
-        min_get: int,
-        max_get: int | None = None,
-        timeout: float | None = None,
-    ) -> dict[int, Extras | None]:
+    def wait_some(self, take: Take) -> dict[int, Extras | None]:
         """Wait (``ray.wait`` over the actors' pending calls) until ``min_get`` of ``rows``
         have finished; returns those finished (at most ``max_get``, first finished first)."""
+        rows, min_get, max_get, timeout = take
         ray = self.ray
         deadline = None if timeout is None else time.monotonic() + timeout
         finished = self.finished
