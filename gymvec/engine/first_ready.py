@@ -188,8 +188,14 @@ class FirstReady:
             )
         if max_get is not None and max_get < min_get:
             raise ValueError(f"max_get: expected at least min_get={min_get}, got {max_get}")
+        take = Take(rows, min_get, max_get, life.wait_timeout(timeout))
         try:
-            finished = executor.wait_some(Take(rows, min_get, max_get, life.wait_timeout(timeout)))
+            try:
+                finished = executor.wait_some(take)
+            except TimeoutError:
+                if not self._hangs_heal(timeout):
+                    raise
+                finished = executor.wait_some(take)  # (resumed: the hung rows are faults)
         except TimeoutError as exc:
             life.wait_failed(exc, timeout)
             raise  # still in flight: a later call takes them back
@@ -204,6 +210,14 @@ class FirstReady:
                 more = self.recv(kind, min_get - len(finished), left, timeout)
                 return _joined(self._received(executor, finished, faults), more)
         return self._received(executor, finished, faults)
+
+    def _hangs_heal(self, timeout: float | None) -> bool:
+        """A wait timed out: where it was the engine's ``timeout`` (the caller gave none) and
+        hangs heal, the hung workers were started again (True: wait again)."""
+        healing, engine_timeout = self.healing, self.life.timeout
+        if timeout is not None or healing is None or not healing.heals_hangs:
+            return False
+        return engine_timeout is not None and self.slot.executor.end_busy(engine_timeout)
 
     def _received(
         self, executor: Any, finished: dict[int, Any], faults: dict[int, str] | None

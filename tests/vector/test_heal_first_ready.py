@@ -102,3 +102,37 @@ def test_a_raise_in_a_first_ready_reset_is_sent_again_rebuilt(backend) -> None:
             envs.recv()
     finally:
         envs.close()
+
+
+@pytest.mark.parametrize(("how", "kind"), [("exit", "death"), ("segv", "death")])
+def test_a_worker_death_in_first_ready_steps_heals(how, kind) -> None:
+    """Worker 1 (rows 2 and 3) dies (``os._exit``, SIGSEGV) in a first-ready step while
+    worker 0's rows keep finishing: it starts again; its rows come back as faults, then the rebuilt
+    sub-envs' resets; worker 0's rows equal the run without the fault step for step."""
+    fns = flaky_fns(N, ROW, EVERY, how)
+    envs = first_ready("processes", fns, on_fault="restart", timeout=1.0)
+    reference = first_ready("processes", healthy_fns(N), timeout=1.0)
+    try:
+        got, faults = run(envs)
+        want, _ = run(reference)
+        restarts, records = envs.restarts, envs.faults
+    finally:
+        envs.close()
+        reference.close()
+    assert len(faults) >= 2 and {i for i, *_ in faults} <= {2, 3}
+    prefix = "worker died: exit code 3" if how == "exit" else "worker died: signal 11"
+    for _, rew, term, trunc, message in faults:
+        assert (rew, term, trunc) == (0.0, False, True) and message.startswith(prefix)
+    assert restarts[:2].tolist() == [0, 0] and restarts[ROW] >= 2
+    assert {f.kind for f in records} == {kind} and {f.worker for f in records} == {1}
+    for i in range(2):
+        n = min(len(got[i]), len(want[i]))
+        assert n >= PER_ENV
+        for g, w in zip(got[i][:n], want[i][:n]):
+            np.testing.assert_array_equal(g[0], w[0])
+            assert g[1:] == w[1:]
+    for i in (2, 3):  # each fault: the last observation, then the rebuilt sub-env's reset
+        rows = got[i]
+        for k in [j for j, r in enumerate(rows) if r[4] and 0 < j < len(rows) - 1]:
+            np.testing.assert_array_equal(rows[k][0], rows[k - 1][0])
+            assert rows[k + 1][1:] == (0.0, False, False, False)

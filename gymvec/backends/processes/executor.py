@@ -400,11 +400,14 @@ class ProcessExecutor(Executor):
     def heal_deaths(self, env_fns_of: EnvFnsOf) -> bool:
         """From now on a worker that dies in a whole-batch command, or outlasts the engine's
         timeout (:meth:`end_busy`), starts again (see ``respawn.py``)."""
-        self.respawner = Respawner(self, env_fns_of)
+        self.respawner = self.first_ready.respawner = Respawner(self, env_fns_of)
         return True
 
-    def end_busy(self, timeout: float) -> bool:  # (see Respawner.end_busy)
-        return expect_set(self.respawner, "a respawner (heal_deaths)").end_busy(timeout)
+    def end_busy(self, timeout: float) -> bool:  # (see Respawner.end_busy, ProcessRows.end_hung)
+        respawner = expect_set(self.respawner, "a respawner (heal_deaths)")
+        if self.first_ready.hung:
+            return self.first_ready.end_hung(timeout)
+        return respawner.end_busy(timeout)
 
     # ---- requests -----------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 import numpy as np
@@ -31,6 +31,9 @@ from gymvec.backends.processes.signals import (
 )
 from gymvec.errors import SubEnvTimeoutError, WorkerError, expect_set
 from gymvec.wire.calls import Take
+
+if TYPE_CHECKING:
+    from gymvec.backends.processes.respawn import Respawner
 
 _ERROR = int(Status.ERROR)
 
@@ -82,6 +85,13 @@ class ProcessRows:
         self._messages: dict[int, Any] = {}  # row -> what its worker sent, read early
         self._lost: list[int] = []
         self.unsettled: set[WorkerHandle] = set()  # posted RUN_SOME, not yet seen idle
+        # deaths heal (``ProcessExecutor.heal_deaths``): a dead worker starts again here too
+        self.respawner: Respawner | None = None
+        # rows of a worker started again while they were not in flight: their next command
+        # is not sent, it comes back as this fault (their sub-envs are new)
+        self.owed: dict[int, Any] = {}
+        self.hung: list[WorkerHandle] = []  # the workers the last wait timed out on
+        self._next_look = 0.0  # when a wait next looks for dead workers (deaths heal)
 
     def send_some(self, rows: Sequence[int]) -> None:
         """Hand each row a ticket (the order sent) and wake the workers that hold them; this
@@ -100,8 +110,13 @@ class ProcessRows:
     def _hand_out(self, rows: Sequence[int], resend: bool) -> None:
         words, handle_of_row = self.row_words, self.handle_of_row
         local, woken = [], {}
+        owed = self.owed
         for row in rows:
             handle = handle_of_row[row]
+            if owed and row in owed:
+                self._finished[row] = owed.pop(row)
+                self._gathered[row] = 1
+                continue
             if handle is None:
                 local.append(row)
                 continue
@@ -123,6 +138,7 @@ class ProcessRows:
         time while too few are; otherwise block on the ``ready`` semaphore (checking that
         the workers holding rows in flight are alive)."""
         rows, min_get, max_get, timeout = take
+        self.hung = []
         deadline = None if timeout is None else time.monotonic() + timeout
         finished, local, gathered = self._finished, self.local, self._gathered
         wanted = set(rows)
@@ -130,6 +146,10 @@ class ProcessRows:
         waiting = [row for row in rows if row >= self.local_stop and not gathered[row]]
         if waiting:
             done += self._gather(waiting)
+            # where deaths heal, a dead worker's rows come back although others keep
+            # finishing (a look every LIVENESS_POLL_S)
+            if self.respawner is not None and time.monotonic() >= self._next_look:
+                done += self._dead_rows(waiting)
         self._raise_failed(done)
         while len(done) < min_get:
             if local is not None and local.queue:
@@ -149,8 +169,8 @@ class ProcessRows:
                 raise RuntimeError(f"first-ready wait: none of sub-envs {list(rows)} is running")
             new: list[int] = []
             while not new:  # a wake-up can come from a row gathered already
-                self._block(waiting, deadline, min_get)
-                new = self._gather(waiting)
+                new = self._block(waiting, deadline, min_get)  # (a dead worker's, healed)
+                new += self._gather(waiting)
             done += new
             self._raise_failed(new)
         return take_finished(finished, rows, max_get)
@@ -212,11 +232,12 @@ class ProcessRows:
                 raise
         return messages.pop(row)
 
-    def _block(self, rows: list[int], deadline: float | None, min_get: int) -> None:
+    def _block(self, rows: list[int], deadline: float | None, min_get: int) -> list[int]:
         """Wait for some worker to finish a row (a post of ``ready``): spin briefly where
         spinning pays (see ``ProcessOptions.spin_seconds``), then block. Returns after a post
         or a liveness poll, for the caller to gather; raises past ``deadline``
-        (TimeoutError) or when a worker holding one of ``rows`` is dead (WorkerError)."""
+        (TimeoutError) or when a worker holding one of ``rows`` is dead (WorkerError), unless
+        deaths heal: the rows it had in flight are then returned, finished as faults."""
         ready, spin = self.ready, self.parent_spin
         spin_s = spin.budget()
         if spin_s > 0:
@@ -224,24 +245,22 @@ class ProcessRows:
             while time.perf_counter() < end:
                 if ready.acquire(False):
                     spin.record(True)
-                    return
+                    return []
             spin.record(False)
         poll = LIVENESS_POLL_S
         if deadline is not None:
             poll = min(poll, max(deadline - time.monotonic(), 0.0))
         if ready.acquire(True, poll):
-            return
-        busy = [row for row in rows if not self._gathered[row]]
-        for handle in dict.fromkeys(self._worker_of(row) for row in busy):
-            if not handle.process.is_alive():
-                self._gather(rows)  # what it finished before it died still counts
-                self._lose_worker(handle)
-                raise handle.died()
+            return []
+        healed = self._dead_rows(rows)
+        if healed:
+            return healed
         if deadline is not None and time.monotonic() >= deadline:
             self._gather(rows)  # one last look: a row may have finished just now
             busy = [row for row in rows if not self._gathered[row]]
             handles = dict.fromkeys(self._worker_of(row) for row in busy)
             workers = sorted(handle.index for handle in handles)
+            self.hung = list(handles)  # (for end_hung, where hangs heal)
             raise SubEnvTimeoutError(
                 f"first-ready wait: fewer than {min_get} sub-envs finished in time; "
                 f"sub-envs {busy} (workers {workers}) are still running",
@@ -250,6 +269,50 @@ class ProcessRows:
                     for h in handles
                 ],
             )
+        return []
+
+    def _dead_rows(self, rows: list[int]) -> list[int]:
+        """Where a worker holding one of ``rows`` not gathered is dead: its WorkerError, or
+        where deaths heal, its rows in flight finished as faults (see :meth:`_start_again`)."""
+        self._next_look = time.monotonic() + LIVENESS_POLL_S
+        busy = [row for row in rows if not self._gathered[row]]
+        for handle in dict.fromkeys(self._worker_of(row) for row in busy):
+            if not handle.process.is_alive():
+                self._gather(rows)  # what it finished before it died still counts
+                error = handle.died()
+                if self.respawner is None:
+                    self._lose_worker(handle)
+                    raise error
+                return self._start_again(handle, "death", f"worker died: {handle.death}")
+        return []
+
+    def _start_again(self, handle: WorkerHandle, kind: str, message: str) -> list[int]:
+        """``handle``'s worker died or hung (killed here): start it again in its slot (see
+        ``Respawner``). Its rows in flight finish now as faults of ``kind``, and are
+        returned; its rows finished but not taken yet, and those out of flight, owe theirs
+        to their next command (their sub-envs are new)."""
+        respawner = expect_set(self.respawner, "a respawner")
+        if handle.process.exitcode is None:
+            handle.process.kill()
+        mark = len(self._lost)
+        self._lose_worker(handle)
+        in_flight = self._lost[mark:]
+        del self._lost[mark:]
+        faults = respawner.respawn(handle, kind, message)
+        finished = self._finished
+        for row in in_flight:
+            finished[row] = faults.pop(row)
+        self.owed.update(faults)
+        return in_flight
+
+    def end_hung(self, timeout: float) -> bool:
+        """The last wait outlasted the engine's ``timeout``: kill the workers it found busy
+        and start them again; their rows in flight finish as faults of kind "timeout", for
+        the wait that resumes. False where that wait found none (the timeout stands)."""
+        hung, self.hung = self.hung, []
+        for handle in hung:
+            self._start_again(handle, "timeout", f"timed out after {timeout} s")
+        return bool(hung)
 
     def _worker_of(self, row: int) -> WorkerHandle:
         """The worker that holds ``row`` (one past this process's share)."""
@@ -300,5 +363,6 @@ class ProcessRows:
             while handle.done.acquire(False):
                 pass
         self.unsettled.clear()
+        self.hung = []
         while self.ready.acquire(False):
             pass
