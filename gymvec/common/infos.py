@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 
 _PYTHON_SCALARS = (int, float, bool)
+# The ints a float64 field holds exactly (see InfoField.ints).
+_EXACT_INT = 2**53
 
 
 @dataclass(frozen=True)
@@ -28,10 +30,14 @@ class InfoField:
     kind: type  # the exact type of the values: int, float, bool, a numpy scalar type or ndarray
     shape: tuple[int, ...]
     dtype: np.dtype
+    # A float field that holds Python ints too (FrozenLake's "prob": an int after a reset, a
+    # float after a step): a per-row flag (``Slot.info_int``) says which a value was.
+    ints: bool = False
 
     def accepts(self, value: Any) -> bool:
-        if type(value) is not self.kind:
-            return False
+        kind = type(value)
+        if kind is not self.kind:
+            return self.ints and kind is int and -_EXACT_INT <= value <= _EXACT_INT
         if isinstance(value, np.ndarray):  # the kind is ndarray (exact type checked above)
             return value.shape == self.shape and value.dtype == self.dtype
         return True

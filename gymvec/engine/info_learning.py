@@ -22,8 +22,9 @@ class InfoLearner:
 
     Reset infos are kept until the first step's results, and the fields are learnt from
     both at once: an entry that a reset gives as an int and a step as a float (FrozenLake's
-    "prob") then gets a float field, which holds every step's value; the resets' ints stay
-    extras, and the face types each batch as gymnasium does (after its first sub-env's value).
+    "prob") then gets a float field that holds the ints too (``InfoField.ints``: a per-row
+    flag says which a value was), and the face types each batch as gymnasium does (after its
+    first sub-env's value).
     A field learnt from the reset alone would be an int one that no step's value fits.
     """
 
@@ -60,15 +61,15 @@ class InfoLearner:
 
 
 def widened_fields(infos: list[dict]) -> dict[str, InfoField]:
-    """A float field for each entry that is a Python int in some of ``infos`` and a float
-    in the others (``infer_info_fields`` gives such an entry none)."""
+    """A float field that holds ints too for each entry that is a Python int in some of
+    ``infos`` and a float in the others (``infer_info_fields`` gives such an entry none)."""
     kinds: dict[str, set[type]] = {}
     for info in infos:
         for name, value in info.items():
             if isinstance(name, str) and not name.startswith("_"):
                 kinds.setdefault(name, set()).add(type(value))
     return {
-        name: InfoField(name, float, (), np.dtype(float))
+        name: InfoField(name, float, (), np.dtype(float), ints=True)
         for name, seen in kinds.items()
         if seen == {int, float}
     }

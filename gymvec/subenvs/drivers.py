@@ -231,7 +231,10 @@ class GymDriver:
             field = self.fields.get(name)
             if field is not None and field.accepts(value):
                 slot.info[name][i] = value
-                present[self.field_index[name]] = True
+                k = self.field_index[name]
+                present[k] = True
+                if field.ints:
+                    slot.info_int[i, k] = type(value) is int
             else:
                 extras[name] = value
         if extras:

@@ -250,7 +250,8 @@ class TianshouVectorEnv(BaseVectorEnv):
                 present = slot.info_present[row]
                 for k, (name, field) in enumerate(fields):
                     if present[k]:
-                        info[name] = field_value(field, slot.info[name][row])
+                        as_int = field.ints and bool(slot.info_int[row, k])
+                        info[name] = field_value(field, slot.info[name][row], as_int)
             extra = extras.get(row)
             if extra:
                 info.update(extra)

@@ -83,20 +83,27 @@ class FaceInfos:
                 present = present & rows
             if not present.any():
                 continue
+            ints = slot.info_int[:, k] if field.ints else None  # (see InfoField.ints)
             if name in mixed:
-                column = scalar_column(name, field, slot.info[name], present, reported)
+                column = scalar_column(name, field, slot.info[name], present, reported, ints)
                 if column is not None:  # ints and floats: one array, as gymnasium types it
                     infos[name], infos[f"_{name}"] = column
                     taken.add(name)
                     continue
                 for i in np.flatnonzero(present).tolist():
-                    per_env.setdefault(i, {})[name] = field_value(field, slot.info[name][i])
+                    as_int = ints is not None and bool(ints[i])
+                    per_env.setdefault(i, {})[name] = field_value(field, slot.info[name][i], as_int)
                 continue
             present = present.copy()
-            if all_set(present):  # (the usual case: every sub-env reported it)
+            whole = all_set(present)  # (the usual case: every sub-env reported it)
+            # gymnasium types the array after the first sub-env's value, the others cast into it
+            dtype = field.dtype
+            if ints is not None and ints[0 if whole else int(np.argmax(present))]:
+                dtype = np.dtype(int)
+            if whole and dtype is field.dtype:
                 values = slot.info[name].copy()
             else:
-                values = np.zeros((self.num_envs, *field.shape), dtype=field.dtype)
+                values = np.zeros((self.num_envs, *field.shape), dtype=dtype)
                 values[present] = slot.info[name][present]
             infos[name], infos[f"_{name}"] = values, present
         if taken:
@@ -139,12 +146,18 @@ def scalar_columns(infos: dict, dicts: list[dict]) -> bool:
 
 
 def scalar_column(
-    name: str, field: Any, stored: np.ndarray, present: np.ndarray, reported: dict[int, dict]
+    name: str,
+    field: Any,
+    stored: np.ndarray,
+    present: np.ndarray,
+    reported: dict[int, dict],
+    ints: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """The array and mask of an int or float field that some sub-envs reported as extras of
-    the other of the two types (FrozenLake's "prob": an int after a reset, a float after a
-    step): typed, as gymnasium's ``_add_info`` does, after the first sub-env's value, the
-    others cast into it. None where an extra is not an int or a float."""
+    the other of the two types (an int too large for a float field that holds ints, say):
+    typed, as gymnasium's ``_add_info`` does, after the first sub-env's value, the others
+    cast into it (``ints``: the field's int flags, see ``InfoField.ints``). None where an
+    extra is not an int or a float."""
     numbers = (int, float)
     extra = {i: e[name] for i, e in reported.items() if name in e}
     if field.kind not in numbers or any(type(v) not in numbers for v in extra.values()):
@@ -152,18 +165,23 @@ def scalar_column(
     mask = present.copy()
     mask[list(extra)] = True
     first = int(np.argmax(mask))
-    column = np.zeros(len(mask), dtype=type(extra[first]) if first in extra else field.kind)
+    if first in extra:
+        kind = type(extra[first])
+    else:
+        kind = int if ints is not None and ints[first] else field.kind
+    column = np.zeros(len(mask), dtype=kind)
     column[present] = stored[present]
     for i, value in extra.items():
         column[i] = value
     return column, mask
 
 
-def field_value(field: Any, stored: np.ndarray) -> Any:
-    """A value read from an info field's buffer, back as the type the sub-env reported."""
+def field_value(field: Any, stored: np.ndarray, as_int: bool = False) -> Any:
+    """A value read from an info field's buffer, back as the type the sub-env reported
+    (``as_int``: its row's int flag, see ``InfoField.ints``)."""
     if field.kind is np.ndarray:
         return np.array(stored)
-    return field.kind(stored)
+    return int(stored) if as_int else field.kind(stored)
 
 
 def add_faults(infos: dict, faults: dict[int, str], num_envs: int, same_step: bool) -> None:

@@ -106,6 +106,7 @@ class BufferLayout:
                 self._add((slot, "info", name), field.shape, field.dtype)
             self._add((slot, "info_reserve"), (INFO_RESERVE_BYTES,), np.dtype(np.uint8))
             self._add((slot, "info_present"), (n_info,), flag)
+            self._add((slot, "info_int"), (n_info,), flag)  # (see InfoField.ints)
             for name in ("done", "terminated", "truncated"):
                 self._add((slot, name), (), flag)
         # float64 like gymnasium's vector envs, so the gymnasium face returns rewards unrounded
@@ -188,6 +189,9 @@ class Slot:
         self.info = {name: views[(slot, "info", name)] for name in layout.info_fields}
         self.info_reserve = views[(slot, "info_reserve")]
         self.info_present = views[(slot, "info_present")]
+        # Per row and field: the value is a Python int (fields of ``InfoField.ints`` only;
+        # their writers set it with each value, it means nothing elsewhere).
+        self.info_int = views[(slot, "info_int")]
         for name in layout.learned_info:
             self.add_info(name, layout.info_fields[name], layout.learned_info[name])
         self.done = views[(slot, "done")]
@@ -215,6 +219,7 @@ class Slot:
         for name, array in self.info.items():
             array[rows] = other.info[name][rows]
         self.info_present[rows] = other.info_present[rows]
+        self.info_int[rows] = other.info_int[rows]
         self.done[rows] = other.done[rows]
         self.terminated[rows] = other.terminated[rows]
         self.truncated[rows] = other.truncated[rows]

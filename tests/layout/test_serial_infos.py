@@ -12,6 +12,28 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymvec import ParallelVectorEnv, SerialVectorEnv
 
 
+class _IntThenFloat(gym.Env):
+    """Info "v": an int after a reset, a float after a step, and now and then an int that no
+    float64 holds exactly (it travels beside the buffers)."""
+
+    observation_space = gym.spaces.Discrete(5)
+    action_space = gym.spaces.Discrete(3)
+
+    def __init__(self) -> None:
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = int(self.np_random.integers(3))
+        return self.t, {"v": 7 + self.t}
+
+    def step(self, action):
+        self.t += 1
+        big = self.t % 4 == 3
+        v = 2**60 + int(action) if big else self.t * 0.75 + int(action)
+        return self.t % 5, 1.0, self.t >= 4 + int(action), False, {"v": v}
+
+
 def _assert_same(got: dict, want: dict) -> None:
     assert got.keys() == want.keys()
     for key, value in want.items():
@@ -47,7 +69,32 @@ def test_int_then_float_entry_gets_a_float_field_and_sync_infos(mode, parallel):
         if mode == AutoresetMode.NEXT_STEP:
             assert dtypes == {np.dtype(np.int64), np.dtype(np.float64)}
         field = envs.engine.layout.info_fields["prob"]
-        assert field.kind is float and field.dtype == np.float64
+        assert field.kind is float and field.dtype == np.float64 and field.ints
+    finally:
+        envs.close()
+        ref.close()
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+@pytest.mark.parametrize("parallel", [False, True])
+def test_ints_in_a_float_field_and_ints_beside_it_give_sync_infos(mode, parallel):
+    fns = [_IntThenFloat] * 4
+    ref = SyncVectorEnv(fns, autoreset_mode=mode)
+    if parallel:
+        envs = ParallelVectorEnv(fns, num_workers=2, local_worker=True, autoreset_mode=mode)
+    else:
+        envs = SerialVectorEnv(fns, autoreset_mode=mode)
+    try:
+        _assert_same(envs.reset(seed=3)[1], ref.reset(seed=3)[1])
+        ref.action_space.seed(3)
+        dtypes = set()
+        for _ in range(120):
+            actions = ref.action_space.sample()
+            got, want = envs.step(actions), ref.step(actions)
+            _assert_same(got[4], want[4])
+            dtypes.add(want[4]["v"].dtype)
+        assert dtypes == {np.dtype(np.int64), np.dtype(np.float64)}
+        assert envs.engine.layout.info_fields["v"].ints
     finally:
         envs.close()
         ref.close()
