@@ -9,8 +9,9 @@ buffers. The engine above it and both front ends are the same as for ``SerialEnv
 ``ParallelEnv``.
 
 A dead actor (killed, its node lost) makes Ray fail the call's result at once; it surfaces as
-``gymvec.WorkerError`` naming the worker and its node. Ray is imported only here, and only
-when a ``RayEnv`` is made.
+``gymvec.WorkerError`` naming the worker and its node, or, with ``on_fault`` restarting, a new
+actor takes its place (``respawn.py``). Ray is imported only here, and only when a ``RayEnv``
+is made.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ from gymvec.backends.executor import (
 )
 from gymvec.backends.processes.signals import env_specs_payload
 from gymvec.backends.ray.handle import RayHandle
-from gymvec.backends.ray.worker import RayWorker, WorkerSpec
+from gymvec.backends.ray.respawn import RayRespawner
+from gymvec.backends.ray.worker import RayWorker, worker_spec
 from gymvec.errors import (
     SpaceMismatchError,
     SubEnvTimeoutError,
@@ -141,17 +143,22 @@ class RayExecutor(Executor):
         self.bounds = list(worker_bounds)
         self.finished: dict[int, Extras | None] = {}  # first-ready rows done, not yet taken
         self._lost: list[int] = []
+        self.respawner: Any = None  # dead or hung actors start again (see heal_deaths)
+        self.actor_options: list[dict] = []  # each actor's .options(), its bundle's included
+        self.sub_env_sizes: list[Sequence[int]] = []  # each worker's rows per sub-env
         # the request in flight: the actors asked, with the positions of their indices
         self.asked: list[tuple[RayHandle, list[int]]] = []
         try:
             strategies = self._place(len(worker_bounds))
-            actor_class = _remote_worker_class(ray)
+            self.actor_class = actor_class = _remote_worker_class(ray)
             actor_options = {"num_cpus": 1, **(options.actor_options or {})}
             for w, (start, stop) in enumerate(worker_bounds):
-                actor = actor_class.options(**actor_options, **strategies[w]).remote(w)
+                self.actor_options.append({**actor_options, **strategies[w]})
+                actor = actor_class.options(**self.actor_options[w]).remote(w)
                 self.handles.append(RayHandle(w, start, stop, actor))
             if shared is not None and sub_env_sizes is None:
                 sub_env_sizes = [[1] * len(fns) for fns in worker_env_fns]
+            self.sub_env_sizes = list(sub_env_sizes or [])
             self._start(worker_env_fns, sub_env_sizes)
             if shared is not None:
                 for handle in self.handles:
@@ -179,6 +186,7 @@ class RayExecutor(Executor):
             raise
         self.shared = shared
         self.bounds = list(layout.worker_rows)
+        self.sub_env_sizes = [layout.sub_env_sizes_of(h.index) for h in self.handles]
 
     def _place(self, num_workers: int) -> list[dict]:
         """The scheduling options of each actor: a bundle of a placement group each."""
@@ -229,29 +237,21 @@ class RayExecutor(Executor):
         rows: Sequence[Sequence[int]] | None,
     ) -> None:
         """Start each actor's share; without ``rows`` (nor buffers), in two phases."""
-        options = self.options
         specs = env_specs_payload()
         refs = []
         for handle, fns in zip(self.handles, worker_env_fns):
-            spec = WorkerSpec(
-                rows=() if rows is None else tuple(rows[handle.index]),
-                index=handle.index,
-                env_fns_payload=pickling.dumps(fns),
-                parent_layout=None if self.shared is None else self.shared.layout,
-                worker_processes=options.worker_processes,
-                start_method=options.start_method,
-                env_specs_payload=specs,
-            )
+            sizes = None if rows is None else rows[handle.index]
+            spec = worker_spec(self.options, self.shared, handle.index, fns, sizes, specs)
             refs.append(handle.actor.start.remote(spec))
         self._started(refs, "start")
 
-    def _started(self, refs: list, what: str) -> None:
-        """Read each actor's answer to a start (``what``) into its handle: its node and
-        summaries, or the error that stops the start."""
+    def _started(self, refs: list, what: str, handles: list[RayHandle] | None = None) -> None:
+        """Read each actor's answer to a start (``what``) into its handle (of ``handles``,
+        default all): its node and summaries, or the error that stops the start."""
         ray, options = self.ray, self.options
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=options.startup_timeout)
         ready = set(ready)
-        for handle, ref in zip(self.handles, refs):
+        for handle, ref in zip(self.handles if handles is None else handles, refs):
             if ref not in ready:
                 raise WorkerError(
                     f"{handle.where()} did not {what} within {options.startup_timeout} s",
@@ -305,8 +305,13 @@ class RayExecutor(Executor):
         replies = self._gather(handles, timeout, call.kind)
         extras: dict[int, Extras] = {}
         error = None
+        respawner = self.respawner
+        if respawner is not None:
+            extras.update(respawner.take_owed())
         for handle, reply in zip(handles, replies):
-            if isinstance(reply, WorkerError):
+            if isinstance(reply, WorkerError) and respawner is not None:
+                extras.update(respawner.respawn(handle, "death", str(reply)))
+            elif isinstance(reply, WorkerError):
                 error = error or reply
             elif type(reply) is tuple and reply[0] == "error":
                 error = error or handle.raised(reply[1])
@@ -351,6 +356,15 @@ class RayExecutor(Executor):
         for reply in self._gather(handles, timeout, "the interrupted call"):
             if isinstance(reply, WorkerError):
                 raise reply
+
+    def heal_deaths(self, env_fns_of: Callable[[int], list]) -> bool:
+        """From now on an actor that dies in a whole-batch command, or outlasts the engine's
+        timeout (:meth:`end_busy`), starts again (see ``respawn.py``)."""
+        self.respawner = RayRespawner(self, env_fns_of)
+        return True
+
+    def end_busy(self, timeout: float) -> bool:  # (see RayRespawner.end_busy)
+        return expect_set(self.respawner, "a respawner (heal_deaths)").end_busy(timeout)
 
     # ---- first-ready commands: one call per actor with the rows sent to it ------------------
     def send_some(self, rows: Sequence[int]) -> None:

@@ -19,12 +19,13 @@ This module imports neither ray nor torch: the actor class is made from :class:`
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import cloudpickle
 import numpy as np
 
+from gymvec.backends import pickling
 from gymvec.backends.executor import Executor, SharedMemory
 from gymvec.backends.local import LocalExecutor
 from gymvec.backends.processes.signals import (
@@ -110,6 +111,27 @@ class WorkerSpec:
     rows: tuple[int, ...]  # the rows of each sub-env (a block fills several; () unknown)
 
 
+def worker_spec(
+    options: Any,
+    shared: SharedMemory | None,
+    w: int,
+    fns: list,
+    rows: Sequence[int] | None,
+    specs: bytes | None,
+) -> WorkerSpec:
+    """What actor ``w`` starts from: the factories ``fns``, its rows per sub-env, the
+    layout of ``shared`` (None: a start in two phases), ``options`` (the ``RayOptions``)."""
+    return WorkerSpec(
+        rows=() if rows is None else tuple(rows),
+        index=w,
+        env_fns_payload=pickling.dumps(fns),
+        parent_layout=None if shared is None else shared.layout,
+        worker_processes=options.worker_processes,
+        start_method=options.start_method,
+        env_specs_payload=specs,
+    )
+
+
 def _touched(modes: bytes) -> tuple[Literal["step", "reset"], bool, bool, bool]:
     """What a command is, by its mode bytes ("step" if any sub-env steps, else "reset"; the
     driver sends only the bytes), and which parts of the share's block it writes (the root for
@@ -134,6 +156,7 @@ class RayWorker:
         self.index = index
         self.processes = 1  # that hold the share's sub-envs (see _build)
         self.executor: Executor | None = None
+        self.groups: list[list[Callable[[], Any]]] = []  # each process's factories
         self._touch: dict[bytes, tuple[Literal["step", "reset"], bool, bool, bool]] = {}
 
     # ---- lifetime -----------------------------------------------------------------------------
@@ -199,6 +222,7 @@ class RayWorker:
         split = WorkerLayout.plan(len(env_fns), num_workers=processes)
         options = ProcessOptions(start_method=spec.start_method, local_worker=True)
         groups = [env_fns[start:stop] for start, stop in split.worker_sub_envs]
+        self.groups = groups  # (a process that dies starts again with them: see request)
         return ProcessExecutor(groups, list(split.worker_sub_envs), None, options)
 
     def _started(self) -> Executor:
@@ -278,7 +302,10 @@ class RayWorker:
         try:
             executor = self._started()
             executor.request_send(call)
-            return ("ok", executor.request_wait(call))
+            results = executor.request_wait(call)
+            if name == "heal_faults" and self.groups:  # the share's processes heal deaths too
+                executor.heal_deaths(self.groups.__getitem__)
+            return ("ok", results)
         except Exception as exc:
             return ("raise", error_detail(exc))
 

@@ -1,0 +1,185 @@
+"""Faults that heal on Ray actors (API section 13), on a local Ray (loopback only): a sub-env
+that raises inside an actor is rebuilt there, and a dead actor (``ray.kill`` from outside) gets
+a new actor in its place; the faulted rows read as truncated with their last observation and
+``infos["fault"]``, and every other row equals gymnasium's SyncVectorEnv over the same envs
+without the fault, step for step."""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+
+# Before Ray is imported: every Ray process then binds 127.0.0.1 (as in test_ray.py)
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from gymnasium.vector import AutoresetMode, SyncVectorEnv  # noqa: E402
+
+ray = pytest.importorskip("ray")
+
+import gymvec  # noqa: E402
+from gymvec.vector.vector_env import GymnasiumVectorEnv  # noqa: E402
+from tests._flaky_envs import flaky_fns, healthy_fns  # noqa: E402
+
+N, STEPS = 4, 24
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    from test_ray import start_local_ray
+
+    start_local_ray(num_cpus=4)
+    yield
+    ray.shutdown()
+
+
+def ray_face(fns: list, mode: str, on_fault: object = "restart") -> GymnasiumVectorEnv:
+    env = gymvec.RayEnv(2, fns, envs_per_worker=2, placement=None, on_fault=on_fault)
+    return GymnasiumVectorEnv(env, autoreset_mode=mode)
+
+
+def actions(t: int) -> np.ndarray:
+    return np.array([(t + i) % 2 for i in range(N)])
+
+
+def run(envs, mode: str, before_step=None) -> list:
+    """(obs, rewards, terminations, truncations, infos) per step, the reset's first;
+    DISABLED resets the finished rows after each step."""
+    obs, infos = envs.reset(seed=11)
+    out = [(obs, None, None, None, infos)]
+    for t in range(STEPS):
+        if before_step is not None:
+            before_step(t)
+        out.append(envs.step(actions(t)))
+        if mode == "disabled":
+            finished = out[-1][2] | out[-1][3]
+            if finished.any():
+                obs, infos = envs.reset(options={"reset_mask": finished})
+                out.append((obs, None, None, None, infos))
+            else:
+                out.append((out[-1][0], None, None, None, {}))
+    return out
+
+
+def reference(mode: str) -> list:
+    envs = SyncVectorEnv(healthy_fns(N), autoreset_mode=AutoresetMode[mode.upper()])
+    try:
+        return run(envs, mode)
+    finally:
+        envs.close()
+
+
+def check(got: list, mode: str, faulted_rows: list[int], message: str) -> int:
+    """Every other row as the reference's; each faulted step as API section 13 says (the
+    faulted rows truncated, reward 0, their last observation). Returns the faulted steps."""
+    others = [row for row in range(N) if row not in faulted_rows]
+    faulted, last_obs = 0, got[0][0]
+    for g, w in zip(got, reference(mode)):
+        obs, rew, term, trunc, infos = g
+        np.testing.assert_array_equal(obs[others], w[0][others])
+        if rew is not None:
+            for k in (1, 2, 3):
+                np.testing.assert_array_equal(g[k][others], w[k][others])
+        fault = (infos or {}).get("_fault")
+        if rew is not None and fault is not None:
+            assert np.flatnonzero(fault).tolist() == faulted_rows
+            assert all(message in m for m in infos["fault"][faulted_rows])
+            assert not rew[faulted_rows].any() and not term[faulted_rows].any()
+            assert trunc[faulted_rows].all()
+            final = obs if mode != "same_step" else np.stack(infos["final_obs"][faulted_rows])
+            final = final if mode == "same_step" else final[faulted_rows]
+            np.testing.assert_array_equal(final, last_obs[faulted_rows])
+            faulted += 1
+        last_obs = obs
+    return faulted
+
+
+@pytest.mark.parametrize("mode", ["next_step", "same_step", "disabled"])
+def test_a_sub_env_that_raises_in_an_actor_heals_there(mode):
+    envs = ray_face(flaky_fns(N, 1, 7), mode)
+    try:
+        got = run(envs, mode)
+        restarts, faults = envs.restarts, envs.faults
+    finally:
+        envs.close()
+    faulted = check(got, mode, [1], "raise fault on purpose")
+    assert faulted >= 2 and restarts.tolist() == [0, faulted, 0, 0]
+    assert {f.kind for f in faults} == {"error"} and {f.worker for f in faults} == {0}
+
+
+@pytest.mark.parametrize("mode", ["next_step", "same_step", "disabled"])
+def test_a_killed_actor_starts_again_and_the_others_run_as_without_it(mode):
+    envs = ray_face(healthy_fns(N), mode)
+    executor = envs.engine.executor
+    killed = []
+
+    def kill(t: int) -> None:
+        if t in (4, 14):
+            killed.append(executor.handles[0].actor)
+            ray.kill(killed[-1])
+
+    try:
+        got = run(envs, mode, before_step=kill)
+        restarts, faults = envs.restarts, envs.faults
+        assert executor.handles[0].actor is not killed[-1]
+        assert envs.engine.request("apply", [0], fn=lambda env: "alive") == ["alive"]
+    finally:
+        envs.close()
+    faulted = check(got, mode, [0, 1], "worker 0 (Ray actor on node")
+    assert faulted == 2 and restarts.tolist() == [2, 2, 0, 0]
+    assert {f.kind for f in faults} == {"death"} and {f.worker for f in faults} == {0}
+    assert all(f.traceback is None for f in faults)
+
+
+def test_past_the_limit_a_dead_actor_raises_worker_error():
+    envs = ray_face(healthy_fns(N), "next_step", on_fault=gymvec.Restart(limit=1))
+    executor = envs.engine.executor
+    try:
+        envs.reset(seed=1)
+        ray.kill(executor.handles[1].actor)
+        for t in range(3):  # the first restart is within the limit
+            envs.step(actions(t))
+        assert envs.restarts.tolist() == [0, 0, 1, 1]
+        ray.kill(executor.handles[1].actor)
+        with pytest.raises(gymvec.WorkerError, match="sub-env 2") as info:
+            for t in range(3):
+                envs.step(actions(t))
+        assert info.value.worker_index == 1
+    finally:
+        envs.close()
+
+
+class HangsAtStep(gym.Wrapper):
+    """CartPole whose ``at``-th step of its life sleeps far past any test's timeout."""
+
+    def __init__(self, at: int = 0):
+        super().__init__(gym.make("CartPole-v1"))
+        self.at, self.steps = at, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.at:
+            time.sleep(3600)
+        return self.env.step(action)
+
+
+def test_an_actor_past_the_timeout_is_ended_and_starts_again():
+    fns = [functools.partial(HangsAtStep, 5 if i == 3 else 0) for i in range(N)]
+    env = gymvec.RayEnv(2, fns, envs_per_worker=2, placement=None, on_fault="restart", timeout=3.0)
+    envs = GymnasiumVectorEnv(env)
+    try:
+        envs.reset(seed=3)
+        for t in range(8):
+            _, _, _, truncated, infos = envs.step(actions(t))
+            if t == 4:
+                assert infos["_fault"].tolist() == [False, False, True, True]
+                assert truncated[2:].all() and "timed out after 3.0 s" in infos["fault"][3]
+        assert envs.restarts.tolist() == [0, 0, 1, 1]
+        assert [(f.kind, f.sub_env) for f in envs.faults] == [("timeout", 2), ("timeout", 3)]
+    finally:
+        envs.close()
