@@ -50,14 +50,15 @@ class RayEnv(BatchedEnvBase):
             it, ``SubEnvTimeoutError`` naming the busy workers and sub-envs, and the env
             refuses further calls; ``close()`` then kills the actors within seconds.
         device: where outputs live.
-        on_fault: "raise" (default), "restart" or a ``gymvec.Restart``; accepted and
-            checked, but an actor's death still raises ``WorkerError`` (Ray's actors are not
-            rebuilt yet; see ``docs/faults.md``).
+        on_fault: "raise" (default), "restart" or a ``gymvec.Restart``: with restarts, a
+            sub-env that raises is rebuilt in its actor, and an actor that dies or outlasts
+            ``timeout`` in a step or reset is replaced by a new one in its placement bundle,
+            its rows reported as faults (see ``docs/faults.md``).
 
     A step is one remote call per actor carrying that actor's actions, and the results
     come back as arrays; trajectories are those of ``SerialEnv`` for the same seeds and
     actions. An actor that dies (killed, its node lost) raises :class:`gymvec.WorkerError`
-    naming the worker and its node; ``close()`` kills the actors and removes the placement
+    naming the worker and its node (under ``on_fault="raise"``); ``close()`` kills the actors and removes the placement
     group. Ray stays initialised after ``close()`` (it belongs to the process).
 
     Example:

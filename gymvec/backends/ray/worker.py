@@ -156,7 +156,6 @@ class RayWorker:
         self.index = index
         self.processes = 1  # that hold the share's sub-envs (see _build)
         self.executor: Executor | None = None
-        self.groups: list[list[Callable[[], Any]]] = []  # each process's factories
         self._touch: dict[bytes, tuple[Literal["step", "reset"], bool, bool, bool]] = {}
 
     # ---- lifetime -----------------------------------------------------------------------------
@@ -222,7 +221,6 @@ class RayWorker:
         split = WorkerLayout.plan(len(env_fns), num_workers=processes)
         options = ProcessOptions(start_method=spec.start_method, local_worker=True)
         groups = [env_fns[start:stop] for start, stop in split.worker_sub_envs]
-        self.groups = groups  # (a process that dies starts again with them: see request)
         return ProcessExecutor(groups, list(split.worker_sub_envs), None, options)
 
     def _started(self) -> Executor:
@@ -302,10 +300,7 @@ class RayWorker:
         try:
             executor = self._started()
             executor.request_send(call)
-            results = executor.request_wait(call)
-            if name == "heal_faults" and self.groups:  # the share's processes heal deaths too
-                executor.heal_deaths(self.groups.__getitem__)
-            return ("ok", results)
+            return ("ok", executor.request_wait(call))
         except Exception as exc:
             return ("raise", error_detail(exc))
 
