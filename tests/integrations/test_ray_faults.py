@@ -38,8 +38,10 @@ def local_ray():
     ray.shutdown()
 
 
-def ray_face(fns: list, mode: str, on_fault: object = "restart") -> GymnasiumVectorEnv:
-    env = gymvec.RayEnv(2, fns, envs_per_worker=2, placement=None, on_fault=on_fault)
+def ray_face(
+    fns: list, mode: str, on_fault: object = "restart", placement: str | None = None
+) -> GymnasiumVectorEnv:
+    env = gymvec.RayEnv(2, fns, envs_per_worker=2, placement=placement, on_fault=on_fault)
     return GymnasiumVectorEnv(env, autoreset_mode=mode)
 
 
@@ -114,7 +116,8 @@ def test_a_sub_env_that_raises_in_an_actor_heals_there(mode):
 
 @pytest.mark.parametrize("mode", ["next_step", "same_step", "disabled"])
 def test_a_killed_actor_starts_again_and_the_others_run_as_without_it(mode):
-    envs = ray_face(healthy_fns(N), mode)
+    # NEXT_STEP with a placement group: the new actor takes the dead one's bundle
+    envs = ray_face(healthy_fns(N), mode, placement="spread" if mode == "next_step" else None)
     executor = envs.engine.executor
     killed = []
 
