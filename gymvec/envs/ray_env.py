@@ -58,8 +58,9 @@ class RayEnv(BatchedEnvBase):
     A step is one remote call per actor carrying that actor's actions, and the results
     come back as arrays; trajectories are those of ``SerialEnv`` for the same seeds and
     actions. An actor that dies (killed, its node lost) raises :class:`gymvec.WorkerError`
-    naming the worker and its node (under ``on_fault="raise"``); ``close()`` kills the actors and removes the placement
-    group. Ray stays initialised after ``close()`` (it belongs to the process).
+    naming the worker and its node under ``on_fault="raise"``, and is replaced by a new one
+    under ``"restart"`` (docs/faults.md); ``close()`` kills the actors and removes the
+    placement group. Ray stays initialised after ``close()`` (it belongs to the process).
 
     Example:
         >>> import os
