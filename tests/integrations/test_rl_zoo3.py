@@ -174,6 +174,7 @@ def test_maskable_ppo_masks_through_env_method_as_over_dummy(cls, kwargs):
 
 
 @fresh_interpreter
+@pytest.mark.timeout(480)  # two LSTM trainings: 16 s alone, minutes on a busy machine
 def test_recurrent_ppo_learns_the_same_episodes_as_over_dummy():
     from sb3_contrib import RecurrentPPO
 
