@@ -91,7 +91,10 @@ def _train(env: str, mode: str, remote_runners: int, env_config: dict | None = N
 def test_ppo_on_gymvec_equals_rllibs_sync_vectorization(remote_runners):
     expected, reference_type = _train("CartPole-v1", "sync", remote_runners)
     got, env_type = _train(
-        "gymvec:gymvec/CartPole-v1", "vector_entry_point", remote_runners, {"num_workers": 1}
+        "gymvec:gymvec/CartPole-v1",
+        "vector_entry_point",
+        remote_runners,
+        {"backend": "parallel", "num_workers": 1},
     )
     assert reference_type == "SyncVectorEnv" and env_type == "ParallelVectorEnv"
     assert expected[0][0] > 0  # episodes ended: the autoreset path was compared
