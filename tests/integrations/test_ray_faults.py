@@ -17,12 +17,12 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from gymnasium.vector import AutoresetMode, SyncVectorEnv  # noqa: E402
 
 ray = pytest.importorskip("ray")
 
 import gymvec  # noqa: E402
 from gymvec.vector.vector_env import GymnasiumVectorEnv  # noqa: E402
+from tests import _heal  # noqa: E402
 from tests._flaky_envs import flaky_fns, healthy_fns  # noqa: E402
 
 N, STEPS = 4, 24
@@ -46,59 +46,17 @@ def ray_face(
 
 
 def actions(t: int) -> np.ndarray:
-    return np.array([(t + i) % 2 for i in range(N)])
+    return _heal.actions(t, N)
 
 
 def run(envs, mode: str, before_step=None) -> list:
-    """(obs, rewards, terminations, truncations, infos) per step, the reset's first;
-    DISABLED resets the finished rows after each step."""
-    obs, infos = envs.reset(seed=11)
-    out = [(obs, None, None, None, infos)]
-    for t in range(STEPS):
-        if before_step is not None:
-            before_step(t)
-        out.append(envs.step(actions(t)))
-        if mode == "disabled":
-            finished = out[-1][2] | out[-1][3]
-            if finished.any():
-                obs, infos = envs.reset(options={"reset_mask": finished})
-                out.append((obs, None, None, None, infos))
-            else:
-                out.append((out[-1][0], None, None, None, {}))
-    return out
-
-
-def reference(mode: str) -> list:
-    envs = SyncVectorEnv(healthy_fns(N), autoreset_mode=AutoresetMode[mode.upper()])
-    try:
-        return run(envs, mode)
-    finally:
-        envs.close()
+    return _heal.run(envs, mode, STEPS, before_step)
 
 
 def check(got: list, mode: str, faulted_rows: list[int], message: str) -> int:
-    """Every other row as the reference's; each faulted step as API section 13 says (the
-    faulted rows truncated, reward 0, their last observation). Returns the faulted steps."""
-    others = [row for row in range(N) if row not in faulted_rows]
-    faulted, last_obs = 0, got[0][0]
-    for g, w in zip(got, reference(mode)):
-        obs, rew, term, trunc, infos = g
-        np.testing.assert_array_equal(obs[others], w[0][others])
-        if rew is not None:
-            for k in (1, 2, 3):
-                np.testing.assert_array_equal(g[k][others], w[k][others])
-        fault = (infos or {}).get("_fault")
-        if rew is not None and fault is not None:
-            assert np.flatnonzero(fault).tolist() == faulted_rows
-            assert all(message in m for m in infos["fault"][faulted_rows])
-            assert not rew[faulted_rows].any() and not term[faulted_rows].any()
-            assert trunc[faulted_rows].all()
-            final = obs if mode != "same_step" else np.stack(infos["final_obs"][faulted_rows])
-            final = final if mode == "same_step" else final[faulted_rows]
-            np.testing.assert_array_equal(final, last_obs[faulted_rows])
-            faulted += 1
-        last_obs = obs
-    return faulted
+    return _heal.check_faulted_run(
+        got, _heal.reference(mode, N, STEPS), mode, faulted_rows, message
+    )
 
 
 @pytest.mark.parametrize("mode", ["next_step", "same_step", "disabled"])

@@ -20,6 +20,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 import gymvec
 from gymvec.backends.processes.handles import CLOSE_GRACE_S, KILL_WAIT_S, TERM_GRACE_S
 from gymvec.errors import WorkerError
+from tests import _heal
 from tests._flaky_envs import (
     FlakyCartPole,
     FlakyResetCartPole,
@@ -45,59 +46,19 @@ def parallel(fns: list, mode: str = "next_step", context: str = "fork", **kwargs
 
 
 def actions(t: int) -> np.ndarray:
-    return np.array([(t + i) % 2 for i in range(N)])
+    return _heal.actions(t, N)
 
 
 def run(envs, mode: str, steps: int = STEPS, before_step=None) -> list:
-    """(obs, rewards, terminations, truncations, infos) per step, the reset's first;
-    DISABLED resets the finished rows after each step (an entry each step)."""
-    obs, infos = envs.reset(seed=11)
-    out = [(obs, None, None, None, infos)]
-    for t in range(steps):
-        if before_step is not None:
-            before_step(t)
-        out.append(envs.step(actions(t)))
-        if mode == "disabled":
-            finished = out[-1][2] | out[-1][3]
-            if finished.any():
-                obs, infos = envs.reset(options={"reset_mask": finished})
-                out.append((obs, None, None, None, infos))
-            else:
-                out.append((out[-1][0], None, None, None, {}))
-    return out
+    return _heal.run(envs, mode, steps, before_step)
 
 
 def check_against_reference(got: list, want: list, mode: str, message: str) -> int:
-    """Every other row as the reference's; each faulted step as API section 13 says.
-    Returns how many steps faulted."""
-    faulted, last_obs = 0, got[0][0]
-    for g, w in zip(got, want):
-        obs, rew, term, trunc, infos = g
-        np.testing.assert_array_equal(obs[OTHERS], w[0][OTHERS])
-        if rew is not None:
-            np.testing.assert_array_equal(rew[OTHERS], w[1][OTHERS])
-            np.testing.assert_array_equal(term[OTHERS], w[2][OTHERS])
-            np.testing.assert_array_equal(trunc[OTHERS], w[3][OTHERS])
-        fault = (infos or {}).get("_fault")
-        if rew is not None and fault is not None:
-            assert fault.tolist() == [True, True, False, False]
-            assert all(message in m for m in infos["fault"][WORKER_ROWS])
-            assert rew[WORKER_ROWS].tolist() == [0.0, 0.0]
-            assert not term[WORKER_ROWS].any() and trunc[WORKER_ROWS].all()
-            # the row's last observation: in the step's, or SAME_STEP's final_obs
-            final = obs if mode != "same_step" else np.stack(infos["final_obs"][WORKER_ROWS])
-            np.testing.assert_array_equal(final[WORKER_ROWS], last_obs[WORKER_ROWS])
-            faulted += 1
-        last_obs = obs
-    return faulted
+    return _heal.check_faulted_run(got, want, mode, WORKER_ROWS, message)
 
 
 def reference(mode: str) -> list:
-    envs = SyncVectorEnv(healthy_fns(N), autoreset_mode=AutoresetMode[mode.upper()])
-    try:
-        return run(envs, mode)
-    finally:
-        envs.close()
+    return _heal.reference(mode, N, STEPS)
 
 
 def heal_and_compare(envs, mode: str, message: str, kind: str = "death", **run_kwargs) -> list:
