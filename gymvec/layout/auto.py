@@ -222,11 +222,11 @@ class AutoVectorEnv(gym.vector.VectorEnv):
 
     @property
     def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
-        return self.get_attr("np_random_seed")
+        return self._ensure().np_random_seed
 
     @property  # type: ignore[misc]
     def np_random(self) -> tuple[np.random.Generator, ...]:  # type: ignore[override]
-        return self.get_attr("np_random")
+        return self._ensure().np_random
 
     def close_extras(self, **kwargs: Any) -> None:
         self._pending = None
