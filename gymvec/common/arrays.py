@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-_BIG_INT_LIMIT = 4096  # values; beyond, one numpy reduction costs less than a huge Python int
+BIG_INT_LIMIT = 4096  # values; beyond, one numpy reduction costs less than a huge Python int
 _SETTLING_BYTES = 4 << 20  # settle_allocator's block: temporaries up to 4 MiB stay in the heap
 _COLUMNS_LIMIT = 16  # columns of a Fortran-ordered batch that copy_batch copies one by one
 
@@ -64,7 +64,7 @@ def all_set(flags: Any) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def _word_masks(n: int, count: int) -> tuple[int, int]:
+def word_masks(n: int, count: int) -> tuple[int, int]:
     """(bits k..63 of every word, 2**k - n in every word) for ``count`` int64 words, where
     ``2**k`` is the smallest power of two >= n; as Python ints laid out like the words."""
     k = max(n - 1, 1).bit_length()
@@ -85,10 +85,10 @@ def all_below(values: np.ndarray, n: int) -> bool:
     without carrying into the next field. Two big-int operations cost less than one numpy
     reduction on the small arrays of a step.
     """
-    if values.size > _BIG_INT_LIMIT or n > 1 << 62:
+    if values.size > BIG_INT_LIMIT or n > 1 << 62:
         return int(np.maximum.reduce(values.view(np.uint64), axis=None)) < n
     data = values.tobytes()
-    high, offset = _word_masks(n, len(data) // 8)
+    high, offset = word_masks(n, len(data) // 8)
     x = int.from_bytes(data, sys.byteorder)
     return not (x & high or (x + offset) & high)
 
@@ -96,9 +96,9 @@ def all_below(values: np.ndarray, n: int) -> bool:
 def below_check(n: int, count: int) -> Callable[[np.ndarray], bool]:
     """``all_below(values, n)`` for arrays of ``count`` int64 values, with the masks made
     once: the check of every step's whole batch of actions (other sizes take ``all_below``)."""
-    if count > _BIG_INT_LIMIT or n > 1 << 62:
+    if count > BIG_INT_LIMIT or n > 1 << 62:
         return functools.partial(all_below, n=n)
-    high, offset = _word_masks(n, count)
+    high, offset = word_masks(n, count)
     from_bytes, order = int.from_bytes, sys.byteorder
 
     def check(values: np.ndarray) -> bool:

@@ -4,6 +4,7 @@ engine's buffers (:class:`ActionWriter`), with the errors gymnasium's users expe
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -11,7 +12,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from gymvec.common.arrays import below_check
+from gymvec.common.arrays import BIG_INT_LIMIT, word_masks
 from gymvec.common.structure import Leaf, get_leaf
 from gymvec.engine.protocol import Engine
 from gymvec.wire.commands import ignores_finished_actions
@@ -30,12 +31,15 @@ class ActionTarget(NamedTuple):
 
 class DiscreteBound(NamedTuple):
     """A Discrete or MultiDiscrete action leaf: its path, its space, its buffer, and a check
-    of whether values are in the space's range."""
+    of whether values are in the space's range; for a whole batch of int64 values in
+    ``[0, n)``, also that check's masks (``common.arrays.word_masks``), which
+    :meth:`ActionWriter.write` applies without a call."""
 
     path: tuple
     space: spaces.Space
     values: np.ndarray
     in_range: Callable[[np.ndarray], bool]
+    words: tuple[int, int] | None = None
 
 
 class ActionWriter:
@@ -96,11 +100,17 @@ class ActionWriter:
         # Discrete ranges: a named error for values outside them (see _check_discrete), but
         # those of the sub-envs NEXT_STEP resets, whose actions it ignores
         for bound in self.discrete_bounds:
-            if not bound.in_range(bound.values):  # (the usual case passes: no call more)
-                engine = self.engine
-                finished = self.ignores_finished and engine.any_finished
-                _check_discrete(self.discrete_bounds, engine.finished if finished else None)
-                break
+            words = bound.words
+            if words is not None:  # all_below's two big-int operations inline: every step
+                x = int.from_bytes(bound.values.tobytes(), _ORDER)
+                if not (x & words[0] or (x + words[1]) & words[0]):
+                    continue
+            elif bound.in_range(bound.values):
+                continue
+            engine = self.engine
+            finished = self.ignores_finished and engine.any_finished
+            _check_discrete(self.discrete_bounds, engine.finished if finished else None)
+            break
 
     def _write_leaves(self, actions: Any) -> None:
         for leaf, target, has_twin, kinds in self.targets:
@@ -156,6 +166,9 @@ def _as_numpy(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
+_ORDER = sys.byteorder
+
+
 def _path_str(path: tuple) -> str:
     return "".join(f"[{part!r}]" for part in path)
 
@@ -168,17 +181,22 @@ def discrete_bounds(space: spaces.Space, leaves: list[Leaf], arrays: dict) -> li
         if leaf.is_object:
             continue
         array = arrays[leaf.key]
+        words = None
         if isinstance(sub, spaces.Discrete):
             low, high = int(sub.start), int(sub.start + sub.n - 1)
-            if low == 0 and array.dtype == np.int64:
-                check = below_check(high + 1, array.size)
-            else:
-                check = functools.partial(_scalar_range, low=low, high=high)
+            check = functools.partial(_scalar_range, low=low, high=high)
+            if (
+                low == 0
+                and array.dtype == np.int64
+                and array.size <= BIG_INT_LIMIT
+                and high < 1 << 62
+            ):
+                words = word_masks(high + 1, array.size)
         elif isinstance(sub, spaces.MultiDiscrete):
             check = functools.partial(_array_range, low=sub.start, high=sub.start + sub.nvec - 1)
         else:
             continue
-        bounds.append(DiscreteBound(leaf.path, sub, array, check))
+        bounds.append(DiscreteBound(leaf.path, sub, array, check, words))
     return bounds
 
 
@@ -219,7 +237,7 @@ def _check_discrete(bounds: list[DiscreteBound], ignored: np.ndarray | None = No
 
     ``ignored`` marks the sub-envs whose actions go unused (checked only if the rest fail).
     """
-    for path, sub, values, in_range in bounds:
+    for path, sub, values, in_range, _ in bounds:
         if in_range(values):
             continue
         if ignored is not None:
