@@ -131,7 +131,7 @@ class LocalExecutor(Executor):
         return list(unit)
 
     def wait_some(self, take: Take) -> dict[int, Extras | None]:
-        rows, min_get, max_get, timeout = take
+        rows, min_get, max_get, timeout, _ = take  # (no row here can be cut short)
         # Nothing could cut a sub-env short: the timeout is checked between rows (at least
         # one runs per wait, so waits always make progress).
         deadline = None if timeout is None else time.monotonic() + timeout

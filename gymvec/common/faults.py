@@ -164,16 +164,16 @@ def faults_of(book: FaultBook | None) -> list[Fault]:
 
 
 class FaultRecords:
-    """``restarts`` and ``faults`` of a class over an engine (``self.engine.fault_book``,
-    ``self.num_envs``): the gymnasium face and the batched envs."""
+    """``restarts`` and ``faults`` of a class over an engine (``self.engine.fault_book`` and
+    ``num_sub_envs``): the gymnasium face and the batched envs."""
 
     engine: Any
-    num_envs: int
 
     @property
     def restarts(self) -> np.ndarray:
-        """Restarts per sub-env (``on_fault="restart"``, API section 13; zeros otherwise)."""
-        return restarts_of(self.engine.fault_book, self.num_envs)
+        """Restarts per sub-env, a block counting as one (``on_fault="restart"``, API section
+        13; zeros otherwise)."""
+        return restarts_of(self.engine.fault_book, self.engine.num_sub_envs)
 
     @property
     def faults(self) -> list[Fault]:

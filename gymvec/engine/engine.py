@@ -220,9 +220,8 @@ class BatchEngine:
         self.request, self.request_send = requests.request, requests.send
         self.request_recv = requests.recv
         # faults that heal (see the module docstring): None under "raise"
-        self.fault_book = (
-            None if on_fault is None else FaultBook(on_fault, self.worker_layout.num_sub_envs)
-        )
+        self.num_sub_envs = self.worker_layout.num_sub_envs
+        self.fault_book = None if on_fault is None else FaultBook(on_fault, self.num_sub_envs)
         self.healing = None if self.fault_book is None else Healing(self, self.fault_book)
         first_ready.healing = self.healing
         if self.healing is not None:

@@ -188,7 +188,7 @@ class FirstReady:
             )
         if max_get is not None and max_get < min_get:
             raise ValueError(f"max_get: expected at least min_get={min_get}, got {max_get}")
-        take = Take(rows, min_get, max_get, life.wait_timeout(timeout))
+        take = Take(rows, min_get, max_get, life.wait_timeout(timeout), life.timeout)
         try:
             try:
                 finished = executor.wait_some(take)

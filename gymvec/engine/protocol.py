@@ -48,6 +48,7 @@ class Engine(Protocol):
     finished: np.ndarray
     has_observation_lanes: bool
     fault_book: FaultBook | None  # faults that heal (``on_fault``); None: "raise"
+    num_sub_envs: int  # (a block, however many rows, is one)
 
     def sub_env_spaces(self) -> tuple[list[spaces.Space], list[spaces.Space]]:
         """The gymnasium observation and action space of each sub-env."""

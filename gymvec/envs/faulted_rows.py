@@ -134,6 +134,35 @@ class FaultedRows:
             self._last_root.after_step(next_out, received.faults)
         return next_out
 
+    def _flag_first_ready(
+        self,
+        out: TensorDictBase,
+        rows: np.ndarray,
+        faults: dict[int, str] | None = None,
+        sent: TensorDictBase | None = None,
+    ) -> None:
+        """A first-ready output ``out`` (a reset's root, or a step's ``"next"``, of the
+        sub-envs ``rows``), flagged; a step's faulted rows get their last observation from
+        ``sent``, the rows as sent (where they hold one)."""
+        if sent is not None:
+            self.last_faults = faults
+        if self._last_root is None:
+            return
+        flags = np.zeros((len(rows), 1), dtype=np.bool_)
+        if faults:
+            flags[:, 0] = [row in faults for row in rows.tolist()]
+        out.set(FAULT_KEY, torch.from_numpy(flags).to(out.device))
+        if not faults or sent is None:
+            return
+        in_sent = sent.keys(include_nested=True, leaves_only=True)
+        mask = flags[:, 0]
+        for key in self._last_root.object_keys:
+            if key in in_sent:
+                copy_object_rows(out, sent, key, mask.tolist())
+        for key in self._last_root.obs_keys:
+            if key in in_sent:
+                copy_rows(out.get(key), sent.get(key), mask)
+
     def _step_and_maybe_reset_healing(
         self, td: TensorDictBase
     ) -> tuple[TensorDictBase, TensorDictBase]:

@@ -55,6 +55,14 @@ class FirstReadyBatches:
 
         def _check_open(self) -> None: ...
 
+        def _flag_first_ready(
+            self,
+            out: TensorDictBase,
+            rows: np.ndarray,
+            faults: dict[int, str] | None = None,
+            sent: TensorDictBase | None = None,
+        ) -> None: ...
+
     def async_step_send(self, td: TensorDictBase) -> None:
         """Step the sub-envs that ``td["env_index"]`` names (int64 ``[K]``; without it, all
         of them in order) with ``td``'s actions (batch ``[K]``); returns at once.
@@ -98,6 +106,7 @@ class FirstReadyBatches:
         next_out = self._rows_output(self._next_arrays, rows, self.buffers.next.objects)
         reward = self._reward_array[rows].astype(self.reward_spec.numpy_dtype)
         next_out.set("reward", torch.from_numpy(reward).to(self.device))
+        self._flag_first_ready(next_out, rows, ready.faults, sent=out)
         out.set("next", next_out)
         return out
 
@@ -123,7 +132,9 @@ class FirstReadyBatches:
         ready = self.engine.async_recv("reset", min_get, timeout=timeout)
         self.last_extras = ready.extras
         rows = ready.indices
-        return self._rows_output(self._root_arrays, rows, self.buffers.root.objects)
+        out = self._rows_output(self._root_arrays, rows, self.buffers.root.objects)
+        self._flag_first_ready(out, rows)
+        return out
 
     def _env_index(self, td: TensorDictBase | None) -> np.ndarray:
         """The rows ``td["env_index"]`` names (all without it), for a uniform batch."""

@@ -116,7 +116,7 @@ class TianshouVectorEnv(BaseVectorEnv):
         options = kwargs.get("options")
         if options is None:
             self.engine.async_reset_send(rows, seeds=seeds, into="next")
-            extras = self._take_back("reset", len(rows))
+            extras, _ = self._take_back("reset", len(rows))
         else:
             extras = self._masked_reset(rows, seeds, options)
         return self._observations(rows), _object_array(self._row_infos(rows, extras))
@@ -165,8 +165,7 @@ class TianshouVectorEnv(BaseVectorEnv):
         else:
             write = functools.partial(self.vector_env._write_action_rows, self._batched(action))
             self.engine.async_step_send(rows, AutoresetMode.DISABLED, write_actions=write)
-            extras, received = self._take_back("step", len(rows)), None
-            faults = None
+            (extras, faults), received = self._take_back("step", len(rows)), None
         slot = self.engine.buffers.next
         infos = self._row_infos(rows, extras)
         if faults:  # faults that heal: the row is truncated, and its info says why
@@ -184,10 +183,11 @@ class TianshouVectorEnv(BaseVectorEnv):
             _object_array(infos),
         )
 
-    def _take_back(self, kind: str, count: int) -> dict[int, Any]:
+    def _take_back(self, kind: str, count: int) -> tuple[dict[int, Any], dict[int, str] | None]:
         """Wait for all ``count`` first-ready commands of ``kind`` just sent; what each
-        sub-env reported beside the buffers. After a sub-env's error, the others are taken
-        back too (and dropped); after an interrupt, the next call takes them back."""
+        sub-env reported beside the buffers, and the faults that healed (by sub-env). After a
+        sub-env's error, the others are taken back too (and dropped); after an interrupt, the
+        next call takes them back."""
         try:
             ready = self.engine.async_recv(kind, min_get=count, max_get=count)
         except TimeoutError:
@@ -195,7 +195,7 @@ class TianshouVectorEnv(BaseVectorEnv):
         except Exception:
             self._settle()
             raise
-        return {row: extras.next for row, extras in ready.extras.items()}
+        return {row: extras.next for row, extras in ready.extras.items()}, ready.faults
 
     def _settle(self) -> None:
         """Take back and drop the commands an interrupt or an error left in flight."""

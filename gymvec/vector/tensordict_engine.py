@@ -54,7 +54,7 @@ class TensorDictEngine:
                 f"the gymnasium face needs an env with one batch dim, got {tuple(env.batch_size)}"
             )
         self.env = env
-        self.num_envs = env.batch_size[0]
+        self.num_envs = self.num_sub_envs = env.batch_size[0]
         self.device = env.device
         self.metadata = dict(getattr(env, "metadata", {}) or {})
         self.render_mode = getattr(env, "render_mode", None)

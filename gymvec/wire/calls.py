@@ -47,12 +47,14 @@ class Received(NamedTuple):
 class Take(NamedTuple):
     """What a first-ready receive asks of its executor (``Executor.wait_some``): at least
     ``min_get`` of ``rows`` (each in flight), at most ``max_get`` (None: all that finished),
-    within ``timeout`` seconds (None: as long as it takes)."""
+    within ``timeout`` seconds (None: as long as it takes). ``row_limit``: the engine's own
+    timeout, past which one row in flight is hung however many others finish (None: none)."""
 
     rows: Sequence[int]
     min_get: int
     max_get: int | None = None
     timeout: float | None = None
+    row_limit: float | None = None
 
 
 class Ready(NamedTuple):

@@ -102,3 +102,53 @@ def test_without_restart_the_specs_and_outputs_carry_no_fault_entry():
         assert env.restarts.tolist() == [0, 0] and env.faults == []
     finally:
         env.close()
+
+
+@pytest.mark.parametrize(
+    ("cls", "how", "options"),
+    [
+        (gymvec.SerialEnv, "raise", {}),
+        (gymvec.ParallelEnv, "raise", {"mp_start_method": "fork"}),
+        (gymvec.ParallelEnv, "segv", {"mp_start_method": "fork"}),
+    ],
+)
+def test_first_ready_steps_flag_a_faulted_row(cls, how, options, no_leaks):
+    """``async_step_recv``: the faulted row comes back flagged, truncated, reward 0, with its
+    last observation (the one sent); done rows reset with ``async_reset_*``; every other row
+    equal to the batch without the fault."""
+    from tensordict import TensorDict
+
+    env, reference = _pair(cls, how, **options)
+    try:
+        env.set_seed(3)
+        reference.set_seed(3)
+        td, expected = env.reset(), reference.reset()
+        faulted_steps = []
+        for t in range(12):
+            action = torch.tensor([t % 2, 1, (t + 1) % 2])
+            td.set("action", action)
+            expected.set("action", action)
+            env.async_step_send(td)
+            out = env.async_step_recv(min_get=3)
+            got = out["next"][torch.argsort(out["env_index"])]  # in sub-env order
+            expected, expected_root = reference.step_and_maybe_reset(expected)
+            for key in ("observation", "reward", "done", "terminated", "truncated"):
+                torch.testing.assert_close(got[key][OTHERS], expected["next", key][OTHERS])
+            if got["fault"].any():
+                _check_faulted_step(got, td["observation"][FAULTED])
+                faulted_steps.append(t)
+            obs = got["observation"].clone()
+            done = torch.nonzero(got["done"].reshape(-1)).reshape(-1)
+            if len(done):  # reset as a first-ready loop does
+                env.async_reset_send(TensorDict({"env_index": done}, batch_size=[len(done)]))
+                reset = env.async_reset_recv(min_get=len(done))
+                assert not reset["fault"].any()
+                for k, i in enumerate(reset["env_index"].tolist()):
+                    obs[i] = reset["observation"][k]
+            torch.testing.assert_close(obs[OTHERS], expected_root["observation"][OTHERS])
+            td, expected = TensorDict({"observation": obs}, batch_size=[3]), expected_root
+        assert faulted_steps == [4, 9]
+        assert env.restarts.tolist() == [0, 2, 0]
+    finally:
+        env.close()
+        reference.close()

@@ -91,8 +91,10 @@ def test_sb3_ppo_finishes_a_run_through_repeated_segfaults(no_leaks):
 
 
 @needs_tianshou
+@pytest.mark.parametrize("order", [None, [2, 1, 0]], ids=["whole-batch", "by-id"])
 @pytest.mark.parametrize("cls_name", ["SerialVectorEnv", "ParallelVectorEnv"])
-def test_tianshou_reports_a_fault_as_a_truncation(cls_name, no_leaks):
+def test_tianshou_reports_a_fault_as_a_truncation(cls_name, order, no_leaks):
+    """Whole-batch steps, and steps by ``id`` out of order (first-ready commands)."""
     import gymvec.tianshou as gymvec_tianshou
 
     cls = getattr(gymvec_tianshou, cls_name)
@@ -100,6 +102,7 @@ def test_tianshou_reports_a_fault_as_a_truncation(cls_name, no_leaks):
     options = parallel if cls_name == "ParallelVectorEnv" else {}
     venv = cls(flaky_fns(3, FAULTED, 5), on_fault="restart", **options)
     reference = gymvec_tianshou.SerialVectorEnv(healthy_fns(3))
+    ids = [0, 1, 2] if order is None else order
     try:
         obs, _ = venv.reset(seed=[3, 4, 5])
         expected_obs, _ = reference.reset(seed=[3, 4, 5])
@@ -107,8 +110,14 @@ def test_tianshou_reports_a_fault_as_a_truncation(cls_name, no_leaks):
         for t in range(8):
             actions = np.array([t % 2, 1, (t + 1) % 2])
             last_obs = obs[FAULTED].copy()
-            obs, rew, terminated, truncated, infos = venv.step(actions)
+            got_in_id_order = venv.step(actions[ids], id=order)
             expected = reference.step(actions)
+            obs, rew, terminated, truncated = (np.empty_like(x) for x in got_in_id_order[:4])
+            infos = [{}] * 3
+            for k, i in enumerate(ids):  # back in sub-env order
+                for out, got in zip((obs, rew, terminated, truncated), got_in_id_order[:4]):
+                    out[i] = got[k]
+                infos[i] = got_in_id_order[4][k]
             for got, want in zip((obs, rew, terminated, truncated), expected[:4]):
                 np.testing.assert_array_equal(got[OTHERS], want[OTHERS])
             if truncated[FAULTED] and "fault" in infos[FAULTED]:

@@ -145,3 +145,21 @@ def test_a_block_that_raises_in_a_reset_is_reset_again_rebuilt(backend) -> None:
     finally:
         envs.close()
         reference.close()
+
+
+@pytest.mark.parametrize("on_fault", ["raise", "restart"])
+def test_restarts_has_one_count_per_sub_env_whatever_on_fault(on_fault) -> None:
+    """A block is one sub-env in ``restarts`` (rows 1-3 here), under "raise" (zeros) as under
+    "restart"; the tensordict side counts the same way."""
+    fns = [FlakyCartPole, block_fn(AutoresetMode.NEXT_STEP), FlakyCartPole]
+    envs = gymvec.SerialVectorEnv(fns, on_fault=on_fault)
+    # (the tensordict side resets by mask: its blocks leave resets to the caller)
+    fns[1] = block_fn(AutoresetMode.DISABLED)
+    batched = gymvec.SerialEnv(3, fns, on_fault=on_fault)
+    try:
+        envs.reset(seed=0)
+        assert envs.num_envs == N and envs.restarts.tolist() == [0, 0, 0]
+        assert batched.restarts.tolist() == [0, 0, 0]
+    finally:
+        envs.close()
+        batched.close()

@@ -28,14 +28,14 @@ def first_ready(backend: str, fns: list, **kwargs) -> gymvec.GymnasiumVectorEnv:
     )
 
 
-def run(envs) -> tuple[list[list], list[tuple]]:
+def run(envs, batches: int = 1000) -> tuple[list[list], list[tuple]]:
     """Per sub-env, its (obs, reward, terminated, truncated, fault) in order, until each has
-    ``PER_ENV`` (or 1000 batches went by); the faults."""
+    ``PER_ENV`` (or ``batches`` went by); the faults."""
     per_env: list[list] = [[] for _ in range(N)]
     counts = [0] * N
     faults = []
     envs.async_reset(seed=3)
-    for _ in range(1000):
+    for _ in range(batches):
         if min(map(len, per_env)) >= PER_ENV:
             break
         obs, rew, term, trunc, infos = envs.recv()
@@ -104,23 +104,34 @@ def test_a_raise_in_a_first_ready_reset_is_sent_again_rebuilt(backend) -> None:
         envs.close()
 
 
-@pytest.mark.parametrize(("how", "kind"), [("exit", "death"), ("segv", "death")])
+FAULT_MESSAGES = {
+    "exit": "worker died: exit code 3",
+    "segv": "worker died: signal 11",
+    "hang": "timed out after 1.0 s",
+}
+
+
+@pytest.mark.parametrize(
+    ("how", "kind"), [("exit", "death"), ("segv", "death"), ("hang", "timeout")]
+)
 def test_a_worker_death_in_first_ready_steps_heals(how, kind) -> None:
-    """Worker 1 (rows 2 and 3) dies (``os._exit``, SIGSEGV) in a first-ready step while
-    worker 0's rows keep finishing: it starts again; its rows come back as faults, then the rebuilt
-    sub-envs' resets; worker 0's rows equal the run without the fault step for step."""
+    """Worker 1 (rows 2 and 3) dies (``os._exit``, SIGSEGV) or hangs past ``timeout=`` in a
+    first-ready step while worker 0's rows keep finishing (so no wait as a whole times out): it
+    starts again; its rows come back as faults, then the rebuilt sub-envs' resets; worker 0's
+    rows equal the run without the fault step for step."""
     fns = flaky_fns(N, ROW, EVERY, how)
     envs = first_ready("processes", fns, on_fault="restart", timeout=1.0)
     reference = first_ready("processes", healthy_fns(N), timeout=1.0)
     try:
-        got, faults = run(envs)
+        # (while a hang lasts, worker 0's rows alone fill thousands of batches)
+        got, faults = run(envs, batches=10**6)
         want, _ = run(reference)
         restarts, records = envs.restarts, envs.faults
     finally:
         envs.close()
         reference.close()
     assert len(faults) >= 2 and {i for i, *_ in faults} <= {2, 3}
-    prefix = "worker died: exit code 3" if how == "exit" else "worker died: signal 11"
+    prefix = FAULT_MESSAGES[how]
     for _, rew, term, trunc, message in faults:
         assert (rew, term, trunc) == (0.0, False, True) and message.startswith(prefix)
     assert restarts[:2].tolist() == [0, 0] and restarts[ROW] >= 2
@@ -136,3 +147,17 @@ def test_a_worker_death_in_first_ready_steps_heals(how, kind) -> None:
         for k in [j for j, r in enumerate(rows) if r[4] and 0 < j < len(rows) - 1]:
             np.testing.assert_array_equal(rows[k][0], rows[k - 1][0])
             assert rows[k + 1][1:] == (0.0, False, False, False)
+
+
+def test_without_restart_a_first_ready_hang_is_a_timeout_while_others_finish() -> None:
+    """``on_fault="raise"``: the hung worker's row past ``timeout=`` is a SubEnvTimeoutError
+    naming it, although worker 0's rows keep finishing; the env then refuses to go on."""
+    envs = first_ready("processes", flaky_fns(N, ROW, EVERY, "hang"), timeout=1.0)
+    try:
+        with pytest.raises(gymvec.SubEnvTimeoutError, match=r"past the timeout of 1.0 s") as info:
+            run(envs, batches=10**6)
+        assert "sub-envs [2" in str(info.value) and "workers [1]" in str(info.value)
+        with pytest.raises(RuntimeError, match="close"):
+            envs.recv()
+    finally:
+        envs.close()

@@ -91,7 +91,12 @@ class ProcessRows:
         # is not sent, it comes back as this fault (their sub-envs are new)
         self.owed: dict[int, Any] = {}
         self.hung: list[WorkerHandle] = []  # the workers the last wait timed out on
-        self._next_look = 0.0  # when a wait next looks for dead workers (deaths heal)
+        # A row's time starts when it was sent or when its worker last finished a row,
+        # whichever came later: a worker runs its rows one at a time, so those queued behind
+        # a slow one are not hung.
+        self._sent_at = [0.0] * num_envs  # per row: when its last ticket was handed out
+        self._progress = {handle.index: 0.0 for handle in handles}  # per worker
+        self._next_look = 0.0  # when a wait next looks for dead or hung workers
 
     def send_some(self, rows: Sequence[int]) -> None:
         """Hand each row a ticket (the order sent) and wake the workers that hold them; this
@@ -110,7 +115,7 @@ class ProcessRows:
     def _hand_out(self, rows: Sequence[int], resend: bool) -> None:
         words, handle_of_row = self.row_words, self.handle_of_row
         local, woken = [], {}
-        owed = self.owed
+        owed, sent_at, now = self.owed, self._sent_at, time.monotonic()
         for row in rows:
             handle = handle_of_row[row]
             if owed and row in owed:
@@ -124,6 +129,7 @@ class ProcessRows:
                 self._tickets += 1
                 self._gathered[row] = 0
                 words[row, TICKET] = self._tickets
+                sent_at[row] = now
             woken[handle.index] = handle
         if local:
             # (the rows no worker holds are this process's)
@@ -136,8 +142,8 @@ class ProcessRows:
     def wait_some(self, take: Take) -> dict[int, Any]:
         """Gather the rows the workers finished; run this process's queued rows one at a
         time while too few are; otherwise block on the ``ready`` semaphore (checking that
-        the workers holding rows in flight are alive)."""
-        rows, min_get, max_get, timeout = take
+        the workers holding rows in flight are alive, and none past ``take.row_limit``)."""
+        rows, min_get, max_get, timeout, row_limit = take
         self.hung = []
         deadline = None if timeout is None else time.monotonic() + timeout
         finished, local, gathered = self._finished, self.local, self._gathered
@@ -146,10 +152,14 @@ class ProcessRows:
         waiting = [row for row in rows if row >= self.local_stop and not gathered[row]]
         if waiting:
             done += self._gather(waiting)
-            # where deaths heal, a dead worker's rows come back although others keep
-            # finishing (a look every LIVENESS_POLL_S)
-            if self.respawner is not None and time.monotonic() >= self._next_look:
-                done += self._dead_rows(waiting)
+            # A dead worker's rows (where deaths heal) and a hung one's come back although
+            # others keep finishing (a look every LIVENESS_POLL_S).
+            if time.monotonic() >= self._next_look:
+                self._next_look = time.monotonic() + LIVENESS_POLL_S
+                if self.respawner is not None:
+                    done += self._dead_rows(waiting)
+                if row_limit is not None:
+                    done += self._late_rows(waiting, row_limit)
         self._raise_failed(done)
         while len(done) < min_get:
             if local is not None and local.queue:
@@ -169,7 +179,7 @@ class ProcessRows:
                 raise RuntimeError(f"first-ready wait: none of sub-envs {list(rows)} is running")
             new: list[int] = []
             while not new:  # a wake-up can come from a row gathered already
-                new = self._block(waiting, deadline, min_get)  # (a dead worker's, healed)
+                new = self._block(waiting, deadline, min_get, row_limit)  # (healed faults)
                 new += self._gather(waiting)
             done += new
             self._raise_failed(new)
@@ -200,10 +210,12 @@ class ProcessRows:
                 new.sort(key=lambda row: (ints[units[row][0] * ROW_WORDS + TICKET], row))
         elif len(new) > 1:
             new.sort(key=lambda row: ints[row * ROW_WORDS + TICKET])
-        finished = self._finished
+        finished, progress = self._finished, self._progress
+        now = time.monotonic() if new else 0.0
         for row in new:
             gathered[row] = 1
             handle = self._worker_of(row)
+            progress[handle.index] = now
             base = row * ROW_WORDS
             payload: Any = self._message(handle, row) if ints[base + ROW_REPLY] else None
             if ints[base + ROW_STATUS] == _ERROR:
@@ -232,12 +244,15 @@ class ProcessRows:
                 raise
         return messages.pop(row)
 
-    def _block(self, rows: list[int], deadline: float | None, min_get: int) -> list[int]:
+    def _block(
+        self, rows: list[int], deadline: float | None, min_get: int, row_limit: float | None
+    ) -> list[int]:
         """Wait for some worker to finish a row (a post of ``ready``): spin briefly where
         spinning pays (see ``ProcessOptions.spin_seconds``), then block. Returns after a post
         or a liveness poll, for the caller to gather; raises past ``deadline``
-        (TimeoutError) or when a worker holding one of ``rows`` is dead (WorkerError), unless
-        deaths heal: the rows it had in flight are then returned, finished as faults."""
+        (TimeoutError) or when a worker holding one of ``rows`` is dead (WorkerError) or past
+        ``row_limit`` (TimeoutError), unless deaths heal: the rows it had in flight are then
+        returned, finished as faults."""
         ready, spin = self.ready, self.parent_spin
         spin_s = spin.budget()
         if spin_s > 0:
@@ -253,37 +268,69 @@ class ProcessRows:
         if ready.acquire(True, poll):
             return []
         healed = self._dead_rows(rows)
+        if not healed and row_limit is not None:
+            healed = self._late_rows(rows, row_limit)
         if healed:
             return healed
         if deadline is not None and time.monotonic() >= deadline:
             self._gather(rows)  # one last look: a row may have finished just now
             busy = [row for row in rows if not self._gathered[row]]
-            handles = dict.fromkeys(self._worker_of(row) for row in busy)
-            workers = sorted(handle.index for handle in handles)
-            self.hung = list(handles)  # (for end_hung, where hangs heal)
-            raise SubEnvTimeoutError(
-                f"first-ready wait: fewer than {min_get} sub-envs finished in time; "
-                f"sub-envs {busy} (workers {workers}) are still running",
-                [
-                    (h.index, h.process.pid, [row for row in busy if self.handle_of_row[row] is h])
-                    for h in handles
-                ],
-            )
+            raise self._timeout_error(busy, f"fewer than {min_get} sub-envs finished in time")
         return []
+
+    def _late_rows(self, rows: list[int], limit: float) -> list[int]:
+        """Where a row of ``rows`` has run past ``limit`` seconds (the engine's timeout) while
+        others finish, its worker is hung: where hangs heal it is killed and started again,
+        its rows in flight finished as faults of kind "timeout" (returned, with the rows
+        found finished on the way); otherwise a SubEnvTimeoutError names it."""
+        sent_at, gathered, progress = self._sent_at, self._gathered, self._progress
+        worker_of = self._worker_of
+
+        def late() -> list[int]:
+            since = time.monotonic() - limit
+            return [
+                row
+                for row in rows
+                if not gathered[row] and max(sent_at[row], progress[worker_of(row).index]) < since
+            ]
+
+        if not late():
+            return []
+        found = self._gather(rows)  # one last look: a row may have finished just now
+        hung = late()
+        if hung and self.respawner is None:
+            raise self._timeout_error(hung, f"a sub-env ran past the timeout of {limit} s")
+        for handle in dict.fromkeys(worker_of(row) for row in hung):
+            found += self._start_again(handle, "timeout", f"timed out after {limit} s")
+        return found
+
+    def _timeout_error(self, busy: list[int], what: str) -> SubEnvTimeoutError:
+        """A first-ready wait's TimeoutError: ``busy`` (rows) still running; their workers
+        are the ones it hung on (see :meth:`end_hung`)."""
+        handles = dict.fromkeys(self._worker_of(row) for row in busy)
+        self.hung = list(handles)
+        workers = sorted(handle.index for handle in handles)
+        return SubEnvTimeoutError(
+            f"first-ready wait: {what}; sub-envs {busy} (workers {workers}) are still running",
+            [
+                (h.index, h.process.pid, [row for row in busy if self.handle_of_row[row] is h])
+                for h in handles
+            ],
+        )
 
     def _dead_rows(self, rows: list[int]) -> list[int]:
         """Where a worker holding one of ``rows`` not gathered is dead: its WorkerError, or
-        where deaths heal, its rows in flight finished as faults (see :meth:`_start_again`)."""
-        self._next_look = time.monotonic() + LIVENESS_POLL_S
+        where deaths heal, its rows in flight finished as faults (see :meth:`_start_again`),
+        returned with the rows found finished on the way."""
         busy = [row for row in rows if not self._gathered[row]]
         for handle in dict.fromkeys(self._worker_of(row) for row in busy):
             if not handle.process.is_alive():
-                self._gather(rows)  # what it finished before it died still counts
+                found = self._gather(rows)  # what it finished before it died still counts
                 error = handle.died()
                 if self.respawner is None:
                     self._lose_worker(handle)
                     raise error
-                return self._start_again(handle, "death", f"worker died: {handle.death}")
+                return found + self._start_again(handle, "death", f"worker died: {handle.death}")
         return []
 
     def _start_again(self, handle: WorkerHandle, kind: str, message: str) -> list[int]:

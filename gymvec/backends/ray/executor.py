@@ -390,7 +390,7 @@ class RayExecutor(Executor):
     def wait_some(self, take: Take) -> dict[int, Extras | None]:
         """Wait (``ray.wait`` over the actors' pending calls) until ``min_get`` of ``rows``
         have finished; returns those finished (at most ``max_get``, first finished first)."""
-        rows, min_get, max_get, timeout = take
+        rows, min_get, max_get, timeout, _ = take
         ray = self.ray
         deadline = None if timeout is None else time.monotonic() + timeout
         finished = self.finished
