@@ -144,3 +144,27 @@ def test_an_actor_past_the_timeout_is_ended_and_starts_again():
         assert [(f.kind, f.sub_env) for f in envs.faults] == [("timeout", 2), ("timeout", 3)]
     finally:
         envs.close()
+
+
+def test_a_process_beside_an_actor_that_dies_starts_again_in_the_actor():
+    # worker_processes=2: each actor steps row 0 of its share itself, row 1 in a process of
+    # its own, which exits at its 7th step; the actor's executor starts it again
+    env = gymvec.RayEnv(
+        2,
+        flaky_fns(N, 1, 7, "exit"),
+        envs_per_worker=2,
+        worker_processes=2,
+        placement=None,
+        on_fault="restart",
+    )
+    envs = GymnasiumVectorEnv(env, autoreset_mode="next_step")
+    actors = [handle.actor for handle in envs.engine.executor.handles]
+    try:
+        got = run(envs, "next_step")
+        restarts, faults = envs.restarts, envs.faults
+        assert [handle.actor for handle in envs.engine.executor.handles] == actors
+    finally:
+        envs.close()
+    faulted = check(got, "next_step", [1], "worker died: exit code 3")
+    assert faulted >= 2 and restarts.tolist() == [0, faulted, 0, 0]
+    assert {(f.kind, f.worker, f.sub_env) for f in faults} == {("death", 0, 1)}

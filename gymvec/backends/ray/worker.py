@@ -156,6 +156,8 @@ class RayWorker:
         self.index = index
         self.processes = 1  # that hold the share's sub-envs (see _build)
         self.executor: Executor | None = None
+        self.groups: list[list[Callable[[], Any]]] = []  # the factories of each process
+        self.memories: list[Any] = []  # the share's blocks
         self._touch: dict[bytes, tuple[Literal["step", "reset"], bool, bool, bool]] = {}
 
     # ---- lifetime -----------------------------------------------------------------------------
@@ -197,9 +199,8 @@ class RayWorker:
             )
             shared = SharedMemory(layout, memory, control_memory, buffers, control)
             executor.attach(shared, WorkerLayout((len(rows),), rows).split(processes))
-            for block in (memory, control_memory):
-                if isinstance(block, MemmapMemory):  # the processes map it: the file may go
-                    block.release()
+            # (a MemmapMemory keeps its file open: a process started again maps it too)
+            self.memories = [memory, control_memory]
             ready = ready_message(executor.summaries())
         except SpaceMismatchError as exc:
             return ("mismatch", (str(exc), exc.kind))
@@ -214,13 +215,14 @@ class RayWorker:
         per sub-env), waiting for :meth:`attach`."""
         self.processes = processes = min(processes, len(env_fns))
         if processes == 1:
+            self.groups = [env_fns]
             return LocalExecutor.build([env_fns], [0], None)
         from gymvec.backends.processes.executor import ProcessExecutor, ProcessOptions
 
         # the share over its processes, as every layout spreads sub-envs
         split = WorkerLayout.plan(len(env_fns), num_workers=processes)
         options = ProcessOptions(start_method=spec.start_method, local_worker=True)
-        groups = [env_fns[start:stop] for start, stop in split.worker_sub_envs]
+        self.groups = groups = [env_fns[start:stop] for start, stop in split.worker_sub_envs]
         return ProcessExecutor(groups, list(split.worker_sub_envs), None, options)
 
     def _started(self) -> Executor:
@@ -239,6 +241,10 @@ class RayWorker:
             executor.close()
         except BaseException as exc:
             return ("error", error_detail(exc))
+        finally:
+            for block in self.memories:
+                if isinstance(block, MemmapMemory):
+                    block.release()
         return None
 
     # ---- commands -----------------------------------------------------------------------------
@@ -293,14 +299,20 @@ class RayWorker:
     ) -> tuple[Literal["ok"], list] | tuple[Literal["raise"], ErrorDetail]:
         """Answer a request for rows of this share: ``("ok", results)`` or
         ``("raise", detail)``, the ``ErrorDetail`` of the caller's error (a missing attribute,
-        say), raised on the driver as the sub-env's own exception."""
+        say), raised on the driver as the sub-env's own exception. ``heal_faults`` also
+        has the share's own executor start its dead processes again (``heal_deaths``: with
+        ``worker_processes > 1``, a process beside the actor that dies is replaced here, its
+        rows faulted, the actor staying)."""
         name, indices, kwargs = cloudpickle.loads(payload)
         values = kwargs.pop("values", None)
         call = Request(name, indices, kwargs, values)
         try:
             executor = self._started()
             executor.request_send(call)
-            return ("ok", executor.request_wait(call))
+            results = executor.request_wait(call)
+            if name == "heal_faults":
+                executor.heal_deaths(self.groups.__getitem__)
+            return ("ok", results)
         except Exception as exc:
             return ("raise", error_detail(exc))
 
