@@ -37,10 +37,16 @@ class InfoField:
     def accepts(self, value: Any) -> bool:
         kind = type(value)
         if kind is not self.kind:
-            return self.ints and kind is int and -_EXACT_INT <= value <= _EXACT_INT
+            return self.ints and kind is int and exact_int(value)
         if isinstance(value, np.ndarray):  # the kind is ndarray (exact type checked above)
             return value.shape == self.shape and value.dtype == self.dtype
         return True
+
+
+def exact_int(value: Any) -> bool:
+    """Whether ``value`` (a float or an int) is exact as a float64, as an int field of floats
+    (``InfoField.ints``) needs its ints to be."""
+    return type(value) is not int or -_EXACT_INT <= value <= _EXACT_INT
 
 
 def info_field(name: str, value: Any) -> InfoField | None:

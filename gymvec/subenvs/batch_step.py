@@ -9,12 +9,14 @@ can carry a group's commands out.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Sequence
 from operator import call
 from typing import Any
 
 import numpy as np
 
+from gymvec.common.infos import InfoField, exact_int
 from gymvec.subenvs.drivers import CommandRunner, GymDriver, take_extras, transition_error
 from gymvec.subenvs.healing import continue_past_faults as past_faults
 from gymvec.wire.buffers import Buffers
@@ -53,6 +55,8 @@ class BatchStep(CommandRunner):
         self.terminated, self.truncated = slot.terminated[rows], slot.truncated[rows]
         self.layout = buffers.layout
         self.with_fields = bool(buffers.layout.info_fields)
+        self.columns = info_columns(self.layout.info_fields)
+        self.column_width = {len(self.columns)}
         self.wrote_extras = False  # whether the last _write left extras on a driver
         self.all_step = bytes([STEP]) * (stop - start)  # the mode bytes of a plain step
         self.all_same_step = bytes([SAME_STEP_MODES]) * (stop - start)
@@ -77,6 +81,8 @@ class BatchStep(CommandRunner):
     def fields_changed(self) -> None:
         super().fields_changed()
         self.with_fields = bool(self.layout.info_fields)
+        self.columns = info_columns(self.layout.info_fields)
+        self.column_width = {len(self.columns)}
 
     def use_lane(self, lane: int) -> None:
         """Write the observations of "next" into observation lane ``lane`` from now on (the
@@ -249,20 +255,63 @@ class BatchStep(CommandRunner):
         else:
             done[rows] = self.terminated[rows] | self.truncated[rows]
         self.wrote_extras = False
-        if self.with_fields or any(infos):
-            cleared, slot = self.with_fields, self.next
-            if cleared:  # every row's flags in one call, not one per sub-env
-                start = self.start
-                slot.info_present[self.rows if everyone else [start + k for k in stepping]] = False
-            for k, info in zip(stepping, infos):
-                driver = self.drivers[k]
-                driver.write_info(slot, info, cleared)
-                self.wrote_extras = self.wrote_extras or driver.extras is not None
+        columns_fit = everyone and self.columns and self._write_info_columns(infos)
+        if not columns_fit and (self.with_fields or any(infos)):
+            self._write_infos(infos, stepping, everyone)
         if b"\x01" not in done.tobytes():  # (any_set, inline: this runs every step)
             return []
         if everyone:  # (one C call: reading the flags one by one makes a numpy bool each)
             return np.flatnonzero(done).tolist()
         return [k for k in stepping if done[k]]
+
+    def _write_infos(
+        self, infos: tuple[dict, ...], stepping: Sequence[int], everyone: bool
+    ) -> None:
+        """Each sub-env's info into its row of "next" (see ``GymDriver.write_info``)."""
+        cleared, slot = self.with_fields, self.next
+        if cleared:  # every row's flags in one call, not one per sub-env
+            start = self.start
+            slot.info_present[self.rows if everyone else [start + k for k in stepping]] = False
+        for k, info in zip(stepping, infos):
+            driver = self.drivers[k]
+            driver.write_info(slot, info, cleared)
+            self.wrote_extras = self.wrote_extras or driver.extras is not None
+
+    def _write_info_columns(self, infos: tuple[dict, ...]) -> bool:
+        """Where every info holds exactly the scalar info fields, each with a value its field
+        accepts (FrozenLake's ``{"prob": 1.0}``, say): one write per field for all rows, not
+        one per sub-env and field. False, writing nothing, where any does not."""
+        if set(map(len, infos)) != self.column_width:
+            return False
+        columns = []
+        for name, kinds, _, _ in self.columns:
+            try:
+                values = list(map(operator.itemgetter(name), infos))
+            except KeyError:
+                return False
+            found = set(map(type, values))
+            if not found <= kinds or (int in found and not all(map(exact_int, values))):
+                return False
+            columns.append((values, int in found))
+        slot, rows = self.next, self.rows
+        slot.info_present[rows] = True
+        for (name, _, k, ints), (values, some_int) in zip(self.columns, columns):
+            slot.info[name][rows] = values
+            if ints:
+                slot.info_int[rows, k] = some_int and [type(value) is int for value in values]
+        return True
+
+
+def info_columns(fields: dict[str, InfoField]) -> list[tuple[str, set[type], int, bool]]:
+    """Per info field, what :meth:`BatchStep._write_info_columns` needs (its name, the value
+    types it accepts, its index, whether it flags ints); [] where a field holds arrays (each
+    value's shape and dtype would need a look: the per-sub-env path does that)."""
+    if any(field.shape or field.kind is np.ndarray for field in fields.values()):
+        return []
+    return [
+        (name, {field.kind, int} if field.ints else {field.kind}, k, field.ints)
+        for k, (name, field) in enumerate(fields.items())
+    ]
 
 
 def command_runner(drivers: list[Any], buffers: Buffers, start: int) -> CommandRunner:

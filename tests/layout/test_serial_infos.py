@@ -98,3 +98,44 @@ def test_ints_in_a_float_field_and_ints_beside_it_give_sync_infos(mode, parallel
     finally:
         envs.close()
         ref.close()
+
+
+class _VaryingKeys(gym.Env):
+    """Info keys that change from step to step: "a" (a float) mostly, "b" too now and then,
+    neither at times."""
+
+    observation_space = gym.spaces.Discrete(7)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = int(self.np_random.integers(7))
+        return self.t % 7, {"a": 0.5}
+
+    def step(self, action):
+        self.t += 1 + int(action)
+        info: dict = {} if self.t % 5 == 0 else {"a": self.t * 0.5}
+        if self.t % 3 == 0:
+            info["b"] = float(self.t)
+        return self.t % 7, float(action), self.t % 13 == 0, False, info
+
+
+def test_info_keys_that_vary_between_sub_envs_and_steps_give_sync_infos():
+    """Each sub-env's info written column by column where they all hold the same fields, and
+    one by one where they do not: the batches equal SyncVectorEnv's either way."""
+    fns = [_VaryingKeys] * 4
+    ref, envs = SyncVectorEnv(fns), SerialVectorEnv(fns)
+    try:
+        _assert_same(envs.reset(seed=2)[1], ref.reset(seed=2)[1])
+        ref.action_space.seed(2)
+        for _ in range(120):
+            actions = ref.action_space.sample()
+            got, want = envs.step(actions), ref.step(actions)
+            np.testing.assert_array_equal(got[0], want[0])
+            _assert_same(got[4], want[4])
+            for key in ("a", "b"):
+                if key in want[4] and want[4][key].dtype != object:
+                    np.testing.assert_array_equal(got[4][f"_{key}"], want[4][f"_{key}"])
+    finally:
+        envs.close()
+        ref.close()
