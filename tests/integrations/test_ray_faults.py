@@ -23,7 +23,7 @@ ray = pytest.importorskip("ray")
 import gymvec  # noqa: E402
 from gymvec.vector.vector_env import GymnasiumVectorEnv  # noqa: E402
 from tests import _heal  # noqa: E402
-from tests._flaky_envs import flaky_fns, healthy_fns  # noqa: E402
+from tests._flaky_envs import exit_now, flaky_fns, healthy_fns  # noqa: E402
 
 N, STEPS = 4, 24
 pytestmark = pytest.mark.timeout(300)
@@ -95,6 +95,24 @@ def test_a_killed_actor_starts_again_and_the_others_run_as_without_it(mode):
     assert faulted == 2 and restarts.tolist() == [2, 2, 0, 0]
     assert {f.kind for f in faults} == {"death"} and {f.worker for f in faults} == {0}
     assert all(f.traceback is None for f in faults)
+
+
+def test_an_actor_that_dies_in_a_request_starts_again_at_the_next_command():
+    envs = ray_face(healthy_fns(N), "next_step")
+
+    def die(t: int) -> None:
+        if t in (4, 12):  # the request fails; the next step starts actor 1 again
+            with pytest.raises(gymvec.WorkerError, match="worker 1 .* died"):
+                envs.apply(exit_now, indices=[2])
+
+    try:
+        got = run(envs, "next_step", before_step=die)
+        restarts, faults = envs.restarts, envs.faults
+    finally:
+        envs.close()
+    faulted = check(got, "next_step", [2, 3], "worker 1 (Ray actor on node")
+    assert faulted == 2 and restarts.tolist() == [0, 0, 2, 2]
+    assert {(f.kind, f.worker) for f in faults} == {("death", 1)}
 
 
 def test_past_the_limit_a_dead_actor_raises_worker_error():
