@@ -19,6 +19,8 @@ from gymvec.common.fastpath import tensordict_unchecked
 from gymvec.specs import non_tensor, object_values
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gymvec.engine.engine import BatchEngine
     from gymvec.specs import Composite, TensorSpec
     from gymvec.wire.buffers import Buffers
@@ -55,13 +57,7 @@ class FirstReadyBatches:
 
         def _check_open(self) -> None: ...
 
-        def _flag_first_ready(
-            self,
-            out: TensorDictBase,
-            rows: np.ndarray,
-            faults: dict[int, str] | None = None,
-            sent: TensorDictBase | None = None,
-        ) -> None: ...
+        _flag_first_ready: Callable[..., None]  # (FaultedRows': the "fault" flags)
 
     def async_step_send(self, td: TensorDictBase) -> None:
         """Step the sub-envs that ``td["env_index"]`` names (int64 ``[K]``; without it, all
