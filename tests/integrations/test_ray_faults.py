@@ -186,3 +186,55 @@ def test_a_process_beside_an_actor_that_dies_starts_again_in_the_actor():
     faulted = check(got, "next_step", [1], "worker died: exit code 3")
     assert faulted >= 2 and restarts.tolist() == [0, faulted, 0, 0]
     assert {(f.kind, f.worker, f.sub_env) for f in faults} == {("death", 0, 1)}
+
+
+def first_ready_run(envs, recvs: int, before_recv) -> list[list]:
+    """Per sub-env, its (obs, reward, terminated, truncated, fault message or None) in the
+    order received over ``recvs`` first-ready batches; each sub-env's ``t``-th action is
+    ``actions(t)``'s, so its trajectory does not depend on which sub-envs share a batch."""
+    per_env: list[list] = [[] for _ in range(N)]
+    envs.async_reset(seed=11)
+    for k in range(recvs):
+        before_recv(k)
+        obs, rew, term, trunc, infos = envs.recv()
+        ids = infos["env_id"].tolist()
+        for j, i in enumerate(ids):
+            fault = infos["fault"][j] if infos.get("_fault", np.zeros(N))[j] else None
+            per_env[i].append((obs[j].copy(), float(rew[j]), bool(term[j]), bool(trunc[j]), fault))
+        envs.send(np.array([actions(len(per_env[i]) - 1)[i] for i in ids]), np.array(ids))
+    return per_env
+
+
+def test_an_actor_killed_in_first_ready_batches_starts_again_while_the_others_flow():
+    env = gymvec.RayEnv(2, healthy_fns(N), envs_per_worker=2, placement=None, on_fault="restart")
+    envs = GymnasiumVectorEnv(env, batch_size=2)
+    executor = envs.engine.executor
+
+    def kill(k: int) -> None:
+        if k in (6, 18):  # actor 0, with some of its rows in flight (or all)
+            ray.kill(executor.handles[0].actor)
+
+    try:
+        got = first_ready_run(envs, 40, kill)
+        restarts, faults = envs.restarts, envs.faults
+    finally:
+        envs.close()
+    want = _heal.reference("next_step", N, 80)  # (a sub-env has at most 80 entries)
+    for i in (2, 3):  # actor 1's rows: as without the fault, step for step
+        assert len(got[i]) >= 10 and not any(entry[4] for entry in got[i])
+        for t, entry in enumerate(got[i]):
+            np.testing.assert_array_equal(entry[0], want[t][0][i])
+            if t:
+                assert entry[1:4] == tuple(want[t][k][i] for k in (1, 2, 3))
+    for i in (0, 1):  # each fault: the last observation, then the rebuilt sub-env's reset
+        rows = got[i]
+        marks = [t for t, entry in enumerate(rows) if entry[4] is not None]
+        assert len(marks) == 2, rows
+        for t in marks:
+            assert "worker 0 (Ray actor on node" in rows[t][4] and "died" in rows[t][4]
+            assert rows[t][1:4] == (0.0, False, True)
+            np.testing.assert_array_equal(rows[t][0], rows[t - 1][0])
+            if t + 1 < len(rows):
+                assert rows[t + 1][1:4] == (0.0, False, False)
+    assert restarts.tolist() == [2, 2, 0, 0]
+    assert {(f.kind, f.worker) for f in faults} == {("death", 0)}

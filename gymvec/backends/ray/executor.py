@@ -142,6 +142,9 @@ class RayExecutor(Executor):
         self.last_lane = 0
         self.bounds = list(worker_bounds)
         self.finished: dict[int, Extras | None] = {}  # first-ready rows done, not yet taken
+        # first-ready rows of an actor started again: their next first-ready command is not
+        # sent, it comes back as this fault (see RayRespawner.start_again_some)
+        self.owed: dict[int, Extras] = {}
         self._lost: list[int] = []
         self.respawner: Any = None  # dead or hung actors start again (see heal_deaths)
         self.actor_options: list[dict] = []  # each actor's .options(), its bundle's included
@@ -373,6 +376,10 @@ class RayExecutor(Executor):
         layout = expect_set(self.shared, "the buffers (attach() hands them over)").layout
         if layout.object_obs_keys or layout.object_action_keys:
             raise first_ready_objects_error()
+        if self.owed:
+            owed = [row for row in rows if row in self.owed]
+            self.finished.update((row, self.owed.pop(row)) for row in owed)
+            rows = [row for row in rows if row not in owed]
         ship_next = self.last_lane != 0  # see send()
         self.last_lane = 0
         for group, positions in group_indices(rows, self.bounds):
@@ -416,21 +423,26 @@ class RayExecutor(Executor):
     def _take_ready(self, refs: list) -> None:
         """Copy the answers of every first-ready call that is done into the buffers, each
         actor's in the order its calls were made (a later answer holds the newer rows);
-        raises the first error after all of them are in."""
-        ray = self.ray
+        raises the first error after all of them are in. A dead actor, where deaths heal,
+        starts again: its rows in flight finish as faults (``RayRespawner.start_again_some``)."""
+        ray, respawner = self.ray, self.respawner
         ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
         error = None
-        for handle in self.handles:
+        for handle in list(self.handles):  # (a handle started again is replaced in the list)
             queue = handle.queue
             while queue and queue[0][0] in ready:
-                ref, share = queue.popleft()
+                ref, share = queue[0]
                 try:
                     reply = ray.get(ref)
                 except ray.exceptions.RayError as exc:  # the actor is gone: so are its rows
+                    if respawner is not None:
+                        respawner.start_again_some(handle, "death", str(handle.died(exc)))
+                        break
                     error = error or handle.died(exc)
-                    self._lost += share + [row for _, rows in queue for row in rows]
+                    self._lost += [row for _, rows in queue for row in rows]
                     queue.clear()
                     break
+                queue.popleft()
                 if type(reply) is tuple and reply[0] == "error":
                     error = error or handle.raised(reply[1])
                     self._lost += share
@@ -439,6 +451,9 @@ class RayExecutor(Executor):
                 handle.receive(reply, 0, extras)
                 for row in share:
                     self.finished[row] = extras.get(row)
+                for row, extra in extras.items():  # a process of the actor started again
+                    if extra.fault is not None and row not in share:
+                        self.owed[row] = extra
         if error is not None:
             raise error
 

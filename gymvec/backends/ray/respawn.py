@@ -43,16 +43,37 @@ class RayRespawner:
         return owed
 
     def end_busy(self, timeout: float) -> bool:
-        """The command in flight outlasted the engine's ``timeout``: kill the actors still
-        busy with it and start them again; their rows' faults come with the resumed wait.
-        Returns True (the wait may resume)."""
-        ray = self.executor.ray
-        busy = [handle for handle in self.executor.handles if handle.ref is not None]
-        ready = set(ray.wait([h.ref for h in busy], num_returns=len(busy), timeout=0)[0])
+        """The command in flight (or a first-ready wait) outlasted the engine's ``timeout``:
+        kill the actors still busy with it and start them again; their rows' faults come
+        with the resumed wait. Returns False where none was busy (the timeout stands)."""
+        ray, handles = self.executor.ray, self.executor.handles
+        busy = [h for h in handles if h.ref is not None]
+        queued = [h for h in handles if h.queue]  # (first-ready calls, the oldest first)
+        refs = [h.ref for h in busy] + [h.queue[0][0] for h in queued]
+        if not refs:
+            return False
+        ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
+        message = f"timed out after {timeout} s"
         for handle in busy:
             if handle.ref not in ready:
-                self.owed.update(self.respawn(handle, "timeout", f"timed out after {timeout} s"))
-        return True
+                self.owed.update(self.respawn(handle, "timeout", message))
+        hung = [handle for handle in queued if handle.queue[0][0] not in ready]
+        for handle in hung:
+            self.start_again_some(handle, "timeout", message)
+        return bool(busy) or bool(hung)
+
+    def start_again_some(self, handle: RayHandle, kind: str, message: str) -> None:
+        """In first-ready commands, ``handle``'s actor died or hung: start it again (see
+        :meth:`respawn`). Its rows in flight finish now as faults of ``kind``; its other
+        rows, those finished but not taken included, owe theirs to their next first-ready
+        command, which does not run them (their sub-envs are new)."""
+        executor = self.executor
+        in_flight = [row for _, share in handle.queue for row in share]
+        handle.queue.clear()
+        faults = self.respawn(handle, kind, message)
+        for row in in_flight:
+            executor.finished[row] = faults.pop(row)
+        executor.owed.update(faults)
 
     def respawn(self, handle: RayHandle, kind: str, message: str) -> dict[int, Extras]:
         """End ``handle``'s actor, start a new one in its place, ready and healing; returns
