@@ -238,3 +238,35 @@ def test_an_actor_killed_in_first_ready_batches_starts_again_while_the_others_fl
                 assert rows[t + 1][1:4] == (0.0, False, False)
     assert restarts.tolist() == [2, 2, 0, 0]
     assert {(f.kind, f.worker) for f in faults} == {("death", 0)}
+
+
+def test_first_ready_tensordict_steps_flag_a_killed_actors_rows():
+    """``async_step_recv``: actor 0, killed, starts again; its rows come back flagged
+    (``("next", "fault")``), truncated and done, reward 0, the observation they were sent
+    with; actor 1's rows as gymnasium's over the same envs."""
+    import torch
+    from tensordict import TensorDict
+
+    env = gymvec.RayEnv(2, healthy_fns(N), envs_per_worker=2, placement=None, on_fault="restart")
+    want = _heal.reference("next_step", N, 2)
+    try:
+        env.set_seed(11)
+        td = env.reset()
+        ray.kill(env.engine.executor.handles[0].actor)
+        td.set("action", torch.as_tensor(actions(0)))
+        env.async_step_send(td)
+        out = env.async_step_recv(min_get=N)
+        got = out["next"][torch.argsort(out["env_index"])]
+        assert got["fault"].reshape(-1).tolist() == [True, True, False, False]
+        assert got["truncated"][:2].all() and got["done"][:2].all()
+        assert not got["terminated"][:2].any() and got["reward"][:2].sum().item() == 0.0
+        torch.testing.assert_close(got["observation"][:2], td["observation"][:2])
+        np.testing.assert_array_equal(got["observation"][2:].numpy(), want[1][0][2:])
+        np.testing.assert_array_equal(got["reward"][2:].reshape(-1).numpy(), want[1][1][2:])
+        env.async_reset_send(TensorDict({"env_index": torch.tensor([0, 1])}, batch_size=[2]))
+        reset = env.async_reset_recv(min_get=2)
+        assert not reset["fault"].any()
+        assert env.restarts.tolist() == [1, 1, 0, 0]
+        assert [(f.kind, f.sub_env) for f in env.faults] == [("death", 0), ("death", 1)]
+    finally:
+        env.close()
