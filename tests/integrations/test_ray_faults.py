@@ -188,14 +188,18 @@ def test_a_process_beside_an_actor_that_dies_starts_again_in_the_actor():
     assert {(f.kind, f.worker, f.sub_env) for f in faults} == {("death", 0, 1)}
 
 
-def first_ready_run(envs, recvs: int, before_recv) -> list[list]:
+def first_ready_run(envs, recvs: int, before_recv=None, until=None) -> list[list]:
     """Per sub-env, its (obs, reward, terminated, truncated, fault message or None) in the
-    order received over ``recvs`` first-ready batches; each sub-env's ``t``-th action is
-    ``actions(t)``'s, so its trajectory does not depend on which sub-envs share a batch."""
+    order received over ``recvs`` first-ready batches (or until ``until(per_env)``); each
+    sub-env's ``t``-th action is ``actions(t)``'s, so its trajectory does not depend on which
+    sub-envs share a batch."""
     per_env: list[list] = [[] for _ in range(N)]
     envs.async_reset(seed=11)
     for k in range(recvs):
-        before_recv(k)
+        if until is not None and until(per_env):
+            break
+        if before_recv is not None:
+            before_recv(k)
         obs, rew, term, trunc, infos = envs.recv()
         ids = infos["env_id"].tolist()
         for j, i in enumerate(ids):
@@ -203,6 +207,28 @@ def first_ready_run(envs, recvs: int, before_recv) -> list[list]:
             per_env[i].append((obs[j].copy(), float(rew[j]), bool(term[j]), bool(trunc[j]), fault))
         envs.send(np.array([actions(len(per_env[i]) - 1)[i] for i in ids]), np.array(ids))
     return per_env
+
+
+def check_first_ready(got: list, others: list[int], faulted: list[int], n: int, message: str):
+    """``others``' rows as gymnasium's over the same envs, step for step, without a fault;
+    each of ``faulted``'s rows faulted ``n`` times (``message`` in each), each fault its last
+    observation, truncated, reward 0, then the rebuilt sub-env's reset."""
+    want = _heal.reference("next_step", N, max(len(got[i]) for i in others))
+    for i in others:
+        assert len(got[i]) >= 10 and not any(entry[4] for entry in got[i])
+        for t, entry in enumerate(got[i]):
+            np.testing.assert_array_equal(entry[0], want[t][0][i])
+            if t:
+                assert entry[1:4] == tuple(want[t][k][i] for k in (1, 2, 3))
+    for i in faulted:
+        rows = got[i]
+        marks = [t for t, entry in enumerate(rows) if entry[4] is not None]
+        assert len(marks) == n, rows
+        for t in marks:
+            assert message in rows[t][4] and rows[t][1:4] == (0.0, False, True)
+            np.testing.assert_array_equal(rows[t][0], rows[t - 1][0])
+            if t + 1 < len(rows):
+                assert rows[t + 1][1:4] == (0.0, False, False)
 
 
 def test_an_actor_killed_in_first_ready_batches_starts_again_while_the_others_flow():
@@ -219,25 +245,22 @@ def test_an_actor_killed_in_first_ready_batches_starts_again_while_the_others_fl
         restarts, faults = envs.restarts, envs.faults
     finally:
         envs.close()
-    want = _heal.reference("next_step", N, 80)  # (a sub-env has at most 80 entries)
-    for i in (2, 3):  # actor 1's rows: as without the fault, step for step
-        assert len(got[i]) >= 10 and not any(entry[4] for entry in got[i])
-        for t, entry in enumerate(got[i]):
-            np.testing.assert_array_equal(entry[0], want[t][0][i])
-            if t:
-                assert entry[1:4] == tuple(want[t][k][i] for k in (1, 2, 3))
-    for i in (0, 1):  # each fault: the last observation, then the rebuilt sub-env's reset
-        rows = got[i]
-        marks = [t for t, entry in enumerate(rows) if entry[4] is not None]
-        assert len(marks) == 2, rows
-        for t in marks:
-            assert "worker 0 (Ray actor on node" in rows[t][4] and "died" in rows[t][4]
-            assert rows[t][1:4] == (0.0, False, True)
-            np.testing.assert_array_equal(rows[t][0], rows[t - 1][0])
-            if t + 1 < len(rows):
-                assert rows[t + 1][1:4] == (0.0, False, False)
+    check_first_ready(got, [2, 3], [0, 1], 2, "worker 0 (Ray actor on node")
+    assert all("died" in entry[4] for i in (0, 1) for entry in got[i] if entry[4])
     assert restarts.tolist() == [2, 2, 0, 0]
     assert {(f.kind, f.worker) for f in faults} == {("death", 0)}
+
+
+def kill_now(actor) -> None:
+    """``ray.kill``, waited out: the kill is asynchronous, a call made at once may still run."""
+    ray.kill(actor)
+    for _ in range(200):
+        try:
+            ray.get(actor.ping.remote(), timeout=30)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the killed actor still answers")
 
 
 def test_first_ready_tensordict_steps_flag_a_killed_actors_rows():
@@ -252,7 +275,7 @@ def test_first_ready_tensordict_steps_flag_a_killed_actors_rows():
     try:
         env.set_seed(11)
         td = env.reset()
-        ray.kill(env.engine.executor.handles[0].actor)
+        kill_now(env.engine.executor.handles[0].actor)
         td.set("action", torch.as_tensor(actions(0)))
         env.async_step_send(td)
         out = env.async_step_recv(min_get=N)
@@ -270,3 +293,36 @@ def test_first_ready_tensordict_steps_flag_a_killed_actors_rows():
         assert [(f.kind, f.sub_env) for f in env.faults] == [("death", 0), ("death", 1)]
     finally:
         env.close()
+
+
+def hung_actor_face(on_fault: str) -> GymnasiumVectorEnv:
+    """First-ready batches of 2 over 4 sub-envs; sub-env 3 (actor 1) hangs at its 5th step."""
+    fns = [functools.partial(HangsAtStep, 5 if i == 3 else 0) for i in range(N)]
+    env = gymvec.RayEnv(2, fns, envs_per_worker=2, placement=None, on_fault=on_fault, timeout=2.0)
+    return GymnasiumVectorEnv(env, batch_size=2)
+
+
+def test_an_actor_hung_in_first_ready_batches_starts_again_while_the_others_flow():
+    envs = hung_actor_face("restart")
+
+    def healed(per_env: list) -> bool:  # rows 2 and 3: a fault, and a row after it
+        return all(any(e[4] for e in per_env[i][:-1]) for i in (2, 3))
+
+    try:
+        got = first_ready_run(envs, 10**6, until=healed)
+        restarts, faults = envs.restarts, envs.faults
+    finally:
+        envs.close()
+    check_first_ready(got, [0, 1], [2, 3], 1, "timed out after 2.0 s")
+    assert restarts.tolist() == [0, 0, 1, 1]
+    assert {(f.kind, f.worker) for f in faults} == {("timeout", 1)}
+
+
+def test_without_restart_an_actor_hung_in_first_ready_batches_is_a_timeout():
+    envs = hung_actor_face("raise")
+    try:
+        with pytest.raises(gymvec.SubEnvTimeoutError, match="past the timeout of 2.0 s") as info:
+            first_ready_run(envs, 10**6)
+        assert "workers [1]" in str(info.value)
+    finally:
+        envs.close()

@@ -385,6 +385,8 @@ class RayExecutor(Executor):
         for group, positions in group_indices(rows, self.bounds):
             handle = self.handles[group]
             share = [rows[p] for p in positions]
+            if not handle.queue:
+                handle.since = time.monotonic()
             handle.queue.append((handle.post(None, ship_next, share), share))
 
     def resend_some(self, rows: Sequence[int]) -> None:
@@ -396,29 +398,56 @@ class RayExecutor(Executor):
 
     def wait_some(self, take: Take) -> dict[int, Extras | None]:
         """Wait (``ray.wait`` over the actors' pending calls) until ``min_get`` of ``rows``
-        have finished; returns those finished (at most ``max_get``, first finished first)."""
-        rows, min_get, max_get, timeout, _ = take
+        have finished; returns those finished (at most ``max_get``, first finished first).
+        An actor whose oldest call has run past ``take.row_limit`` while others finish is
+        hung: where hangs heal it starts again (its rows in flight faults of kind
+        "timeout"), otherwise a SubEnvTimeoutError names it."""
+        rows, min_get, max_get, timeout, row_limit = take
         ray = self.ray
         deadline = None if timeout is None else time.monotonic() + timeout
         finished = self.finished
         while sum(row in finished for row in rows) < min_get:
             refs = [ref for handle in self.handles for ref, _ in handle.queue]
-            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            now = time.monotonic()
+            due = [deadline] if deadline is not None else []
+            if row_limit is not None:  # (woken when the oldest call would be late)
+                due += [h.since + row_limit for h in self.handles if h.queue]
+            left = max(min(due) - now, 0.0) if due else None
             ready, _ = ray.wait(refs, num_returns=1, timeout=left)
-            if not ready:
-                queued = [share for handle in self.handles for _, share in handle.queue]
-                busy = [row for share in queued for row in share]
-                raise SubEnvTimeoutError(
-                    f"first-ready wait: fewer than {min_get} sub-envs finished within {timeout} "
-                    f"s; sub-envs {sorted(busy)} are still busy",
-                    [
-                        (h.index, None, sorted(r for _, rows in h.queue for r in rows))
-                        for h in self.handles
-                        if h.queue
-                    ],
+            if ready:
+                self._take_ready(refs)
+            elif deadline is not None and time.monotonic() >= deadline:
+                raise self._timeout_error(
+                    f"fewer than {min_get} sub-envs finished within {timeout} s",
+                    [h for h in self.handles if h.queue],
                 )
-            self._take_ready(refs)
+            if row_limit is not None:
+                self._end_late(row_limit)
         return take_finished(finished, rows, max_get)
+
+    def _end_late(self, limit: float) -> None:
+        """The actors whose oldest first-ready call has run past ``limit`` seconds: started
+        again where hangs heal, else a SubEnvTimeoutError."""
+        since = time.monotonic() - limit
+        late = [h for h in self.handles if h.queue and h.since < since]
+        if not late:
+            return
+        heads = [h.queue[0][0] for h in late]
+        ready = set(self.ray.wait(heads, num_returns=len(heads), timeout=0)[0])
+        late = [h for h in late if h.queue[0][0] not in ready]  # (one may have answered now)
+        if late and self.respawner is None:
+            raise self._timeout_error(f"a sub-env ran past the timeout of {limit} s", late)
+        for handle in late:
+            self.respawner.start_again_some(handle, "timeout", f"timed out after {limit} s")
+
+    def _timeout_error(self, what: str, handles: list[RayHandle]) -> SubEnvTimeoutError:
+        """A first-ready wait's TimeoutError: ``handles``' rows in flight still running."""
+        busy = [sorted(r for _, rows in h.queue for r in rows) for h in handles]
+        return SubEnvTimeoutError(
+            f"first-ready wait: {what}; sub-envs {sorted(r for b in busy for r in b)} "
+            f"(workers {[h.index for h in handles]}) are still running",
+            [(h.index, None, rows) for h, rows in zip(handles, busy)],
+        )
 
     def _take_ready(self, refs: list) -> None:
         """Copy the answers of every first-ready call that is done into the buffers, each
@@ -443,6 +472,7 @@ class RayExecutor(Executor):
                     queue.clear()
                     break
                 queue.popleft()
+                handle.since = time.monotonic()
                 if type(reply) is tuple and reply[0] == "error":
                     error = error or handle.raised(reply[1])
                     self._lost += share

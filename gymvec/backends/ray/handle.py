@@ -26,6 +26,9 @@ class RayHandle:
         self.node_id = "?"
         self.ref: Any = None  # the pending result of the call in flight
         self.queue: deque[tuple[Any, list[int]]] = deque()  # first-ready calls, in order
+        # when the oldest of them started counting against a timeout: its send, or the
+        # actor's last answer, whichever came later (an actor runs its calls one at a time)
+        self.since = 0.0
         self.summaries: list[SubEnvSummary] = []
 
     def lay_out(self, shared: SharedMemory) -> None:
