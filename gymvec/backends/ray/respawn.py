@@ -11,6 +11,11 @@ node ...) died: ...", None)`` or ``("timeout", "timed out after 1.0 s", None)``)
 engine books as it books a sub-env that raised (``engine/healing.py``): the rows read as
 truncated with their last observation, and past the policy's limit a ``WorkerError`` ends the
 run. The other actors' answers of that command stand.
+
+In first-ready commands (:meth:`RayRespawner.start_again_some`) the rows of the dead or hung
+actor's calls in flight finish as faults at once; its other rows owe theirs to their next
+first-ready command (``RayExecutor.owed``), while the other actors' rows keep flowing. An actor
+that died in a request fails it; the next command finds it dead and starts it again.
 """
 
 from __future__ import annotations
