@@ -152,7 +152,7 @@ class RayExecutor(Executor):
         # the request in flight: the actors asked, with the positions of their indices
         self.asked: list[tuple[RayHandle, list[int]]] = []
         try:
-            strategies = self._place(len(worker_bounds))
+            self.placement_group, strategies = place(ray, options, len(worker_bounds))
             self.actor_class = actor_class = _remote_worker_class(ray)
             actor_options = {"num_cpus": 1, **(options.actor_options or {})}
             for w, (start, stop) in enumerate(worker_bounds):
@@ -190,49 +190,6 @@ class RayExecutor(Executor):
         self.shared = shared
         self.bounds = list(layout.worker_rows)
         self.sub_env_sizes = [layout.sub_env_sizes_of(h.index) for h in self.handles]
-
-    def _place(self, num_workers: int) -> list[dict]:
-        """The scheduling options of each actor: a bundle of a placement group each."""
-        strategy = PLACEMENTS[self.options.placement]
-        if strategy is None:
-            return [{}] * num_workers
-        from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        ray = self.ray
-        actor_options = self.options.actor_options or {}
-        bundle = {"CPU": actor_options.get("num_cpus", 1)}
-        if actor_options.get("num_gpus"):
-            bundle["GPU"] = actor_options["num_gpus"]
-        bundle.update(actor_options.get("resources") or {})
-        bundle = {name: amount for name, amount in bundle.items() if amount}
-        total = ray.cluster_resources()
-        wanted = {name: amount * num_workers for name, amount in bundle.items()}
-        short = {name: amount for name, amount in wanted.items() if total.get(name, 0) < amount}
-        if short:  # an autoscaler may still add nodes: say so, and wait startup_timeout
-            warnings.warn(
-                f"RayEnv: {num_workers} actors of {bundle} need {wanted}, the Ray cluster has "
-                f"{ {name: total.get(name, 0) for name in wanted} } now; waiting up to "
-                f"{self.options.startup_timeout} s (set actor_options={{'num_cpus': ...}})",
-                stacklevel=4,
-            )
-        self.placement_group = placement_group([bundle] * num_workers, strategy=strategy)
-        try:
-            ray.get(self.placement_group.ready(), timeout=self.options.startup_timeout)
-        except ray.exceptions.GetTimeoutError:
-            raise WorkerError(
-                f"RayEnv: the placement group of {num_workers} bundles {bundle} "
-                f"({strategy}) was not placed within {self.options.startup_timeout} s; the "
-                f"cluster has {total}"
-            ) from None
-        return [
-            {
-                "scheduling_strategy": PlacementGroupSchedulingStrategy(
-                    self.placement_group, placement_group_bundle_index=w
-                )
-            }
-            for w in range(num_workers)
-        ]
 
     def _start(
         self,
@@ -417,7 +374,7 @@ class RayExecutor(Executor):
             if ready:
                 self._take_ready(refs)
             elif deadline is not None and time.monotonic() >= deadline:
-                raise self._timeout_error(
+                raise first_ready_timeout(
                     f"fewer than {min_get} sub-envs finished within {timeout} s",
                     [h for h in self.handles if h.queue],
                 )
@@ -436,18 +393,9 @@ class RayExecutor(Executor):
         ready = set(self.ray.wait(heads, num_returns=len(heads), timeout=0)[0])
         late = [h for h in late if h.queue[0][0] not in ready]  # (one may have answered now)
         if late and self.respawner is None:
-            raise self._timeout_error(f"a sub-env ran past the timeout of {limit} s", late)
+            raise first_ready_timeout(f"a sub-env ran past the timeout of {limit} s", late)
         for handle in late:
             self.respawner.start_again_some(handle, "timeout", f"timed out after {limit} s")
-
-    def _timeout_error(self, what: str, handles: list[RayHandle]) -> SubEnvTimeoutError:
-        """A first-ready wait's TimeoutError: ``handles``' rows in flight still running."""
-        busy = [sorted(r for _, rows in h.queue for r in rows) for h in handles]
-        return SubEnvTimeoutError(
-            f"first-ready wait: {what}; sub-envs {sorted(r for b in busy for r in b)} "
-            f"(workers {[h.index for h in handles]}) are still running",
-            [(h.index, None, rows) for h, rows in zip(handles, busy)],
-        )
 
     def _take_ready(self, refs: list) -> None:
         """Copy the answers of every first-ready call that is done into the buffers, each
@@ -555,6 +503,63 @@ class RayExecutor(Executor):
         self.placement_group = None
         if error is not None:
             raise error
+
+
+def place(ray: Any, options: RayOptions, num_workers: int) -> tuple[Any, list[dict]]:
+    """The placement group of ``num_workers`` actors (None: no placement) and the scheduling
+    options of each actor: a bundle of the group each."""
+    strategy = PLACEMENTS[options.placement]
+    if strategy is None:
+        return None, [{}] * num_workers
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    actor_options = options.actor_options or {}
+    bundle = {"CPU": actor_options.get("num_cpus", 1)}
+    if actor_options.get("num_gpus"):
+        bundle["GPU"] = actor_options["num_gpus"]
+    bundle.update(actor_options.get("resources") or {})
+    bundle = {name: amount for name, amount in bundle.items() if amount}
+    total = ray.cluster_resources()
+    wanted = {name: amount * num_workers for name, amount in bundle.items()}
+    short = {name: amount for name, amount in wanted.items() if total.get(name, 0) < amount}
+    if short:  # an autoscaler may still add nodes: say so, and wait startup_timeout
+        warnings.warn(
+            f"RayEnv: {num_workers} actors of {bundle} need {wanted}, the Ray cluster has "
+            f"{ {name: total.get(name, 0) for name in wanted} } now; waiting up to "
+            f"{options.startup_timeout} s (set actor_options={{'num_cpus': ...}})",
+            stacklevel=4,
+        )
+    group = placement_group([bundle] * num_workers, strategy=strategy)
+    try:
+        ray.get(group.ready(), timeout=options.startup_timeout)
+    except ray.exceptions.GetTimeoutError:
+        from ray.util.placement_group import remove_placement_group
+
+        remove_placement_group(group)  # (its bundles would wait for a node forever)
+        raise WorkerError(
+            f"RayEnv: the placement group of {num_workers} bundles {bundle} "
+            f"({strategy}) was not placed within {options.startup_timeout} s; the "
+            f"cluster has {total}"
+        ) from None
+    return group, [
+        {
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                group, placement_group_bundle_index=w
+            )
+        }
+        for w in range(num_workers)
+    ]
+
+
+def first_ready_timeout(what: str, handles: list[RayHandle]) -> SubEnvTimeoutError:
+    """A first-ready wait's TimeoutError: ``handles``' rows in flight still running."""
+    busy = [sorted(r for _, rows in h.queue for r in rows) for h in handles]
+    return SubEnvTimeoutError(
+        f"first-ready wait: {what}; sub-envs {sorted(r for b in busy for r in b)} "
+        f"(workers {[h.index for h in handles]}) are still running",
+        [(h.index, None, rows) for h, rows in zip(handles, busy)],
+    )
 
 
 def ray_backend(options: RayOptions) -> Any:
