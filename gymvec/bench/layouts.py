@@ -34,7 +34,7 @@ def tune_main(args: argparse.Namespace) -> int:
     report = autotune(args.tune, num_envs, seconds=seconds)
     print(report.table())
     # the cost model's choice from the same measured costs
-    predicted = choose(report.costs, num_envs, Constraints(), "timed").chosen
+    predicted = choose(report.costs, num_envs, Constraints(), "timed", report.busy).chosen
     best = report.chosen
     share = next(c.measured for c in report.candidates if c.name == predicted.name) or 0.0
     print(

@@ -18,7 +18,7 @@ from gymnasium.vector.utils import batch_space
 from gymvec.common.faults import Fault
 from gymvec.errors import ClosedEnvError
 from gymvec.layout.model import Candidate, Constraints, Layout, LayoutReport, choose
-from gymvec.layout.timing import choose_layout, measure
+from gymvec.layout.timing import choose_layout, measure, others_load
 
 if TYPE_CHECKING:
     from gymvec.vector.vector_env import GymnasiumVectorEnv
@@ -284,7 +284,8 @@ def autotune(
         costs = measure(throwaway, cores, 0.5 if seconds is None else min(0.5, seconds / 4))
     finally:
         throwaway.close()
-    predicted = choose(costs, num_envs, Constraints(), "measured").candidates
+    busy = others_load()
+    predicted = choose(costs, num_envs, Constraints(), "measured", busy).candidates
     per_candidate = 0.5 if seconds is None else max(seconds * 0.75 / len(predicted), 0.01)
     measured = tuple(
         Candidate(
@@ -298,7 +299,7 @@ def autotune(
         for c in predicted
     )
     best = max(measured, key=lambda c: c.measured or 0.0)
-    return LayoutReport(costs, num_envs, measured, best, "measured")
+    return LayoutReport(costs, num_envs, measured, best, "measured", busy)
 
 
 def _factory_builder(env_fns: list) -> Build:

@@ -17,6 +17,7 @@ from gymvec.layout.model import Costs
 
 logger = logging.getLogger("gymvec")
 FILE_NAME = "layouts.json"
+COSTS_FORM = 2  # the fields of Costs the entries hold (2: obs_bytes added)
 _warned: set[str] = set()  # the files warned about (once each)
 
 
@@ -37,7 +38,8 @@ def cache_key(env_id: str, env_kwargs: dict[str, Any], num_envs: int, cores: int
     from gymvec import __version__
 
     kwargs = ",".join(f"{k}={v!r}" for k, v in sorted(env_kwargs.items()))
-    text = f"{env_id}|{kwargs}|{num_envs}|{cores}|{__version__}"
+    # (COSTS_FORM: entries of an older form of Costs are measured again, not misread)
+    text = f"{env_id}|{kwargs}|{num_envs}|{cores}|{__version__}|{COSTS_FORM}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

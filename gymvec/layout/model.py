@@ -1,14 +1,21 @@
 """The cost model of ``backend="auto"``: each candidate layout's predicted time per vector step,
 from a sub-env's measured costs and this machine's round trip (terms in ``docs/layout.md``).
 
-One vector step of ``N`` sub-envs, each costing ``c = step + reset_rate * reset`` seconds:
+One vector step of ``N`` sub-envs, each costing ``c = step + reset_rate * reset`` seconds, its
+row written into the buffers for ``r = ROW + BYTE * obs_bytes``, the batch copied out for
+``N * BYTE * obs_bytes``:
 
-* this process alone: ``T = CALL + N * (c + ROW)``;
+* this process alone: ``T = CALL + N * (c + r) + N * BYTE * obs_bytes``;
 * ``W`` shares over worker processes (``local``: the calling process steps share 0 itself,
-  ``W - 1`` child processes): ``T = CALL + TRIP_SCALE * round_trip + TRIP_BASE
-  + WAKE * (children - 1) + max_share * (c + ROW) * max(1, W / cores) + N * COPY``; the last
-  share to finish sets the pace, and shares beyond the usable cores slow each other down in
-  proportion.
+  ``children`` processes step the others): ``T = CALL + max(trip + slowest child share,
+  local share) + N * (COPY + BYTE * obs_bytes)``, a share of ``k`` sub-envs costing
+  ``k * (c + r) * max(1, W / cores)`` (shares beyond the usable cores slow each other down).
+  ``trip`` is a command to the children and their answers: where every process (the children
+  and this one) has a core of its own they spin on shared words, ``SPIN_TRIP``; otherwise a
+  wake-up goes through the kernel, ``TRIP_SCALE * round_trip + TRIP_BASE``; plus ``WAKE``
+  for each child beyond the first. This process's share runs while the children run theirs.
+  "Usable cores" are the cores less those other programs keep busy (``busy``, their load
+  when the choice is made): a process that spins waits for one that other programs hold.
 
 The candidate predicted fastest wins; worker processes must beat this process alone by
 ``MARGIN`` (a wrong choice of workers loses more to a cheap env than the reverse).
@@ -21,11 +28,13 @@ from collections.abc import Sequence
 
 from gymvec.subenvs.layout import spread
 
-# Seconds, from gymvec's own paths on a 2-core machine (steps of a no-op env, see
-# docs/layout.md): what a vector step costs beyond the sub-envs' own work.
-CALL = 25e-6  # one call through the face and the engine, whatever the layout
+# Seconds, from gymvec's own paths on a 2-core machine (the layouts panel and steps of a no-op
+# env, see docs/layout.md): what a vector step costs beyond the sub-envs' own work.
+CALL = 10e-6  # one call through the face and the engine, whatever the layout
 ROW = 1.0e-6  # the buffers' share of one sub-env's step (writes, flags), per sub-env
-TRIP_SCALE = 3.0  # a command to the workers and back costs this many bare pipe round trips...
+BYTE = 0.035e-9  # one observation byte copied (into the buffers, or out of them)
+SPIN_TRIP = 8e-6  # a command and its answers, every process on a core of its own
+TRIP_SCALE = 3.0  # otherwise a command and its answers cost this many bare pipe round trips...
 TRIP_BASE = 40e-6  # ...plus this (semaphores, mode bytes, the parent's own wait)
 WAKE = 10e-6  # each child process woken, beyond the first
 COPY = 0.2e-6  # per sub-env: the parent reads shared rows the workers wrote
@@ -36,13 +45,15 @@ MARGIN = 1.1  # workers are chosen only when predicted this much faster than thi
 class Costs:
     """What the choice is made from: one sub-env's ``step`` and ``reset`` (seconds), how
     often a step ends an episode (``reset_rate``), this machine's ``round_trip`` between two
-    processes (seconds), and its usable ``cores``."""
+    processes (seconds), its usable ``cores``, and the size of one observation
+    (``obs_bytes``)."""
 
     step: float
     reset: float
     reset_rate: float
     round_trip: float
     cores: int
+    obs_bytes: int = 0  # one observation's array bytes (the buffers copy them)
 
     @property
     def per_step(self) -> float:
@@ -86,6 +97,7 @@ class LayoutReport:
     candidates: tuple[Candidate, ...]
     chosen: Candidate
     source: str  # "timed", "cache", "measured" (autotune) or "given" (options fixed it)
+    busy: float = 0.0  # other programs' load when it was chosen (see predict)
 
     def table(self) -> str:
         """The candidates as a text table, the chosen one marked."""
@@ -93,7 +105,8 @@ class LayoutReport:
         lines = [
             f"{self.num_envs} sub-envs; step {c.step * 1e6:.1f} us, reset {c.reset * 1e6:.1f} "
             f"us every {1 / c.reset_rate if c.reset_rate else float('inf'):.0f} steps; round "
-            f"trip {c.round_trip * 1e6:.1f} us; {c.cores} cores ({self.source})",
+            f"trip {c.round_trip * 1e6:.1f} us; {c.cores} cores, other programs' load "
+            f"{self.busy:.1f} ({self.source})",
             f"{'layout':<22}{'shares':<18}{'predicted/s':>13}{'measured/s':>13}",
         ]
         for cand in self.candidates:
@@ -178,25 +191,43 @@ def candidates(num_envs: int, cores: int, constraints: Constraints) -> list[Cand
     return found
 
 
-def predict(candidate: Candidate, costs: Costs) -> float:
-    """The candidate's sub-env steps per second under the cost model (module docstring)."""
-    n = sum(candidate.sub_envs_per_worker)
-    per_env = costs.per_step + ROW
+def free_cores(cores: int, busy: float) -> int:
+    """The cores left to gymvec when other programs keep ``busy`` of them busy (their load,
+    rounded), one at the least."""
+    return max(1, cores - int(busy + 0.5))
+
+
+def predict(candidate: Candidate, costs: Costs, busy: float = 0.0) -> float:
+    """The candidate's sub-env steps per second under the cost model (module docstring),
+    other programs keeping ``busy`` cores busy."""
+    shares = candidate.sub_envs_per_worker
+    n = sum(shares)
+    copied = BYTE * costs.obs_bytes
+    per_env = costs.per_step + ROW + copied
     if candidate.backend == "serial":
-        return n / (CALL + n * per_env)
+        return n / (CALL + n * (per_env + copied))
     w = candidate.workers
-    children = w - 1 if candidate.local else w
-    contention = max(1.0, w / max(costs.cores, 1))
-    slowest = max(candidate.sub_envs_per_worker) * per_env * contention
-    trip = TRIP_SCALE * costs.round_trip + TRIP_BASE + WAKE * (children - 1)
-    seconds = CALL + trip + slowest + n * COPY
+    cores = free_cores(costs.cores, busy)
+    contention = max(1.0, w / cores)
+    children = shares[1:] if candidate.local else shares
+    if len(children) + 1 <= cores:  # every process spins on a core of its own
+        trip = SPIN_TRIP
+    else:
+        trip = TRIP_SCALE * costs.round_trip + TRIP_BASE
+    trip += WAKE * (len(children) - 1)
+    slowest = max(children) * per_env * contention
+    local = shares[0] * per_env * contention if candidate.local else 0.0
+    seconds = CALL + max(trip + slowest, local) + n * (COPY + copied)
     return n / seconds
 
 
-def choose(costs: Costs, num_envs: int, constraints: Constraints, source: str) -> LayoutReport:
-    """Every candidate with its prediction, and the fastest (workers by ``MARGIN``)."""
+def choose(
+    costs: Costs, num_envs: int, constraints: Constraints, source: str, busy: float = 0.0
+) -> LayoutReport:
+    """Every candidate with its prediction (other programs keeping ``busy`` cores busy), and
+    the fastest (workers by ``MARGIN``)."""
     found = [
-        dataclasses.replace(c, predicted=predict(c, costs))
+        dataclasses.replace(c, predicted=predict(c, costs, busy))
         for c in candidates(num_envs, costs.cores, constraints)
     ]
     if not found:  # (constraints always leave one: num_workers is checked before)
@@ -205,4 +236,4 @@ def choose(costs: Costs, num_envs: int, constraints: Constraints, source: str) -
     serial = next((c for c in found if c.backend == "serial"), None)
     if serial is not None and best.predicted < serial.predicted * MARGIN:
         best = serial
-    return LayoutReport(costs, num_envs, tuple(found), best, source)
+    return LayoutReport(costs, num_envs, tuple(found), best, source, busy)

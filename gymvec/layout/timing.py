@@ -8,6 +8,8 @@ import statistics
 import time
 from typing import Any
 
+import numpy as np
+
 from gymvec.common.cores import usable_cores
 from gymvec.layout import cache
 from gymvec.layout.model import Constraints, Costs, LayoutReport, choose
@@ -19,9 +21,10 @@ CHUNK = 16  # the step cost is the median of the means of this many steps in a r
 _round_trip: float | None = None  # measured once per process
 
 
-def time_sub_env(env: Any, seconds: float = 0.5) -> tuple[float, float, float]:
-    """``(step, reset, reset_rate)`` of a gymnasium ``env``, stepped with random actions for
-    at most ``seconds``; the env is reset first and left open.
+def time_sub_env(env: Any, seconds: float = 0.5) -> tuple[float, float, float, int]:
+    """``(step, reset, reset_rate, obs_bytes)`` of a gymnasium ``env``, stepped with random
+    actions for at most ``seconds``; the env is reset first and left open. ``obs_bytes``:
+    the size of the reset's observation (its array leaves), which the buffers copy.
 
     Costs that drift: the step cost comes from the second half of the timed steps, so a
     slow start (first resets, caches, compilation) weighs nothing once it has passed; the
@@ -35,7 +38,7 @@ def time_sub_env(env: Any, seconds: float = 0.5) -> tuple[float, float, float]:
     space = env.action_space
     space.seed(0)
     started = time.perf_counter()
-    env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     first_reset = time.perf_counter() - started
     deadline = started + seconds
     steps: list[float] = []
@@ -55,7 +58,21 @@ def time_sub_env(env: Any, seconds: float = 0.5) -> tuple[float, float, float]:
     chunks = [statistics.fmean(later[k : k + CHUNK]) for k in range(0, len(later), CHUNK)]
     step = statistics.median(chunks) if len(chunks) >= 3 else statistics.fmean(later)
     reset = statistics.median(resets) if resets else first_reset
-    return step, reset, len(resets) / len(steps)
+    return step, reset, len(resets) / len(steps), nbytes(obs)
+
+
+def nbytes(value: Any) -> int:
+    """The bytes of the array leaves of an observation (dicts and tuples walked; objects that
+    are not arrays count 0)."""
+    if isinstance(value, dict):
+        return sum(nbytes(v) for v in value.values())
+    if isinstance(value, tuple):
+        return sum(nbytes(v) for v in value)
+    try:
+        array = np.asarray(value)
+    except Exception:  # (an observation numpy cannot take: it travels as an object)
+        return 0
+    return 0 if array.dtype == object else int(array.nbytes)
 
 
 def round_trip() -> float:
@@ -96,12 +113,21 @@ def round_trip() -> float:
     return _round_trip
 
 
+def others_load() -> float:
+    """How many cores other programs keep busy now: the 1-minute load average less this
+    process (which runs while it chooses), 0 where the system has none."""
+    try:
+        return max(0.0, os.getloadavg()[0] - 1.0)
+    except OSError:  # (no load average here)
+        return 0.0
+
+
 def measure(env: Any, cores: int, seconds: float = 0.5) -> Costs:
     """The costs of ``env`` and of this machine, both measured within ``seconds``."""
     started = time.perf_counter()
     trip = round_trip()
-    step, reset, rate = time_sub_env(env, max(seconds - (time.perf_counter() - started), 0.0))
-    return Costs(step, reset, rate, trip, cores)
+    step, reset, rate, obs = time_sub_env(env, max(seconds - (time.perf_counter() - started), 0.0))
+    return Costs(step, reset, rate, trip, cores, obs)
 
 
 def choose_layout(
@@ -114,11 +140,11 @@ def choose_layout(
 ) -> LayoutReport:
     """The layout for ``num_envs`` copies of the env ``throwaway`` is one of (untouched: it
     is timed here unless the cache has its costs under ``key``; the caller closes it)."""
-    cores = usable_cores()
+    cores, busy = usable_cores(), others_load()  # (the load now: the cache keeps costs only)
     costs = None if key is None else cache.load(key)
     if costs is not None and costs.cores == cores:
-        return choose(costs, num_envs, constraints, "cache")
+        return choose(costs, num_envs, constraints, "cache", busy)
     costs = measure(throwaway, cores, seconds)
     if key is not None:
         cache.store(key, costs)
-    return choose(costs, num_envs, constraints, "timed")
+    return choose(costs, num_envs, constraints, "timed", busy)
