@@ -10,10 +10,12 @@ runner and its ratio to the better of Sync/Async (issue 58's targets).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
+import os
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import gymnasium as gym
 
@@ -131,7 +133,8 @@ def run_panel_env(env_id: str, num_envs: int, settings: Settings) -> PanelResult
             try:
                 runner = VectorEnvRunner(build())
                 built[name] = runner
-                runner.reset(settings.seed)
+                with _uncached(name == AUTO):  # (the default chooses as on a first run)
+                    runner.reset(settings.seed)
                 result.rates[name] = []
             except Exception as exc:  # a runner that cannot run here is reported, not fatal
                 result.errors[name] = describe_error(exc)
@@ -149,6 +152,24 @@ def run_panel_env(env_id: str, num_envs: int, settings: Settings) -> PanelResult
         for runner in built.values():
             runner.close()
     return result
+
+
+@contextlib.contextmanager
+def _uncached(uncached: bool) -> Iterator[None]:
+    """``GYMVEC_CACHE=0`` within (``uncached``): a cached choice would judge the load by the
+    load average, which this panel's own runners keep high."""
+    if not uncached:
+        yield
+        return
+    before = os.environ.get("GYMVEC_CACHE")
+    os.environ["GYMVEC_CACHE"] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["GYMVEC_CACHE"]
+        else:
+            os.environ["GYMVEC_CACHE"] = before
 
 
 def format_panel(results: list[PanelResult]) -> str:

@@ -113,9 +113,49 @@ def round_trip() -> float:
     return _round_trip
 
 
-def others_load() -> float:
-    """How many cores other programs keep busy now: the 1-minute load average less this
-    process (which runs while it chooses), 0 where the system has none."""
+WATCH_S = 0.1  # the shortest window a CpuWatch tells from (/proc/stat counts 10 ms ticks)
+
+
+class CpuWatch:
+    """The cores other programs keep busy while it watches: all cores' busy time
+    (``/proc/stat``) less this process's CPU time, over the wall time since it was made."""
+
+    def __init__(self) -> None:
+        self.start = _cpu_sample()
+
+    def others(self) -> float | None:
+        """Cores other programs kept busy since the watch began, waiting out the rest of
+        ``WATCH_S`` where less has passed (a cheap env's timing is over in milliseconds);
+        None where ``/proc/stat`` is missing."""
+        if self.start is None:
+            return None
+        time.sleep(max(0.0, self.start[0] + WATCH_S - time.monotonic()))
+        end = _cpu_sample()
+        if end is None:
+            return None
+        wall, busy, ours = (b - a for a, b in zip(self.start, end))
+        return max(0.0, (busy - ours) / wall)
+
+
+def _cpu_sample() -> tuple[float, float, float] | None:
+    """(wall time, every core's busy seconds, this process's CPU seconds), or None."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle, iowait
+    busy = (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # (guest time is in user)
+    return time.monotonic(), busy, time.process_time()
+
+
+def others_load(watch: CpuWatch | None = None) -> float:
+    """How many cores other programs keep busy: over ``watch``'s window where it tells (the
+    timing of a throwaway), else the 1-minute load average less this process (which lags:
+    a cached choice has no window), 0 where the system tells neither."""
+    seen = None if watch is None else watch.others()
+    if seen is not None:
+        return seen
     try:
         return max(0.0, os.getloadavg()[0] - 1.0)
     except OSError:  # (no load average here)
@@ -140,11 +180,12 @@ def choose_layout(
 ) -> LayoutReport:
     """The layout for ``num_envs`` copies of the env ``throwaway`` is one of (untouched: it
     is timed here unless the cache has its costs under ``key``; the caller closes it)."""
-    cores, busy = usable_cores(), others_load()  # (the load now: the cache keeps costs only)
+    cores = usable_cores()
     costs = None if key is None else cache.load(key)
-    if costs is not None and costs.cores == cores:
-        return choose(costs, num_envs, constraints, "cache", busy)
+    if costs is not None and costs.cores == cores:  # (the load is now's: the cache keeps costs)
+        return choose(costs, num_envs, constraints, "cache", others_load())
+    watch = CpuWatch()
     costs = measure(throwaway, cores, seconds)
     if key is not None:
         cache.store(key, costs)
-    return choose(costs, num_envs, constraints, "timed", busy)
+    return choose(costs, num_envs, constraints, "timed", others_load(watch))

@@ -74,9 +74,12 @@ def cache_home(tmp_path, monkeypatch):
     return tmp_path / "cache" / "gymvec"
 
 
+MEASURED_LOAD = timing.others_load  # (the fixture replaces it)
+
+
 def other_programs(monkeypatch, load: float) -> None:
     """The choice is made as if other programs kept ``load`` cores busy."""
-    monkeypatch.setattr(timing, "others_load", lambda: load)
+    monkeypatch.setattr(timing, "others_load", lambda watch=None: load)
 
 
 def _events(path, event: str) -> int:
@@ -214,6 +217,27 @@ def test_the_model_weighs_free_cores():
     big = dataclasses.replace(image, obs_bytes=28224)
     serial, *_, local = choose(big, 32, Constraints(), "timed").candidates
     assert local.predicted < small and local.predicted > 1.2 * serial.predicted
+
+
+def test_a_program_that_holds_a_core_keeps_cheap_envs_in_this_process(monkeypatch):
+    """The load is measured while the throwaway is timed (/proc/stat less this process): a
+    program spinning beside it holds a core, so 8 cheap sub-envs stay in this process."""
+    import subprocess
+    import sys
+
+    monkeypatch.setattr(timing, "others_load", MEASURED_LOAD)
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)
+        watch = timing.CpuWatch()
+        envs = gymvec.make_vec("FrozenLake-v1", 8)
+        envs.reset(seed=0)
+        assert envs.layout.backend == "serial" and envs.layout.report.busy >= 0.5
+        assert watch.others() >= 0.5
+        envs.close()
+    finally:
+        spinner.kill()
+        spinner.wait()
 
 
 def test_gymnasium_make_vec_and_num_workers_auto(monkeypatch):
