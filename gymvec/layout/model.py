@@ -33,7 +33,10 @@ from gymvec.subenvs.layout import spread
 CALL = 10e-6  # one call through the face and the engine, whatever the layout
 ROW = 1.0e-6  # the buffers' share of one sub-env's step (writes, flags), per sub-env
 BYTE = 0.035e-9  # one observation byte copied (into the buffers, or out of them)
-SPIN_TRIP = 8e-6  # a command and its answers, every process on a core of its own
+# A command and its answers, every process on a core of its own: a few us at best, but it
+# swings with the host's scheduling (cheap envs in two shares measured 0.75-1.4x one process
+# from run to run); this much keeps a gain within that swing from choosing workers.
+SPIN_TRIP = 25e-6
 TRIP_SCALE = 3.0  # otherwise a command and its answers cost this many bare pipe round trips...
 TRIP_BASE = 40e-6  # ...plus this (semaphores, mode bytes, the parent's own wait)
 WAKE = 10e-6  # each child process woken, beyond the first
