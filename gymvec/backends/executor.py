@@ -213,6 +213,14 @@ def take_finished(
     return {row: finished.pop(row) for row in taken}
 
 
+def void_owed_faults(owed: dict[int, Extras], call: Command) -> None:
+    """A whole-batch reset resets the rebuilt sub-envs of the rows it covers: the faults they
+    owe their next first-ready command since a first-ready restart are void."""
+    if owed and call.kind == "reset":
+        for row in list(owed) if call.mask is None else [r for r in owed if call.mask[r]]:
+            del owed[row]
+
+
 def request_kwargs(call: Request, positions: list[int]) -> dict:
     """The keyword arguments of a request for the indices at ``positions`` (per-index
     ``values`` split accordingly)."""

@@ -152,3 +152,39 @@ def test_first_ready_steps_flag_a_faulted_row(cls, how, options, no_leaks):
     finally:
         env.close()
         reference.close()
+
+
+def test_a_whole_batch_reset_voids_the_faults_owed_since_a_first_ready_restart(no_leaks):
+    """Worker 0 (rows 0 and 1) is killed while row 0 is in flight and row 1 is not: row 0
+    comes back faulted, row 1 owes its fault to its next first-ready step. A reset of every
+    sub-env first resets row 1's rebuilt sub-env: that step then is an ordinary one."""
+    import os
+    import signal
+
+    from tensordict import TensorDict
+
+    def step_rows(env, rows):
+        index = torch.tensor(rows)
+        td = TensorDict({"action": torch.ones(len(rows), dtype=torch.int64)}, [len(rows)])
+        env.async_step_send(td.set("env_index", index))
+        return env.async_step_recv(min_get=len(rows))
+
+    for reset_first in (False, True):
+        env = gymvec.ParallelEnv(
+            2, healthy_fns(4), envs_per_worker=2, on_fault="restart", mp_start_method="fork"
+        )
+        try:
+            env.set_seed(0)
+            env.reset()
+            worker = env.engine.executor.handles[0].process
+            os.kill(worker.pid, signal.SIGKILL)  # (dead before the rows go out)
+            worker.join(5)
+            out = step_rows(env, [0, 2])
+            fault = out["next", "fault"].reshape(-1).tolist()
+            assert dict(zip(out["env_index"].tolist(), fault)) == {0: True, 2: False}
+            if reset_first:
+                env.reset()
+            out = step_rows(env, [1])
+            assert out["next", "fault"].reshape(-1).tolist() == [not reset_first]
+        finally:
+            env.close()

@@ -30,6 +30,7 @@ from gymvec.backends.executor import (
     SharedMemory,
     group_indices,
     request_kwargs,
+    void_owed_faults,
 )
 from gymvec.backends.local import LocalExecutor
 from gymvec.backends.processes.handles import (  # noqa: F401  (WorkerHandle: processes' own name)
@@ -285,6 +286,7 @@ class ProcessExecutor(Executor):
             handles = [h for h in handles if h.index not in self.respawner.sitting_out]
         if self.first_ready.unsettled:
             self.first_ready.settle()
+        void_owed_faults(self.first_ready.owed, call)
         pending = self.pending  # (reset in place: this runs every step)
         pending.local_due, pending.extras, pending.local_error = True, {}, None
         options, action_objects = call.options, call.action_objects

@@ -36,6 +36,7 @@ from gymvec.backends.executor import (
     group_indices,
     request_kwargs,
     take_finished,
+    void_owed_faults,
 )
 from gymvec.backends.processes.signals import env_specs_payload
 from gymvec.backends.ray.handle import RayHandle
@@ -241,6 +242,7 @@ class RayExecutor(Executor):
     def send(self, call: Command) -> None:
         """One remote call per actor; reset options and object actions (each actor's rows)
         travel cloudpickled with it, all pickled before any call is made."""
+        void_owed_faults(self.owed, call)
         options, objects = call.options, call.action_objects
         payloads: list[bytes | None] = [None] * len(self.handles)
         if options is not None or objects:
