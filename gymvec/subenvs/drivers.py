@@ -124,6 +124,7 @@ class GymDriver:
         self.extras: Extras | None = None  # what the current command reported beside the buffers
         self.next_value: Any = None  # the observation of the last reset into "next"
         self.step_value: Any = None  # the observation of the last step
+        self.last_value: Any = None  # the observation of the last step or reset
 
     def fields_changed(self) -> None:
         """Info fields were learnt (``self.fields`` is the layout's dict, grown in place)."""
@@ -149,7 +150,7 @@ class GymDriver:
     def step(self) -> bool:
         i, slot = self.index, self.next
         obs, reward, terminated, truncated, info = self.gym.step(self.read_action())
-        self.step_value = obs
+        self.step_value = self.last_value = obs
         self._write_obs(self.next_obs, obs)
         try:
             done = bool(terminated or truncated)
@@ -166,6 +167,7 @@ class GymDriver:
     def reset(self, slot: Slot, seed: int | None, options: dict | None) -> None:
         i = self.index
         obs, info = self.gym.reset(seed=seed, options=options)
+        self.last_value = obs
         if slot is self.next:
             self.next_value = obs
         self._write_obs(self.next_obs if slot is self.next else self.root_obs, obs)
@@ -173,6 +175,15 @@ class GymDriver:
             slot.reward[i] = 0.0
         slot.terminated[i] = slot.truncated[i] = slot.done[i] = False
         self.write_info(slot, info)
+
+    def write_faulted(self, obs: Any) -> None:
+        """This row's step where the sub-env before this driver's faulted: ``obs``, the last
+        observation that one returned, into "next" (None: left as it is), and no info; the
+        engine sets the reward and flags (``engine/healing.py``)."""
+        self.step_value = self.last_value = obs
+        if obs is not None:
+            self._write_obs(self.next_obs, obs)
+        self.write_info(self.next, {})
 
     def _write_obs(self, arrays: list[np.ndarray], obs: Any) -> None:
         # Shapes must match exactly, as SyncVectorEnv's np.stack wants (no broadcasting).
@@ -285,9 +296,22 @@ class CommandRunner:
             driver.fields_changed()
 
     def step_rows(self, stepping: Sequence[int]) -> list[int]:
-        """Step the sub-envs at ``stepping`` (group rows); returns those that finished."""
+        """Step the sub-envs at ``stepping`` (group rows); returns those that finished. With
+        ``on_fault``, a sub-env that raises is rebuilt and its row reads as faulted (not
+        finished here: the engine resets it, see ``subenvs/healing.py``)."""
         drivers = self.drivers
-        return [k for k in stepping if drivers[k].step()]
+        if self.on_fault is None:
+            return [k for k in stepping if drivers[k].step()]
+        done = []
+        for k in stepping:
+            try:
+                if drivers[k].step():
+                    done.append(k)
+            except Exception as exc:
+                last = drivers[k].last_value
+                self.on_fault(k, exc)  # (a new driver in row k's place)
+                drivers[k].write_faulted(last)
+        return done
 
     def last_observation(self, k: int) -> Any:
         """The observation row ``k``'s sub-env returned from its last step, as it returned it."""

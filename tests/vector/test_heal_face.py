@@ -201,3 +201,68 @@ def test_the_rebuilt_sub_env_first_reset_is_seeded_by_restart_seed(backend) -> N
         envs.close()
     want, _ = gym.make("CartPole-v1").reset(seed=restart_seed(11 + ROW, 1))
     np.testing.assert_array_equal(obs[ROW], want)
+
+
+class DictCartPole(FlakyCartPole):
+    """FlakyCartPole whose observations are a Dict: its sub-envs go through the per-driver
+    runner (``CommandRunner``), not ``BatchStep``."""
+
+    def __init__(self, every: int = 0):
+        import gymnasium as gym
+
+        super().__init__(every)
+        box = self.env.observation_space
+        self.observation_space = gym.spaces.Dict(
+            {
+                "pos": gym.spaces.Box(box.low[:2], box.high[:2]),
+                "vel": gym.spaces.Box(box.low[2:], box.high[2:]),
+            }
+        )
+
+    def reset(self, **kwargs):
+        obs, info = super().reset(**kwargs)
+        return {"pos": obs[:2], "vel": obs[2:]}, info
+
+    def step(self, action):
+        obs, *rest = super().step(action)
+        return {"pos": obs[:2], "vel": obs[2:]}, *rest
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("backend", ["serial", "processes"])
+@pytest.mark.parametrize("mode", MODES)
+def test_a_sub_env_of_dict_observations_heals_and_the_others_run_as_without_it(
+    backend, mode
+) -> None:
+    """The per-driver runner heals as BatchStep does: the faulted row truncated, reward 0, its
+    last observation, ``infos["fault"]``; every other row as SyncVectorEnv's."""
+    import functools
+
+    fns = [functools.partial(DictCartPole, EVERY if i == ROW else 0) for i in range(N)]
+    envs = healing(backend, fns, mode, on_fault="restart")
+    ref_fns = [DictCartPole] * N
+    reference = SyncVectorEnv(ref_fns, autoreset_mode=AutoresetMode[mode.upper()])
+    try:
+        got = run(envs, mode)
+        want = run(reference, mode)
+        restarts = envs.restarts
+    finally:
+        envs.close()
+        reference.close()
+    others = [i for i in range(N) if i != ROW]
+    faulted = 0
+    for k, ((obs, rew, term, trunc, fault), w) in enumerate(zip(got, want)):
+        for key in ("pos", "vel"):
+            np.testing.assert_array_equal(obs[key][others], w[0][key][others])
+        if rew is None:
+            continue
+        for g, e in zip((rew, term, trunc), w[1:4]):
+            np.testing.assert_array_equal(g[others], e[others])
+        if fault[ROW]:
+            faulted += 1
+            assert (rew[ROW], term[ROW], trunc[ROW]) == (0.0, False, True)
+            if mode != "same_step":  # (there: the rebuilt sub-env's reset, final_obs the last)
+                previous = next(o for o, *_ in reversed(got[:k]))
+                for key in ("pos", "vel"):
+                    np.testing.assert_array_equal(obs[key][ROW], previous[key][ROW])
+    assert faulted >= 3 and restarts.tolist() == [0, faulted, 0, 0]
