@@ -75,6 +75,7 @@ class TensorDictDriver:
         self.extras: Extras | None = None
         self.next_value: Any = NOTHING  # its observations are in the buffers only
         self.step_value: Any = NOTHING
+        self.last_value: Any = None  # the tensordict of its last step or reset
         self.obs_form = None  # (see GymDriver: its observations are the buffers' own)
         self._pending_seed: int | None = None
 
@@ -87,19 +88,27 @@ class TensorDictDriver:
             if is_wide[i]:
                 narrow[i] = wide[i]
         action = TensorDict({key: self.td.get(key).clone() for key in self.action_keys})
-        next_td = self.env.step(action).get("next")
+        next_td = self.last_value = self.env.step(action).get("next")
         self._write(self.td.get("next"), next_td, with_reward=True)
         return bool(next_td.get("done").item())
 
     def reset(self, slot: Slot, seed: int | None, options: dict | None = None) -> None:
         if seed is not None:
             self.env.set_seed(seed)
-        out = self.env.reset()
+        out = self.last_value = self.env.reset()
         target = self.td.get("next") if slot is self.next else self.td
         self._write(target, out, with_reward=False)
         if slot.reward is not None:
             slot.reward[self.index] = 0.0
         slot.terminated[self.index] = slot.truncated[self.index] = slot.done[self.index] = False
+
+    def write_faulted(self, last: Any) -> None:
+        """This row's step where the sub-env before this driver's faulted: ``last``, the
+        tensordict of that one's last step or reset, into "next" (None: left as it is); the
+        engine sets the reward and flags (see ``GymDriver.write_faulted``)."""
+        self.last_value = last
+        if last is not None:
+            self._write(self.td.get("next"), last, with_reward=False)
 
     def _write(self, target: Any, source: Any, with_reward: bool) -> None:
         for key in target.keys(include_nested=True, leaves_only=True):

@@ -17,7 +17,7 @@ from gymvec.common.arrays import settle_allocator
 from gymvec.errors import SpaceMismatchError, WorkerError, local_sub_env_error
 from gymvec.subenvs.batch_step import command_runner
 from gymvec.subenvs.block import BlockRunner
-from gymvec.subenvs.drivers import CommandRunner, GymDriver, make_driver
+from gymvec.subenvs.drivers import CommandRunner, make_driver
 from gymvec.subenvs.healing import GroupHealer
 from gymvec.subenvs.kinds import (  # noqa: F401 (re-exported)
     SubEnvSummary,
@@ -243,8 +243,7 @@ class SubEnvGroup:
 
     def heal(self, rebuilt: bool = False) -> None:
         """Rebuild a sub-env (a single env or a block) that raises in a whole-batch command,
-        from its factory, and go on (``on_fault="restart"``: see ``subenvs/healing.py``);
-        groups with sub-envs other than gymnasium envs and blocks raise as before.
+        from its factory, and go on (``on_fault="restart"``: see ``subenvs/healing.py``).
         ``rebuilt``: the group was built again (a worker process started again where one
         died): its blocks are reset before they step, as a rebuilt block is."""
         runner = self.runner
@@ -253,8 +252,6 @@ class SubEnvGroup:
             for part in parts:
                 if isinstance(part, BlockRunner):
                     part.unreset = True
-        if not all(isinstance(d, GymDriver) for d in self.drivers if d is not None):
-            return
         self.healer = healer = GroupHealer(self, self.env_fns)
         for part in parts:
             if isinstance(part, BlockRunner):

@@ -64,10 +64,11 @@ def fault_record(exc: Exception) -> tuple[str, str, str]:
 
 
 class GroupHealer:
-    """Heals the sub-envs of one group (a ``SubEnvGroup``) of gymnasium envs and blocks:
-    rebuilds the one that raised from its factory, hands it to its runner (a single env's
-    new driver to its ``BatchStep`` or ``CommandRunner``, a block to its ``BlockRunner``),
-    and keeps the faults of the command for its extras (a block's: on each of its rows)."""
+    """Heals the sub-envs of one group (a ``SubEnvGroup``), single envs (gymnasium envs and
+    EnvBase sub-envs alike) and blocks: rebuilds the one that raised from its factory, hands
+    it to its runner (a single env's new driver to its ``BatchStep`` or ``CommandRunner``, a
+    block to its ``BlockRunner``), and keeps the faults of the command for its extras (a
+    block's: on each of its rows)."""
 
     def __init__(self, group: Any, env_fns: Sequence[Callable[[], Any]]):
         self.group = group

@@ -52,8 +52,9 @@ class SubEnvKind:
     """A class of sub-envs that are not gymnasium envs, as a layer above registers it.
 
     ``summarize(env, declared_infos)``: its :class:`SubEnvSummary`; ``make_driver(env, index,
-    buffers)``: the driver that carries commands out on it; ``spaces(summary)``: the
-    gymnasium observation and action space of a summary without them.
+    buffers)``: the driver that carries commands out on it (as ``GymDriver``: ``step``,
+    ``reset``, and for faults that heal ``last_value`` and ``write_faulted``);
+    ``spaces(summary)``: the gymnasium observation and action space of a summary without them.
     """
 
     cls: type

@@ -188,3 +188,57 @@ def test_a_whole_batch_reset_voids_the_faults_owed_since_a_first_ready_restart(n
             assert out["next", "fault"].reshape(-1).tolist() == [not reset_first]
         finally:
             env.close()
+
+
+class FlakyCounter:
+    """``CounterEnv`` (an EnvBase, driven through its tensordict API) whose every ``every``-th
+    step of its life raises."""
+
+    def __new__(cls, every: int):
+        from _td_envs import CounterEnv
+
+        class Flaky(CounterEnv):
+            steps = 0
+
+            def _step(self, td):
+                self.steps += 1
+                if self.steps % every == 0:
+                    raise RuntimeError("flaky EnvBase: a fault on purpose")
+                return super()._step(td)
+
+        return Flaky(limit=50)
+
+
+@pytest.mark.parametrize(
+    ("cls", "options"),
+    [(gymvec.SerialEnv, {}), (gymvec.ParallelEnv, {"mp_start_method": "fork"})],
+)
+def test_a_tensordict_sub_env_that_raises_heals(cls, options, no_leaks):
+    """An EnvBase sub-env (TensorDictDriver) heals as a gymnasium one: its row truncated,
+    done, reward 0, its last observation, ("next", "fault") set; the other rows run on."""
+    import functools
+
+    from _td_envs import CounterEnv
+
+    fns = [functools.partial(CounterEnv, 50), functools.partial(FlakyCounter, 4)]
+    env = cls(2, fns, on_fault="restart", **options)
+    try:
+        env.set_seed(1)
+        td = env.reset()
+        faulted = []
+        for t in range(10):
+            last = td["observation"][1].clone()
+            td.set("action", torch.zeros(2, 1))
+            td, root = env.step_and_maybe_reset(td)
+            if td["next", "fault"].any():
+                faulted.append(t)
+                assert td["next", "fault"].reshape(-1).tolist() == [False, True]
+                assert td["next", "truncated"][1].item() and td["next", "done"][1].item()
+                assert not td["next", "terminated"][1].item()
+                assert td["next", "reward"][1].item() == 0.0
+                torch.testing.assert_close(td["next", "observation"][1], last)
+            td = root
+        assert faulted == [3, 7] and env.restarts.tolist() == [0, 2]
+        assert {f.kind for f in env.faults} == {"error"}
+    finally:
+        env.close()
