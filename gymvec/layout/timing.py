@@ -185,7 +185,7 @@ def choose_layout(
     if costs is not None and costs.cores == cores:  # (the load is now's: the cache keeps costs)
         return choose(costs, num_envs, constraints, "cache", others_load())
     watch = CpuWatch()
-    costs = measure(throwaway, cores, seconds)
+    costs = measure(throwaway, cores, 0.9 * seconds)  # (a tenth left for what follows it)
     if key is not None:
         cache.store(key, costs)
     return choose(costs, num_envs, constraints, "timed", others_load(watch))
