@@ -216,7 +216,7 @@ def take_finished(
 def void_owed_faults(owed: dict[int, Extras], call: Command) -> None:
     """A whole-batch reset resets the rebuilt sub-envs of the rows it covers: the faults they
     owe their next first-ready command since a first-ready restart are void."""
-    if owed and call.kind == "reset":
+    if call.kind == "reset":
         for row in list(owed) if call.mask is None else [r for r in owed if call.mask[r]]:
             del owed[row]
 

@@ -93,12 +93,23 @@ def all_below(values: np.ndarray, n: int) -> bool:
     return not (x & high or (x + offset) & high)
 
 
+def below_words(n: int, count: int) -> tuple[int, int] | None:
+    """``all_below``'s masks for arrays of ``count`` int64 values below ``n``, for the hot
+    paths that apply them inline (``x = int.from_bytes(values.tobytes(), sys.byteorder)``,
+    in range unless ``x & high or (x + offset) & high``); None where a numpy reduction costs
+    less (many values, or a huge ``n``)."""
+    if count > BIG_INT_LIMIT or n > 1 << 62:
+        return None
+    return word_masks(n, count)
+
+
 def below_check(n: int, count: int) -> Callable[[np.ndarray], bool]:
     """``all_below(values, n)`` for arrays of ``count`` int64 values, with the masks made
     once: the check of every step's whole batch of actions (other sizes take ``all_below``)."""
-    if count > BIG_INT_LIMIT or n > 1 << 62:
+    words = below_words(n, count)
+    if words is None:
         return functools.partial(all_below, n=n)
-    high, offset = word_masks(n, count)
+    high, offset = words
     from_bytes, order = int.from_bytes, sys.byteorder
 
     def check(values: np.ndarray) -> bool:

@@ -13,6 +13,7 @@ gymnasium spaces, or their own specs), with the tasks of a multi-task batch.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from itertools import starmap
 from typing import Any, NamedTuple
@@ -50,13 +51,22 @@ _CPU = torch.device("cpu")
 
 class ActionSlot(NamedTuple):
     """Where one action leaf of a tensordict goes: its key and spec, the buffer as a tensor
-    and as an array, and the spec's check of an array (None: nothing to check)."""
+    and as an array, and the spec's check of an array (None: nothing to check), or its masks
+    (``TensorSpec.array_words``: the check applied inline)."""
 
     key: str | tuple
     spec: TensorSpec
     view: torch.Tensor
     array: np.ndarray
     values_in: Callable[[np.ndarray], bool] | None
+    words: tuple[int, int] | None
+
+
+def action_slot(key: tuple, spec: TensorSpec, view: torch.Tensor, array: np.ndarray) -> ActionSlot:
+    """The ``ActionSlot`` of the action leaf at ``key`` (a top-level key as a string:
+    tensordict looks strings up faster)."""
+    td_key = key[0] if len(key) == 1 else key
+    return ActionSlot(td_key, spec, view, array, spec.array_check(), spec.array_words())
 
 
 class FlatPlan(NamedTuple):
@@ -217,7 +227,7 @@ class BatchedEnvBase(FaultRecords, FaultedRows, FirstReadyBatches, EnvBase):
         slots = self._action_slot_list  # (laid out again once the action spec is replaced)
         if self._action_slots_of is not self.full_action_spec:
             slots = self._action_slots()
-        for key, spec, view, array, values_in in slots:
+        for key, spec, view, array, values_in, words in slots:
             action = get_str(td, key) if type(key) is str else td.get(key, None)
             if not (
                 isinstance(action, torch.Tensor)
@@ -229,26 +239,23 @@ class BatchedEnvBase(FaultRecords, FaultedRows, FirstReadyBatches, EnvBase):
                 action = action.detach()
             view[...] = action  # (torch's item assignment costs less than copy_ or numpy's)
             # Checked where they landed: the array is at hand there, the tensor costs a wrap.
-            if values_in is not None and not values_in(array):
-                spec.validate(view, key)  # raises, with the smallest and largest value
+            if words is not None:  # all_below's two big-int operations inline: every step
+                x = int.from_bytes(array.tobytes(), sys.byteorder)
+                if x & words[0] or (x + words[1]) & words[0]:
+                    spec.validate(view, key)  # raises, with the smallest and largest value
+            elif values_in is not None and not values_in(array):
+                spec.validate(view, key)
         for key, buffer_key in self._object_action_keys:
             action = td.get(key, None)
             self.full_action_spec[key].validate(action, key)
             self.engine.write_action(buffer_key, object_values(action))
 
     def _action_slots(self) -> list[ActionSlot]:
-        """(key, leaf spec, buffer view, its numpy array, the spec's array check) per action
-        leaf; rebuilt when the action spec is replaced."""
+        """Each action leaf's ``ActionSlot``, laid out again once the action spec is replaced."""
         if self._action_slots_of is not self.full_action_spec:
-            self._action_slot_list = []
             views = zip(self._action_keys, self._action_views, self._action_arrays)
-            for key, view, array in views:
-                spec = self.full_action_spec[key]
-                # a top-level key as a string: tensordict looks strings up faster
-                td_key = key[0] if len(key) == 1 else key
-                self._action_slot_list.append(
-                    ActionSlot(td_key, spec, view, array, spec.array_check())
-                )
+            spec = self.full_action_spec
+            self._action_slot_list = [action_slot(k, spec[k], v, a) for k, v, a in views]
             self._action_slots_of = self.full_action_spec
         return self._action_slot_list
 

@@ -235,6 +235,11 @@ class TensorSpec:
     def _values_in(self, value: torch.Tensor) -> bool:
         return True
 
+    def array_words(self) -> tuple[int, int] | None:
+        """Where :meth:`array_check` is ``all_below`` on int64 values, its masks (see
+        ``common.arrays.below_words``), for a per-step path to apply inline; else None."""
+        return None
+
     def array_check(self) -> Callable[[np.ndarray], bool] | None:
         """The value check of `is_in` for values in a CPU numpy array of this spec's shape and
         dtype (per-step paths that hold the array skip wrapping it); None when every value of

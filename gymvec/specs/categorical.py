@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gymvec.common.arrays import all_below, below_check
+from gymvec.common.arrays import all_below, below_check, below_words
 from gymvec.specs.base import (
     ShapeLike,
     TensorSpec,
@@ -87,6 +87,11 @@ class Categorical(TensorSpec):
         if self.start == 0 and self.dtype == torch.int64:
             return below_check(self.n, self.shape.numel())
         return super().array_check()
+
+    def array_words(self) -> tuple[int, int] | None:
+        if self.start == 0 and self.dtype == torch.int64:
+            return below_words(self.n, self.shape.numel())
+        return None
 
     def __repr__(self) -> str:
         start = f", start={self.start}" if self.start else ""

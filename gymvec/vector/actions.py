@@ -12,7 +12,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from gymvec.common.arrays import BIG_INT_LIMIT, word_masks
+from gymvec.common.arrays import below_words
 from gymvec.common.structure import Leaf, get_leaf
 from gymvec.engine.protocol import Engine
 from gymvec.wire.commands import ignores_finished_actions
@@ -185,13 +185,8 @@ def discrete_bounds(space: spaces.Space, leaves: list[Leaf], arrays: dict) -> li
         if isinstance(sub, spaces.Discrete):
             low, high = int(sub.start), int(sub.start + sub.n - 1)
             check = functools.partial(_scalar_range, low=low, high=high)
-            if (
-                low == 0
-                and array.dtype == np.int64
-                and array.size <= BIG_INT_LIMIT
-                and high < 1 << 62
-            ):
-                words = word_masks(high + 1, array.size)
+            if low == 0 and array.dtype == np.int64:
+                words = below_words(high + 1, array.size)
         elif isinstance(sub, spaces.MultiDiscrete):
             check = functools.partial(_array_range, low=sub.start, high=sub.start + sub.nvec - 1)
         else:

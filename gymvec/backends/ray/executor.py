@@ -242,7 +242,8 @@ class RayExecutor(Executor):
     def send(self, call: Command) -> None:
         """One remote call per actor; reset options and object actions (each actor's rows)
         travel cloudpickled with it, all pickled before any call is made."""
-        void_owed_faults(self.owed, call)
+        if self.owed:
+            void_owed_faults(self.owed, call)
         options, objects = call.options, call.action_objects
         payloads: list[bytes | None] = [None] * len(self.handles)
         if options is not None or objects:
