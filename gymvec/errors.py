@@ -268,3 +268,11 @@ def expect_set(value: _T | None, what: str) -> _T:
     if value is None:
         raise RuntimeError(f"gymvec internal error: {what} is not set")
     return value
+
+
+def rows_text(rows: Sequence[int]) -> str:
+    """Sub-env indices for a message, a run of more than two as ``a-b``."""
+    rows = list(rows)
+    if len(rows) > 2 and rows == list(range(rows[0], rows[-1] + 1)):
+        return f"{rows[0]}-{rows[-1]}"
+    return ", ".join(map(str, rows))

@@ -23,10 +23,11 @@ import collections
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
+
+from gymvec.errors import rows_text
 
 logger = logging.getLogger("gymvec")
 
@@ -134,7 +135,7 @@ class FaultBook:
         logger.warning(
             "sub-env %d (rows %s, worker %s) restarted after a fault (%s): %s; %d restart(s)",
             fault.sub_env,
-            _rows(fault.rows),
+            rows_text(fault.rows),
             fault.worker,
             fault.kind,
             fault.message,
@@ -179,9 +180,3 @@ class FaultRecords:
     def faults(self) -> list[Fault]:
         """The most recent faults (at most 100, oldest first), as ``gymvec.Fault`` records."""
         return faults_of(self.engine.fault_book)
-
-
-def _rows(rows: Sequence[int]) -> str:
-    if len(rows) > 1 and list(rows) == list(range(rows[0], rows[-1] + 1)):
-        return f"{rows[0]}-{rows[-1]}"
-    return ",".join(map(str, rows))

@@ -49,6 +49,7 @@ from gymvec.errors import (
     SpaceMismatchError,
     SubEnvTimeoutError,
     WorkerError,
+    rows_text,
     sub_env_error,
 )
 from gymvec.subenvs.group import SubEnvSummary
@@ -407,10 +408,3 @@ def busy_error(
     return SubEnvTimeoutError(
         f"the {what} did not finish within {timeout} s; still busy: {where}", busy
     )
-
-
-def rows_text(rows: list[int]) -> str:
-    """Sub-env indices, a run of them as ``a-b``."""
-    if len(rows) > 2 and rows == list(range(rows[0], rows[-1] + 1)):
-        return f"{rows[0]}-{rows[-1]}"
-    return ", ".join(map(str, rows))
