@@ -54,9 +54,7 @@ class BatchStep(CommandRunner):
         self.reward, self.done = buffers.reward[rows], slot.done[rows]
         self.terminated, self.truncated = slot.terminated[rows], slot.truncated[rows]
         self.layout = buffers.layout
-        self.with_fields = bool(buffers.layout.info_fields)
-        self.columns = info_columns(self.layout.info_fields)
-        self.column_width = {len(self.columns)}
+        self._read_fields()
         self.wrote_extras = False  # whether the last _write left extras on a driver
         self.all_step = bytes([STEP]) * (stop - start)  # the mode bytes of a plain step
         self.all_same_step = bytes([SAME_STEP_MODES]) * (stop - start)
@@ -80,9 +78,13 @@ class BatchStep(CommandRunner):
 
     def fields_changed(self) -> None:
         super().fields_changed()
+        self._read_fields()
+
+    def _read_fields(self) -> None:
+        """What the info fields (the layout's, learnt so far) ask of ``_write``."""
         self.with_fields = bool(self.layout.info_fields)
         self.columns = info_columns(self.layout.info_fields)
-        self.column_width = {len(self.columns)}
+        self.column_width = {len(self.columns)}  # (every info of that many entries: columns)
 
     def use_lane(self, lane: int) -> None:
         """Write the observations of "next" into observation lane ``lane`` from now on (the
