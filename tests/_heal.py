@@ -71,3 +71,24 @@ def check_faulted_run(
             faulted += 1
         last_obs = obs
     return faulted
+
+
+def check_masked_run(got: list, want: list, faulted_rows: list[int]) -> int:
+    """For runs of (obs, rewards, terminations, truncations, fault mask) per step (None for a
+    reset's): every row but ``faulted_rows`` as ``want``'s and never faulted; a step that
+    faults faults all of ``faulted_rows`` (a block's rows together), truncated, not
+    terminated, reward 0. Returns how many steps faulted."""
+    others = [row for row in range(len(got[0][0])) if row not in faulted_rows]
+    faulted = 0
+    for (obs, rew, term, trunc, fault), (w_obs, w_rew, w_term, w_trunc, _) in zip(got, want):
+        np.testing.assert_array_equal(obs[others], w_obs[others])
+        if rew is None:
+            continue
+        for g, w in ((rew, w_rew), (term, w_term), (trunc, w_trunc)):
+            np.testing.assert_array_equal(g[others], w[others])
+        assert not fault[others].any()
+        if fault[faulted_rows].any():
+            faulted += 1
+            assert fault[faulted_rows].all() and trunc[faulted_rows].all()
+            assert not term[faulted_rows].any() and not rew[faulted_rows].any()
+    return faulted
