@@ -18,7 +18,7 @@ from gymnasium.vector.utils import batch_space
 from gymvec.common.faults import Fault
 from gymvec.errors import ClosedEnvError
 from gymvec.layout.model import Candidate, Constraints, Layout, LayoutReport, choose
-from gymvec.layout.timing import CpuWatch, choose_layout, measure, others_load
+from gymvec.layout.timing import choose_layout, measure
 
 if TYPE_CHECKING:
     from gymvec.vector.vector_env import GymnasiumVectorEnv
@@ -280,12 +280,10 @@ def autotune(
     build = _factory_builder([env_fn] * num_envs)
     cores = _cores()
     throwaway = env_fn()
-    watch = CpuWatch()
     try:
-        costs = measure(throwaway, cores, 0.5 if seconds is None else min(0.5, seconds / 4))
+        costs, busy = measure(throwaway, cores, 0.5 if seconds is None else min(0.5, seconds / 4))
     finally:
         throwaway.close()
-    busy = others_load(watch)
     predicted = choose(costs, num_envs, Constraints(), "measured", busy).candidates
     per_candidate = 0.5 if seconds is None else max(seconds * 0.75 / len(predicted), 0.01)
     measured = tuple(

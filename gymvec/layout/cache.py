@@ -17,7 +17,7 @@ from gymvec.layout.model import Costs
 
 logger = logging.getLogger("gymvec")
 FILE_NAME = "layouts.json"
-COSTS_FORM = 2  # the fields of Costs the entries hold (2: obs_bytes added)
+COSTS_FORM = 3  # the fields of Costs the entries hold (2: obs_bytes; 3: the probe's)
 _warned: set[str] = set()  # the files warned about (once each)
 
 

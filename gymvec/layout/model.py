@@ -1,5 +1,5 @@
 """The cost model of ``backend="auto"``: each candidate layout's predicted time per vector step,
-from a sub-env's measured costs and this machine's round trip (terms in ``docs/layout.md``).
+from a sub-env's measured costs and this machine's (terms in ``docs/layout.md``).
 
 One vector step of ``N`` sub-envs, each costing ``c = step + reset_rate * reset`` seconds, its
 row written into the buffers for ``r = ROW + BYTE * obs_bytes``, the batch copied out for
@@ -9,11 +9,13 @@ row written into the buffers for ``r = ROW + BYTE * obs_bytes``, the batch copie
 * ``W`` shares over worker processes (``local``: the calling process steps share 0 itself,
   ``children`` processes step the others): ``T = CALL + max(trip + slowest child share,
   local share) + N * (COPY + BYTE * obs_bytes)``, a share of ``k`` sub-envs costing
-  ``k * (c + r) * max(1, W / cores)`` (shares beyond the usable cores slow each other down).
-  ``trip`` is a command to the children and their answers: where every process (the children
-  and this one) has a core of its own they spin on shared words, ``SPIN_TRIP``; otherwise a
-  wake-up goes through the kernel, ``TRIP_SCALE * round_trip + TRIP_BASE``; plus ``WAKE``
-  for each child beyond the first. This process's share runs while the children run theirs.
+  ``k * (c + r) * max(1, W / cores) / speed`` (shares beyond the usable cores slow each
+  other down; ``speed``: the measured ``other_speed`` for a child's share, ``own_speed`` for
+  the local one). ``trip`` is a command to the children and their answers: where every
+  process (the children and this one) has a core of its own they spin on shared words,
+  ``SPIN_BASE + spin_trip``; otherwise a wake-up goes through the kernel, ``TRIP_SCALE *
+  round_trip + TRIP_BASE``; plus ``WAKE`` for each child beyond the first. This process's
+  share runs while the children run theirs.
   "Usable cores" are the cores less those other programs keep busy (``busy``, their load
   when the choice is made): a process that spins waits for one that other programs hold.
 
@@ -33,10 +35,9 @@ from gymvec.subenvs.layout import spread
 CALL = 10e-6  # one call through the face and the engine, whatever the layout
 ROW = 1.0e-6  # the buffers' share of one sub-env's step (writes, flags), per sub-env
 BYTE = 0.035e-9  # one observation byte copied (into the buffers, or out of them)
-# A command and its answers, every process on a core of its own: a few us at best, but it
-# swings with the host's scheduling (cheap envs in two shares measured 0.75-1.4x one process
-# from run to run); this much keeps a gain within that swing from choosing workers.
-SPIN_TRIP = 25e-6
+# A command and its answers, every process on a core of its own: this, plus the probe's
+# measured round trip through shared words (gymvec's own work: mode bytes, replies, flags)
+SPIN_BASE = 8e-6
 TRIP_SCALE = 3.0  # otherwise a command and its answers cost this many bare pipe round trips...
 TRIP_BASE = 40e-6  # ...plus this (semaphores, mode bytes, the parent's own wait)
 WAKE = 10e-6  # each child process woken, beyond the first
@@ -47,9 +48,11 @@ MARGIN = 1.1  # workers are chosen only when predicted this much faster than thi
 @dataclasses.dataclass(frozen=True)
 class Costs:
     """What the choice is made from: one sub-env's ``step`` and ``reset`` (seconds), how
-    often a step ends an episode (``reset_rate``), this machine's ``round_trip`` between two
-    processes (seconds), its usable ``cores``, and the size of one observation
-    (``obs_bytes``)."""
+    often a step ends an episode (``reset_rate``), the size of one observation
+    (``obs_bytes``), and this machine's: ``round_trip`` (through the kernel) and
+    ``spin_trip`` (through shared words) between two processes, its usable ``cores``, and
+    the speeds of two cores running at once (``other_speed``, ``own_speed``, see
+    ``timing.probe_machine``)."""
 
     step: float
     reset: float
@@ -57,6 +60,9 @@ class Costs:
     round_trip: float
     cores: int
     obs_bytes: int = 0  # one observation's array bytes (the buffers copy them)
+    spin_trip: float = 1e-6  # a word through shared memory and back, both sides spinning
+    other_speed: float = 1.0  # another core's Python while this one runs, against this alone
+    own_speed: float = 1.0  # this core's Python while another one runs, against this alone
 
     @property
     def per_step(self) -> float:
@@ -108,7 +114,9 @@ class LayoutReport:
         lines = [
             f"{self.num_envs} sub-envs; step {c.step * 1e6:.1f} us, reset {c.reset * 1e6:.1f} "
             f"us every {1 / c.reset_rate if c.reset_rate else float('inf'):.0f} steps; round "
-            f"trip {c.round_trip * 1e6:.1f} us; {c.cores} cores, other programs' load "
+            f"trip {c.round_trip * 1e6:.1f} us (spinning {c.spin_trip * 1e6:.1f} us); "
+            f"{c.cores} cores, {c.other_speed:.2f}x/{c.own_speed:.2f}x as fast two at once; "
+            f"other programs' load "
             f"{self.busy:.1f} ({self.source})",
             f"{'layout':<22}{'shares':<18}{'predicted/s':>13}{'measured/s':>13}",
         ]
@@ -214,12 +222,13 @@ def predict(candidate: Candidate, costs: Costs, busy: float = 0.0) -> float:
     contention = max(1.0, w / cores)
     children = shares[1:] if candidate.local else shares
     if len(children) + 1 <= cores:  # every process spins on a core of its own
-        trip = SPIN_TRIP
+        trip = SPIN_BASE + costs.spin_trip
     else:
         trip = TRIP_SCALE * costs.round_trip + TRIP_BASE
     trip += WAKE * (len(children) - 1)
-    slowest = max(children) * per_env * contention
-    local = shares[0] * per_env * contention if candidate.local else 0.0
+    # (per_env was timed here alone; the shares run on two cores at once, at their speeds)
+    slowest = max(children) * per_env * contention / costs.other_speed
+    local = shares[0] * per_env * contention / costs.own_speed if candidate.local else 0.0
     seconds = CALL + max(trip + slowest, local) + n * (COPY + copied)
     return n / seconds
 

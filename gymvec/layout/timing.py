@@ -3,6 +3,8 @@ process (bounded in time), and this machine's round trip between two processes."
 
 from __future__ import annotations
 
+import dataclasses
+import mmap
 import os
 import statistics
 import time
@@ -16,9 +18,13 @@ from gymvec.layout.model import Constraints, Costs, LayoutReport, choose
 
 STEPS = 2000  # at most this many timed steps: a cheap env's costs settle well before
 MIN_STEPS = 20  # a slow env still gets this many (its budget may then run over a little)
-PINGS = 200
 CHUNK = 16  # the step cost is the median of the means of this many steps in a row
-_round_trip: float | None = None  # measured once per process
+PINGS = 200  # the probe's pipe round trips...
+SPIN_PINGS = 500  # ...its round trips through shared words...
+WORK_REPS = 5  # ...and its pieces of Python work, alone and with the child's
+WORK_LOOP = 20_000
+_SEQ, _DONE, _WORK, _CHILD_NS = range(4)  # the probe's shared words
+PROBE_WAIT_S = 1.0  # the probe gives up on a child that does not answer in this long
 
 
 def time_sub_env(env: Any, seconds: float = 0.5) -> tuple[float, float, float, int]:
@@ -75,42 +81,128 @@ def nbytes(value: Any) -> int:
     return 0 if array.dtype == object else int(array.nbytes)
 
 
-def round_trip() -> float:
-    """Seconds for one byte to go to another process and back (the median of ``PINGS``):
-    what waking a worker and hearing back costs at the least. Measured once per process,
-    with a forked child; where fork is missing, a typical figure (50 us)."""
-    global _round_trip
-    if _round_trip is not None:
-        return _round_trip
+@dataclasses.dataclass(frozen=True)
+class Machine:
+    """What this machine's processes cost each other, measured with a forked child:
+    ``round_trip`` (a byte over a pipe and back: a wake-up through the kernel),
+    ``spin_trip`` (a word in shared memory and back, both processes spinning), and how fast
+    Python runs on the child's core (``other_speed``) and on this one (``own_speed``) while
+    both run at once, each against this core running alone."""
+
+    round_trip: float = 50e-6
+    spin_trip: float = 1e-6
+    other_speed: float = 1.0
+    own_speed: float = 1.0
+
+
+def _python_work() -> float:
+    """Seconds for a fixed piece of pure-Python work (about half a millisecond)."""
+    started = time.perf_counter()
+    total = 0
+    for i in range(WORK_LOOP):
+        total += i
+    return time.perf_counter() - started
+
+
+def probe_machine() -> Machine:
+    """This machine's :class:`Machine` now, from one forked child (some 20 ms); typical
+    figures where fork is missing.
+
+    Two virtual cores need not run alike: on a cloud VM one may run Python 1.5x slower than
+    the other for a while (its host core is shared), and which one the calling process gets
+    decides whether a share stepped by a worker gains anything."""
     if not hasattr(os, "fork"):
-        _round_trip = 50e-6
-        return _round_trip
+        return Machine()
+    words_memory = mmap.mmap(-1, 64)  # (anonymous and shared: the child sees the same page)
+    words = memoryview(words_memory).cast("B").cast("q")
     child_in, to_child = os.pipe()  # (read end, write end)
     from_child, child_out = os.pipe()
+    parent = os.getpid()
     pid = os.fork()
-    if pid == 0:  # the child: echo until the parent closes its end
+    if pid == 0:
         try:
             os.close(to_child)
             os.close(from_child)
-            while os.read(child_in, 1):
-                os.write(child_out, b"x")
+            _echo(child_in, child_out, words, parent)
         finally:
             os._exit(0)
     os.close(child_in)
     os.close(child_out)
-    times = []
+    pipe_times: list[float] = []
     try:
         for _ in range(PINGS):
             t = time.perf_counter()
             os.write(to_child, b"x")
             os.read(from_child, 1)
-            times.append(time.perf_counter() - t)
+            pipe_times.append(time.perf_counter() - t)
+        os.write(to_child, b"s")  # on to the shared words
+        spin_times = [_answered(words, seq) for seq in range(1, SPIN_PINGS + 1)]
+        words[_WORK] = 1
+        alone, own, other = [], [], []
+        for rep in range(WORK_REPS + 1):  # (rep 0 warms up: the child's copied pages)
+            alone_s = _python_work()  # the child waits
+            seq = SPIN_PINGS + 1 + rep
+            words[_SEQ] = seq
+            own_s = _python_work()  # while the child runs its own
+            _answered(words, seq)
+            if rep:
+                alone.append(alone_s)
+                own.append(own_s)
+                other.append(words[_CHILD_NS] * 1e-9)
+    except (OSError, TimeoutError):  # (the child died or had no core: typical figures)
+        return Machine(statistics.median(pipe_times)) if pipe_times else Machine()
     finally:
+        words[_SEQ] = -1
         os.close(to_child)
         os.close(from_child)
         os.waitpid(pid, 0)
-    _round_trip = statistics.median(times)
-    return _round_trip
+    alone_s = statistics.median(alone)
+    return Machine(
+        statistics.median(pipe_times),
+        statistics.median(spin_times),
+        _speed(alone_s, statistics.median(other)),
+        _speed(alone_s, statistics.median(own)),
+    )
+
+
+def _answered(words: memoryview, seq: int) -> float:
+    """Seconds until the probe's child answers ``seq`` (sent here, unless already sent);
+    ``TimeoutError`` past ``PROBE_WAIT_S``."""
+    started = time.perf_counter()
+    words[_SEQ] = seq
+    while words[_DONE] != seq:
+        if time.perf_counter() - started > PROBE_WAIT_S:
+            raise TimeoutError("the layout probe's child did not answer")
+    return time.perf_counter() - started
+
+
+def _speed(alone: float, measured: float) -> float:
+    """A speed against running alone, kept within 4x either way (a wild sample is noise)."""
+    return min(4.0, max(0.25, alone / measured)) if measured > 0 else 1.0
+
+
+def _echo(pipe_in: int, pipe_out: int, words: memoryview, parent: int) -> None:
+    """The probe's child: echoes bytes on the pipe until told to spin ("s"), then answers
+    each new sequence word (running the Python work first when asked) until it turns
+    negative or the parent is gone."""
+    while (got := os.read(pipe_in, 1)) == b"x":
+        os.write(pipe_out, b"x")
+    if got != b"s":
+        return
+    seen, idle = 0, 0
+    while True:
+        seq = words[_SEQ]
+        if seq == seen:
+            idle += 1
+            if idle > 1_000_000 and os.getppid() != parent:  # (an orphan stops spinning)
+                return
+            continue
+        if seq < 0:
+            return
+        seen, idle = seq, 0
+        if words[_WORK]:
+            words[_CHILD_NS] = int(_python_work() * 1e9)
+        words[_DONE] = seq
 
 
 WATCH_S = 0.1  # the shortest window a CpuWatch tells from (/proc/stat counts 10 ms ticks)
@@ -162,12 +254,16 @@ def others_load(watch: CpuWatch | None = None) -> float:
         return 0.0
 
 
-def measure(env: Any, cores: int, seconds: float = 0.5) -> Costs:
-    """The costs of ``env`` and of this machine, both measured within ``seconds``."""
+def measure(env: Any, cores: int, seconds: float = 0.5) -> tuple[Costs, float]:
+    """The costs of ``env`` and of this machine, measured within ``seconds``, and the cores
+    other programs kept busy meanwhile (``others_load``, watched after the probe's child)."""
     started = time.perf_counter()
-    trip = round_trip()
+    machine = probe_machine()
+    watch = CpuWatch()
     step, reset, rate, obs = time_sub_env(env, max(seconds - (time.perf_counter() - started), 0.0))
-    return Costs(step, reset, rate, trip, cores, obs)
+    speeds = machine.other_speed, machine.own_speed
+    costs = Costs(step, reset, rate, machine.round_trip, cores, obs, machine.spin_trip, *speeds)
+    return costs, others_load(watch)
 
 
 def choose_layout(
@@ -184,8 +280,7 @@ def choose_layout(
     costs = None if key is None else cache.load(key)
     if costs is not None and costs.cores == cores:  # (the load is now's: the cache keeps costs)
         return choose(costs, num_envs, constraints, "cache", others_load())
-    watch = CpuWatch()
-    costs = measure(throwaway, cores, 0.9 * seconds)  # (a tenth left for what follows it)
+    costs, busy = measure(throwaway, cores, 0.9 * seconds)  # (a tenth left for what follows)
     if key is not None:
         cache.store(key, costs)
-    return choose(costs, num_envs, constraints, "timed", others_load(watch))
+    return choose(costs, num_envs, constraints, "timed", busy)

@@ -200,23 +200,62 @@ def test_options_narrow_the_choice():
         envs.close()
 
 
-def test_the_model_weighs_free_cores():
-    """On a free 2-core machine, two processes that spin on shared words hand a step over in
-    microseconds: 32 sub-envs of 5 us are fastest in two shares, one stepped here, and 8 stay
-    in this process (the gain within the hand-over's swing, docs/layout.md). Where other
-    programs hold a core, a share would wait for them: this process alone."""
+def test_the_model_weighs_free_cores_and_their_speeds():
+    """On a free 2-core machine whose cores run alike, two processes that spin on shared words
+    hand a step over in microseconds: 8 and 32 sub-envs of 5 us are fastest in two shares, one
+    stepped here. Where the other core runs 0.6x as fast (a VM whose host core is shared), 8
+    stay in this process and 8 of 50 us still gain; where this core is the slow one, two
+    shares gain more. Where other programs hold a core, a share would wait for them: this
+    process."""
     cheap = Costs(step=5e-6, reset=5e-6, reset_rate=0.05, round_trip=10e-6, cores=2)
     free = choose(cheap, 32, Constraints(), "timed", busy=0.0)
     assert free.chosen.name == "parallel w=2 +local" and free.busy == 0.0
     assert "other programs' load 0.0" in free.table()
     assert choose(cheap, 32, Constraints(), "timed", busy=1.2).chosen.name == "serial"
-    assert choose(cheap, 8, Constraints(), "timed", busy=0.0).chosen.name == "serial"
+    assert choose(cheap, 8, Constraints(), "timed", busy=0.0).chosen.name == "parallel w=2 +local"
+    slow_other = dataclasses.replace(cheap, other_speed=0.6)
+    assert choose(slow_other, 8, Constraints(), "timed").chosen.name == "serial"
+    costlier = dataclasses.replace(slow_other, step=50e-6)
+    assert choose(costlier, 8, Constraints(), "timed").chosen.name == "parallel w=2 +local"
+    slow_here = dataclasses.replace(cheap, other_speed=1.5, own_speed=1.0)
+    gain = [choose(c, 8, Constraints(), "timed").chosen.predicted for c in (cheap, slow_here)]
+    assert gain[1] > 1.2 * gain[0]
+    # a hand-over that costs more than a share saves: this process
+    slow_trip = dataclasses.replace(cheap, spin_trip=40e-6)
+    assert choose(slow_trip, 8, Constraints(), "timed").chosen.name == "serial"
     # large observations: copying them costs the calling process alone twice
     image = Costs(step=2e-6, reset=0.0, reset_rate=0.0, round_trip=10e-6, cores=2)
     small = choose(image, 32, Constraints(), "timed").candidates[-1].predicted
     big = dataclasses.replace(image, obs_bytes=28224)
     serial, *_, local = choose(big, 32, Constraints(), "timed").candidates
     assert local.predicted < small and local.predicted > 1.2 * serial.predicted
+
+
+def _children() -> set[int]:
+    """This process's child processes (from /proc)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
+            found.add(int(entry))
+    return found
+
+
+def test_the_probe_measures_this_machine_and_leaves_no_process(monkeypatch):
+    """The probe's forked child answers through a pipe and through shared words, runs the
+    same Python work beside this process, and is gone afterwards; without fork, typical
+    figures."""
+    before = _children()
+    machine = timing.probe_machine()
+    assert 0 < machine.spin_trip < 0.1 and 0 < machine.round_trip < 0.1
+    assert 0.25 <= machine.other_speed <= 4.0 and 0.25 <= machine.own_speed <= 4.0
+    assert _children() == before
+    monkeypatch.delattr(os, "fork")
+    assert timing.probe_machine() == timing.Machine()
 
 
 def test_a_program_that_holds_a_core_keeps_cheap_envs_in_this_process(monkeypatch):
