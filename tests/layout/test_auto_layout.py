@@ -395,6 +395,8 @@ def test_bench_layouts_case_on_a_tiny_panel(capsys):
     assert expected <= set(result.rates)
     assert all(len(rates) == QUICK.repeats and min(rates) > 0 for rates in result.rates.values())
     assert result.chosen in result.rates  # (one of the fixed layouts timed beside it)
+    other, own = map(float, result.cores.split("/"))  # (the default's probe)
+    assert 0.25 <= other <= 4.0 and 0.25 <= own <= 4.0
     share = result.median(AUTO) / max(result.median(n) for n in result.rates)
     assert result.share_of_best == pytest.approx(share)
     gym_best = max(result.median("gym-sync"), result.median("gym-async"))
