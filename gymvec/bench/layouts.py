@@ -75,7 +75,7 @@ class PanelResult:
     rates: dict[str, list[float]]
     chosen: str = ""
     errors: dict[str, str] = dataclasses.field(default_factory=dict)
-    cores: str = ""  # the default's probe: the other core's speed and this one's, two at once
+    cores: str = ""  # the default's probe: two processes at once, how much slower than one
 
     def median(self, runner: str) -> float:
         return statistics.median(self.rates[runner]) if self.rates.get(runner) else 0.0
@@ -143,7 +143,7 @@ def run_panel_env(env_id: str, num_envs: int, settings: Settings) -> PanelResult
         if auto is not None:
             report = auto.env.layout.report
             result.chosen = report.chosen.name
-            result.cores = f"{report.costs.other_speed:.2f}/{report.costs.own_speed:.2f}"
+            result.cores = f"{report.costs.pair_slowdown:.2f}"
         for repeat in range(settings.repeats):
             order = list(built)  # (rotated each repeat: no runner always follows the same one)
             for name in order[repeat % len(order) :] + order[: repeat % len(order)]:
@@ -181,11 +181,11 @@ def format_panel(results: list[PanelResult]) -> str:
     """Per env: the default's choice, its share of the best runner (and which), its ratio to
     the better of Sync/Async, then every runner's median steps/s."""
     names = list(dict.fromkeys(name for r in results for name in r.rates))
-    head = f"{'case':<30}{'default chose':<22}{'cores':>10}{'x best':>7}  {'best':<22}{'x gym':>6}"
+    head = f"{'case':<30}{'default chose':<22}{'pair':>6}{'x best':>7}  {'best':<22}{'x gym':>6}"
     lines = [head + "".join(f"{n:>21}" for n in names)]
     for r in results:
         case = f"{r.env_id.split('/')[-1]} x{r.num_envs}"
-        row = f"{case:<30}{r.chosen:<22}{r.cores:>10}{r.share_of_best:7.2f}  {r.best:<22}"
+        row = f"{case:<30}{r.chosen:<22}{r.cores:>6}{r.share_of_best:7.2f}  {r.best:<22}"
         row += f"{r.ratio_gym:6.2f}"
         row += "".join(f"{r.median(n):21.0f}" if r.rates.get(n) else f"{'-':>21}" for n in names)
         lines.append(row)
@@ -207,8 +207,8 @@ def layouts_main(
         f"layouts: {len(results)} envs, {settings.repeats} timed run(s) per runner of "
         f"{settings.steps} vector steps or {settings.max_seconds} s, {usable_cores()} usable "
         "core(s); x best: the default (make_vec's backend='auto') over the best runner; x gym: "
-        "over the better of SyncVectorEnv and AsyncVectorEnv (medians, sub-env steps/s); cores: "
-        "the default's probe, the other core's speed / this one's, both running at once"
+        "over the better of SyncVectorEnv and AsyncVectorEnv (medians, sub-env steps/s); pair: "
+        "the default's probe, how much slower two processes run the same work at once than one"
     )
     print(format_panel(results))
     met = [r for r in results if r.share_of_best >= 0.9 and r.ratio_gym >= 0.95]

@@ -9,13 +9,13 @@ row written into the buffers for ``r = ROW + BYTE * obs_bytes``, the batch copie
 * ``W`` shares over worker processes (``local``: the calling process steps share 0 itself,
   ``children`` processes step the others): ``T = CALL + max(trip + slowest child share,
   local share) + N * (COPY + BYTE * obs_bytes)``, a share of ``k`` sub-envs costing
-  ``k * (c + r) * max(1, W / cores) / speed`` (shares beyond the usable cores slow each
-  other down; ``speed``: the measured ``other_speed`` for a child's share, ``own_speed`` for
-  the local one). ``trip`` is a command to the children and their answers: where every
-  process (the children and this one) has a core of its own they spin on shared words,
-  ``SPIN_BASE + spin_trip``; otherwise a wake-up goes through the kernel, ``TRIP_SCALE *
-  round_trip + TRIP_BASE``; plus ``WAKE`` for each child beyond the first. This process's
-  share runs while the children run theirs.
+  ``k * (c + r) * max(1, W / cores) * pair_slowdown`` (shares beyond the usable cores slow
+  each other down; ``pair_slowdown``: measured, processes running at once each go as fast
+  as their core, the slower one setting the pace). ``trip`` is a command to the children and
+  their answers: where every process (the children and this one) has a core of its own they
+  spin on shared words, ``SPIN_BASE + spin_trip``; otherwise a wake-up goes through the
+  kernel, ``TRIP_SCALE * round_trip + TRIP_BASE``; plus ``WAKE`` for each child beyond the
+  first. This process's share runs while the children run theirs.
   "Usable cores" are the cores less those other programs keep busy (``busy``, their load
   when the choice is made): a process that spins waits for one that other programs hold.
 
@@ -51,8 +51,8 @@ class Costs:
     often a step ends an episode (``reset_rate``), the size of one observation
     (``obs_bytes``), and this machine's: ``round_trip`` (through the kernel) and
     ``spin_trip`` (through shared words) between two processes, its usable ``cores``, and
-    the speeds of two cores running at once (``other_speed``, ``own_speed``, see
-    ``timing.probe_machine``)."""
+    how much longer two processes take to run the same work at once than one alone
+    (``pair_slowdown``, see ``timing.probe_machine``)."""
 
     step: float
     reset: float
@@ -61,8 +61,7 @@ class Costs:
     cores: int
     obs_bytes: int = 0  # one observation's array bytes (the buffers copy them)
     spin_trip: float = 1e-6  # a word through shared memory and back, both sides spinning
-    other_speed: float = 1.0  # another core's Python while this one runs, against this alone
-    own_speed: float = 1.0  # this core's Python while another one runs, against this alone
+    pair_slowdown: float = 1.0  # two processes' work at once (the slower) against one alone
 
     @property
     def per_step(self) -> float:
@@ -115,7 +114,7 @@ class LayoutReport:
             f"{self.num_envs} sub-envs; step {c.step * 1e6:.1f} us, reset {c.reset * 1e6:.1f} "
             f"us every {1 / c.reset_rate if c.reset_rate else float('inf'):.0f} steps; round "
             f"trip {c.round_trip * 1e6:.1f} us (spinning {c.spin_trip * 1e6:.1f} us); "
-            f"{c.cores} cores, {c.other_speed:.2f}x/{c.own_speed:.2f}x as fast two at once; "
+            f"{c.cores} cores, two at once {c.pair_slowdown:.2f}x as slow; "
             f"other programs' load "
             f"{self.busy:.1f} ({self.source})",
             f"{'layout':<22}{'shares':<18}{'predicted/s':>13}{'measured/s':>13}",
@@ -226,9 +225,10 @@ def predict(candidate: Candidate, costs: Costs, busy: float = 0.0) -> float:
     else:
         trip = TRIP_SCALE * costs.round_trip + TRIP_BASE
     trip += WAKE * (len(children) - 1)
-    # (per_env was timed here alone; the shares run on two cores at once, at their speeds)
-    slowest = max(children) * per_env * contention / costs.other_speed
-    local = shares[0] * per_env * contention / costs.own_speed if candidate.local else 0.0
+    # (per_env was timed here alone; shares run at once, as fast as the slower core allows)
+    pace = contention * costs.pair_slowdown
+    slowest = max(children) * per_env * pace
+    local = shares[0] * per_env * pace if candidate.local else 0.0
     seconds = CALL + max(trip + slowest, local) + n * (COPY + copied)
     return n / seconds
 

@@ -21,9 +21,10 @@ MIN_STEPS = 20  # a slow env still gets this many (its budget may then run over 
 CHUNK = 16  # the step cost is the median of the means of this many steps in a row
 PINGS = 200  # the probe's pipe round trips...
 SPIN_PINGS = 500  # ...its round trips through shared words...
-WORK_REPS = 5  # ...and its pieces of Python work, alone and with the child's
+WORK_REPS = 24  # ...and its pieces of Python work, alone and with the child's...
 WORK_LOOP = 20_000
-_SEQ, _DONE, _WORK, _CHILD_NS = range(4)  # the probe's shared words
+PROBE_SPAN_S = 0.25  # ...spread over this long (a core's speed can change within it)
+_SEQ, _DONE = range(2)  # the probe's shared words
 PROBE_WAIT_S = 1.0  # the probe gives up on a child that does not answer in this long
 
 
@@ -85,14 +86,14 @@ def nbytes(value: Any) -> int:
 class Machine:
     """What this machine's processes cost each other, measured with a forked child:
     ``round_trip`` (a byte over a pipe and back: a wake-up through the kernel),
-    ``spin_trip`` (a word in shared memory and back, both processes spinning), and how fast
-    Python runs on the child's core (``other_speed``) and on this one (``own_speed``) while
-    both run at once, each against this core running alone."""
+    ``spin_trip`` (a word in shared memory and back, both processes spinning), and
+    ``pair_slowdown``: how much longer the same piece of Python work takes when this
+    process and the child run it at once (the slower of the two) than this process alone,
+    on average over the probe's span."""
 
     round_trip: float = 50e-6
     spin_trip: float = 1e-6
-    other_speed: float = 1.0
-    own_speed: float = 1.0
+    pair_slowdown: float = 1.0
 
 
 def _python_work() -> float:
@@ -104,15 +105,17 @@ def _python_work() -> float:
     return time.perf_counter() - started
 
 
-def probe_machine() -> Machine:
-    """This machine's :class:`Machine` now, from one forked child (some 20 ms); typical
-    figures where fork is missing.
+def probe_machine() -> tuple[Machine, float]:
+    """This machine's :class:`Machine` now, from one forked child over about ``PROBE_SPAN_S``
+    (0.28 s in all), and the child's CPU seconds; typical figures (and 0) where fork is
+    missing.
 
-    Two virtual cores need not run alike: on a cloud VM one may run Python 1.5x slower than
-    the other for a while (its host core is shared), and which one the calling process gets
-    decides whether a share stepped by a worker gains anything."""
+    Why an average over a span: virtual cores need not run alike. On the development VM each
+    of the two ran Python at full speed or 1.8x slower, flipping within fractions of a second
+    (its host core is shared), so the slower of two processes sets a pace that a single
+    sample cannot tell; the work runs ``WORK_REPS`` times spread over the span."""
     if not hasattr(os, "fork"):
-        return Machine()
+        return Machine(), 0.0
     words_memory = mmap.mmap(-1, 64)  # (anonymous and shared: the child sees the same page)
     words = memoryview(words_memory).cast("B").cast("q")
     child_in, to_child = os.pipe()  # (read end, write end)
@@ -123,50 +126,65 @@ def probe_machine() -> Machine:
         try:
             os.close(to_child)
             os.close(from_child)
-            _echo(child_in, child_out, words, parent)
+            _probe_child(child_in, child_out, words, parent)
         finally:
             os._exit(0)
     os.close(child_in)
     os.close(child_out)
-    pipe_times: list[float] = []
+    started = time.perf_counter()
+    machine = Machine()
     try:
-        for _ in range(PINGS):
-            t = time.perf_counter()
-            os.write(to_child, b"x")
-            os.read(from_child, 1)
-            pipe_times.append(time.perf_counter() - t)
-        os.write(to_child, b"s")  # on to the shared words
+        os.write(to_child, b"s")  # the child spins on the shared words until told -1
         spin_times = [_answered(words, seq) for seq in range(1, SPIN_PINGS + 1)]
-        words[_WORK] = 1
-        alone, own, other = [], [], []
+        words[_SEQ] = -1
+        # (after the spinning, which has put the child on another core, as a worker would be)
+        pipe_times = [_piped(to_child, from_child, b"x") for _ in range(PINGS)]
+        slowdowns = []
         for rep in range(WORK_REPS + 1):  # (rep 0 warms up: the child's copied pages)
-            alone_s = _python_work()  # the child waits
-            seq = SPIN_PINGS + 1 + rep
-            words[_SEQ] = seq
-            own_s = _python_work()  # while the child runs its own
-            _answered(words, seq)
+            alone = _python_work()
+            os.write(to_child, b"w")  # the child runs the same work...
+            mine = _python_work()  # ...while this process runs its own
+            theirs = int.from_bytes(_read_exactly(from_child, 8), "little") * 1e-9
             if rep:
-                alone.append(alone_s)
-                own.append(own_s)
-                other.append(words[_CHILD_NS] * 1e-9)
+                slowdowns.append(min(4.0, max(mine, theirs) / alone))  # (a wild sample: noise)
+            time.sleep(
+                max(0.0, started + PROBE_SPAN_S * (rep + 1) / WORK_REPS - time.perf_counter())
+            )
+        machine = Machine(
+            statistics.median(pipe_times),
+            statistics.median(spin_times),
+            statistics.fmean(slowdowns),
+        )
     except (OSError, TimeoutError):  # (the child died or had no core: typical figures)
-        return Machine(statistics.median(pipe_times)) if pipe_times else Machine()
+        pass
     finally:
         words[_SEQ] = -1
         os.close(to_child)
         os.close(from_child)
-        os.waitpid(pid, 0)
-    alone_s = statistics.median(alone)
-    return Machine(
-        statistics.median(pipe_times),
-        statistics.median(spin_times),
-        _speed(alone_s, statistics.median(other)),
-        _speed(alone_s, statistics.median(own)),
-    )
+        usage = os.wait4(pid, 0)[2]
+    return machine, usage.ru_utime + usage.ru_stime
+
+
+def _piped(to_child: int, from_child: int, command: bytes) -> float:
+    """Seconds for ``command`` to reach the probe's child and its one-byte answer to return."""
+    started = time.perf_counter()
+    os.write(to_child, command)
+    _read_exactly(from_child, 1)
+    return time.perf_counter() - started
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    data = os.read(fd, size)
+    while len(data) < size:
+        more = os.read(fd, size - len(data))
+        if not more:
+            raise OSError("the layout probe's child is gone")
+        data += more
+    return data
 
 
 def _answered(words: memoryview, seq: int) -> float:
-    """Seconds until the probe's child answers ``seq`` (sent here, unless already sent);
+    """Seconds until the probe's child answers ``seq`` through the shared words;
     ``TimeoutError`` past ``PROBE_WAIT_S``."""
     started = time.perf_counter()
     words[_SEQ] = seq
@@ -176,19 +194,20 @@ def _answered(words: memoryview, seq: int) -> float:
     return time.perf_counter() - started
 
 
-def _speed(alone: float, measured: float) -> float:
-    """A speed against running alone, kept within 4x either way (a wild sample is noise)."""
-    return min(4.0, max(0.25, alone / measured)) if measured > 0 else 1.0
+def _probe_child(pipe_in: int, pipe_out: int, words: memoryview, parent: int) -> None:
+    """The probe's child, until the pipe closes: "x" echoed; "w" the Python work, its
+    nanoseconds sent back; "s" answers each new sequence word until it turns negative (or the
+    parent is gone)."""
+    while command := os.read(pipe_in, 1):
+        if command == b"x":
+            os.write(pipe_out, b"x")
+        elif command == b"w":
+            os.write(pipe_out, int(_python_work() * 1e9).to_bytes(8, "little"))
+        else:
+            _answer_words(words, parent)
 
 
-def _echo(pipe_in: int, pipe_out: int, words: memoryview, parent: int) -> None:
-    """The probe's child: echoes bytes on the pipe until told to spin ("s"), then answers
-    each new sequence word (running the Python work first when asked) until it turns
-    negative or the parent is gone."""
-    while (got := os.read(pipe_in, 1)) == b"x":
-        os.write(pipe_out, b"x")
-    if got != b"s":
-        return
+def _answer_words(words: memoryview, parent: int) -> None:
     seen, idle = 0, 0
     while True:
         seq = words[_SEQ]
@@ -200,8 +219,6 @@ def _echo(pipe_in: int, pipe_out: int, words: memoryview, parent: int) -> None:
         if seq < 0:
             return
         seen, idle = seq, 0
-        if words[_WORK]:
-            words[_CHILD_NS] = int(_python_work() * 1e9)
         words[_DONE] = seq
 
 
@@ -210,10 +227,12 @@ WATCH_S = 0.1  # the shortest window a CpuWatch tells from (/proc/stat counts 10
 
 class CpuWatch:
     """The cores other programs keep busy while it watches: all cores' busy time
-    (``/proc/stat``) less this process's CPU time, over the wall time since it was made."""
+    (``/proc/stat``) less this process's CPU time (and ``helpers``'), over the wall time
+    since it was made."""
 
     def __init__(self) -> None:
         self.start = _cpu_sample()
+        self.helpers = 0.0  # CPU seconds of this process's own helpers (the probe's child)
 
     def others(self) -> float | None:
         """Cores other programs kept busy since the watch began, waiting out the rest of
@@ -226,7 +245,7 @@ class CpuWatch:
         if end is None:
             return None
         wall, busy, ours = (b - a for a, b in zip(self.start, end))
-        return max(0.0, (busy - ours) / wall)
+        return max(0.0, (busy - ours - self.helpers) / wall)
 
 
 def _cpu_sample() -> tuple[float, float, float] | None:
@@ -256,13 +275,13 @@ def others_load(watch: CpuWatch | None = None) -> float:
 
 def measure(env: Any, cores: int, seconds: float = 0.5) -> tuple[Costs, float]:
     """The costs of ``env`` and of this machine, measured within ``seconds``, and the cores
-    other programs kept busy meanwhile (``others_load``, watched after the probe's child)."""
+    other programs kept busy meanwhile (``others_load``)."""
     started = time.perf_counter()
-    machine = probe_machine()
     watch = CpuWatch()
+    machine, watch.helpers = probe_machine()
     step, reset, rate, obs = time_sub_env(env, max(seconds - (time.perf_counter() - started), 0.0))
-    speeds = machine.other_speed, machine.own_speed
-    costs = Costs(step, reset, rate, machine.round_trip, cores, obs, machine.spin_trip, *speeds)
+    m = machine
+    costs = Costs(step, reset, rate, m.round_trip, cores, obs, m.spin_trip, m.pair_slowdown)
     return costs, others_load(watch)
 
 
