@@ -67,14 +67,22 @@ gym.register(COUNTING_ID, entry_point=CountingEnv, max_episode_steps=50)
 @pytest.fixture(autouse=True)
 def cache_home(tmp_path, monkeypatch):
     """Each test its own cache directory, on; and a machine whose other programs keep no core
-    busy (whatever the suite's own load), unless a test says otherwise (``other_programs``)."""
+    busy (whatever the suite's own load), unless a test says otherwise (``other_programs``),
+    and whose cores run alike (the probe runs, its ``pair_slowdown`` read as 1)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("GYMVEC_CACHE", raising=False)
     other_programs(monkeypatch, 0.0)
+
+    def cores_alike() -> tuple[timing.Machine, float]:
+        machine, child_cpu = MEASURED_MACHINE()
+        return dataclasses.replace(machine, pair_slowdown=1.0), child_cpu
+
+    monkeypatch.setattr(timing, "probe_machine", cores_alike)
     return tmp_path / "cache" / "gymvec"
 
 
-MEASURED_LOAD = timing.others_load  # (the fixture replaces it)
+MEASURED_LOAD = timing.others_load  # (the fixture replaces them)
+MEASURED_MACHINE = timing.probe_machine
 
 
 def other_programs(monkeypatch, load: float) -> None:
@@ -246,14 +254,14 @@ def test_the_probe_measures_this_machine_and_leaves_no_process(monkeypatch):
     same Python work beside this process (its CPU time told, for the load's watch), and is
     gone afterwards; without fork, typical figures."""
     before = _children()
-    machine, child_cpu = timing.probe_machine()
+    machine, child_cpu = MEASURED_MACHINE()
     assert 0 < machine.spin_trip < 0.1 and 0 < machine.round_trip < 0.1
     assert 0.5 <= machine.pair_slowdown <= 4.0
     # (the child ran the work 25 times, some 0.5 ms each, and spun through the pings)
     assert 0.005 < child_cpu < 1.0
     assert _children() == before
     monkeypatch.delattr(os, "fork")
-    assert timing.probe_machine() == (timing.Machine(), 0.0)
+    assert MEASURED_MACHINE() == (timing.Machine(), 0.0)
 
 
 def test_a_program_that_holds_a_core_keeps_cheap_envs_in_this_process(monkeypatch):
