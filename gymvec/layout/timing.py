@@ -1,5 +1,6 @@
 """What ``backend="auto"`` measures: a throwaway sub-env's step and reset cost in the calling
-process (bounded in time), and this machine's round trip between two processes."""
+process (bounded in time), this machine's hand-overs between two processes and how fast two
+run at once (``probe_machine``), and the cores other programs keep busy (``CpuWatch``)."""
 
 from __future__ import annotations
 
@@ -147,14 +148,10 @@ def probe_machine() -> tuple[Machine, float]:
             theirs = int.from_bytes(_read_exactly(from_child, 8), "little") * 1e-9
             if rep:
                 slowdowns.append(min(4.0, max(mine, theirs) / alone))  # (a wild sample: noise)
-            time.sleep(
-                max(0.0, started + PROBE_SPAN_S * (rep + 1) / WORK_REPS - time.perf_counter())
-            )
-        machine = Machine(
-            statistics.median(pipe_times),
-            statistics.median(spin_times),
-            statistics.fmean(slowdowns),
-        )
+            next_rep = started + PROBE_SPAN_S * (rep + 1) / WORK_REPS
+            time.sleep(max(0.0, next_rep - time.perf_counter()))
+        trips = statistics.median(pipe_times), statistics.median(spin_times)
+        machine = Machine(*trips, statistics.fmean(slowdowns))
     except (OSError, TimeoutError):  # (the child died or had no core: typical figures)
         pass
     finally:
