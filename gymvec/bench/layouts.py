@@ -76,7 +76,7 @@ class PanelResult:
     rates: dict[str, list[float]]
     chosen: str = ""
     errors: dict[str, str] = dataclasses.field(default_factory=dict)
-    cores: str = ""  # the default's probe: two processes at once, how much slower than one
+    pair_slowdown: float = 0.0  # the default's probe (timing.Machine); 0: no default ran
 
     def median(self, runner: str) -> float:
         return statistics.median(self.rates[runner]) if self.rates.get(runner) else 0.0
@@ -150,7 +150,7 @@ def run_panel_env(env_id: str, num_envs: int, settings: Settings) -> PanelResult
         if auto is not None:
             report = auto.env.layout.report
             result.chosen = report.chosen.name
-            result.cores = f"{report.costs.pair_slowdown:.2f}"
+            result.pair_slowdown = report.costs.pair_slowdown
         for repeat in range(settings.repeats):
             order = list(built)  # (rotated each repeat: no runner always follows the same one)
             for name in order[repeat % len(order) :] + order[: repeat % len(order)]:
@@ -193,7 +193,8 @@ def format_panel(results: list[PanelResult]) -> str:
     lines = [head + "".join(f"{n:>21}" for n in names)]
     for r in results:
         case = f"{r.env_id.split('/')[-1]} x{r.num_envs}"
-        row = f"{case:<30}{r.chosen:<22}{r.cores:>6}{r.share_of_best:7.2f}"
+        pair = f"{r.pair_slowdown:6.2f}" if r.pair_slowdown else f"{'':>6}"
+        row = f"{case:<30}{r.chosen:<22}{pair}{r.share_of_best:7.2f}"
         row += f"{r.choice_share:7.2f}  {r.best:<22}"
         row += f"{r.ratio_gym:6.2f}"
         row += "".join(f"{r.median(n):21.0f}" if r.rates.get(n) else f"{'-':>21}" for n in names)

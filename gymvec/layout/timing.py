@@ -277,8 +277,16 @@ def measure(env: Any, cores: int, seconds: float = 0.5) -> tuple[Costs, float]:
     watch = CpuWatch()
     machine, watch.helpers = probe_machine()
     step, reset, rate, obs = time_sub_env(env, max(seconds - (time.perf_counter() - started), 0.0))
-    m = machine
-    costs = Costs(step, reset, rate, m.round_trip, cores, obs, m.spin_trip, m.pair_slowdown)
+    costs = Costs(
+        step,
+        reset,
+        rate,
+        machine.round_trip,
+        cores,
+        obs_bytes=obs,
+        spin_trip=machine.spin_trip,
+        pair_slowdown=machine.pair_slowdown,
+    )
     return costs, others_load(watch)
 
 
